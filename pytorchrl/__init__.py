@@ -1,0 +1,30 @@
+"""pytorchrl: a modular scheme builder for distributed reinforcement learning in PyTorch.
+
+The package-level names are the constants shared by every layer: the two communication
+modes of a scheme level and the keys under which rollouts travel between workers.
+"""
+
+__version__ = "0.2.0"
+
+# Communication modes of a scheme level (collection or gradients).
+SYNC = "synchronous"
+ASYNC = "asynchronous"
+
+# Keys of the rollout dictionaries exchanged between workers.
+OBS = "obs"            # observation the action was taken from
+OBS2 = "obs2"          # observation reached after the action (off-policy storages)
+RHS = "rhs"            # recurrent hidden state
+ACT = "act"            # action as stored (unclipped for continuous spaces)
+REW = "rew"            # reward
+DONE = "done"          # episode ended after this step (terminated or truncated)
+TERM = "term"          # episode ended by termination: no bootstrapping
+TRUNC = "trunc"        # episode ended by a time limit: bootstrapped with TRUNC_VAL
+TRUNC_VAL = "trunc_val"  # value of the final observation of a truncated episode
+VAL = "val"            # value estimate of OBS (one extra entry: value of the last obs)
+LOGP = "logp"          # log-probability of ACT under the behaviour policy
+RET = "ret"            # return target
+ADV = "adv"            # advantage estimate
+VERSION = "version"    # weight version that produced the data
+
+__all__ = ["SYNC", "ASYNC", "OBS", "OBS2", "RHS", "ACT", "REW", "DONE", "TERM", "TRUNC",
+           "TRUNC_VAL", "VAL", "LOGP", "RET", "ADV", "VERSION", "__version__"]

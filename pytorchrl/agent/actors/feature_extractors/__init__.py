@@ -1,0 +1,5 @@
+"""Feature extractors: networks mapping observations to a flat feature vector."""
+
+from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+
+__all__ = ["MLP"]

@@ -1,0 +1,142 @@
+"""Actor-critic network for on-policy algorithms (PPO, A2C)."""
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+
+from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
+from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+from pytorchrl.agent.factory import ComponentFactory
+
+
+def _orthogonal_init(module, gain):
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.orthogonal_(m.weight, gain=gain)
+            nn.init.zeros_(m.bias)
+
+
+class OnPolicyActor(nn.Module):
+    """Policy and value function for on-policy algorithms.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        Device on which the network lives.
+    input_space : gymnasium.Space
+        Observation space.
+    action_space : gymnasium.spaces.Discrete or gymnasium.spaces.Box
+        Action space; Discrete gets a categorical policy, Box a diagonal Gaussian.
+    algorithm_name : str
+        Name of the algorithm the actor serves (checked for compatibility).
+    restart_model : str or None
+        Path of a saved state dict to load after building.
+    feature_extractor_network : nn.Module class
+        Network mapping observations to features; built as
+        ``feature_extractor_network(input_space, **feature_extractor_kwargs)`` and exposing
+        ``num_outputs`` (or inferred by a dummy forward pass).
+    feature_extractor_kwargs : dict
+        Keyword arguments of the feature extractor.
+    shared_policy_value_network : bool
+        One feature extractor for policy and value (True) or one each (False).
+    ortho_init : bool
+        Orthogonal initialisation of linear layers (gain sqrt(2), 0.01 for the policy
+        output, 1 for the value output), as commonly used for PPO.
+    log_std_init : float
+        Initial log standard deviation of Gaussian policies.
+    """
+
+    ON_POLICY_ALGORITHMS = ("PPO", "A2C")
+
+    def __init__(self, device, input_space, action_space, algorithm_name="PPO", restart_model=None,
+                 feature_extractor_network=MLP, feature_extractor_kwargs=None,
+                 shared_policy_value_network=False, ortho_init=True, log_std_init=0.0):
+        super().__init__()
+        if algorithm_name not in self.ON_POLICY_ALGORITHMS:
+            raise ValueError(f"OnPolicyActor serves {self.ON_POLICY_ALGORITHMS}, not {algorithm_name!r}")
+        self.device = torch.device(device)
+        self.input_space = input_space
+        self.action_space = action_space
+        self.algorithm_name = algorithm_name
+        self.shared_policy_value_network = shared_policy_value_network
+        kwargs = dict(feature_extractor_kwargs or {})
+
+        self.policy_net = feature_extractor_network(input_space, **kwargs)
+        self.value_net = None if shared_policy_value_network else feature_extractor_network(input_space, **kwargs)
+        num_features = self._num_outputs(self.policy_net)
+
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.dist = CategoricalHead(num_features, int(action_space.n))
+            self.action_shape = (1,)
+            self.action_dtype = torch.int64
+            self._low = self._high = None
+        elif isinstance(action_space, gym.spaces.Box):
+            dim = int(np.prod(action_space.shape))
+            self.dist = DiagGaussianHead(num_features, dim, log_std_init)
+            self.action_shape = (dim,)
+            self.action_dtype = torch.float32
+            self._low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)
+            self._high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)
+        else:
+            raise ValueError(f"OnPolicyActor supports Discrete and Box action spaces, got {action_space}")
+        self.value_head = nn.Linear(num_features, 1)
+
+        if ortho_init:
+            _orthogonal_init(self.policy_net, np.sqrt(2))
+            if self.value_net is not None:
+                _orthogonal_init(self.value_net, np.sqrt(2))
+            _orthogonal_init(self.dist.linear, 0.01)
+            _orthogonal_init(self.value_head, 1.0)
+
+        self.to(self.device)
+        if self._low is not None:
+            self._low, self._high = self._low.to(self.device), self._high.to(self.device)
+        if restart_model:
+            self.load_state_dict(torch.load(restart_model, map_location=self.device))
+
+    @staticmethod
+    def _num_outputs(net):
+        if hasattr(net, "num_outputs"):
+            return int(net.num_outputs)
+        raise ValueError(f"feature extractor {type(net).__name__} must expose num_outputs")
+
+    @classmethod
+    def create_factory(cls, input_space, action_space, algorithm_name="PPO", restart_model=None,
+                       feature_extractor_network=MLP, feature_extractor_kwargs=None,
+                       shared_policy_value_network=False, ortho_init=True, log_std_init=0.0):
+        """Return a picklable ``factory(device)`` building an OnPolicyActor (parameters as in the class)."""
+        return ComponentFactory(cls, input_space=input_space, action_space=action_space,
+                                algorithm_name=algorithm_name, restart_model=restart_model,
+                                feature_extractor_network=feature_extractor_network,
+                                feature_extractor_kwargs=dict(feature_extractor_kwargs or {}),
+                                shared_policy_value_network=shared_policy_value_network,
+                                ortho_init=ortho_init, log_std_init=log_std_init)
+
+    def _features(self, obs):
+        pf = self.policy_net(obs)
+        vf = pf if self.value_net is None else self.value_net(obs)
+        return pf, vf
+
+    def get_action(self, obs, deterministic=False):
+        """Act on a batch of observations.
+
+        Returns (action, env_action, logp, value): ``action`` as stored for training,
+        ``env_action`` clipped to the bounds of a Box space, ``logp`` and ``value`` of shape (B, 1).
+        """
+        pf, vf = self._features(obs)
+        action, logp = self.dist.sample(pf, deterministic)
+        value = self.value_head(vf)
+        env_action = action if self._low is None else torch.max(torch.min(action, self._high), self._low)
+        return action, env_action, logp, value
+
+    def get_value(self, obs):
+        """Value estimate (B, 1) of a batch of observations."""
+        vf = self.value_net(obs) if self.value_net is not None else self.policy_net(obs)
+        return self.value_head(vf)
+
+    def evaluate_actions(self, obs, action):
+        """Return (logp, entropy, value), each (B, 1), of ``action`` taken at ``obs``."""
+        pf, vf = self._features(obs)
+        logp, entropy = self.dist.log_prob_entropy(pf, action)
+        return logp, entropy, self.value_head(vf)

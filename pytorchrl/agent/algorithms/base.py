@@ -1,0 +1,204 @@
+"""Algorithm base class: losses, gradients, optimizer and live hyperparameters."""
+
+import inspect
+from abc import ABC, abstractmethod
+
+import torch
+
+from pytorchrl.agent.factory import ComponentFactory
+
+
+class Algorithm(ABC):
+    """Base class of every algorithm.
+
+    An algorithm owns the optimizer over its actor's parameters and turns mini-batches into
+    gradients (``compute_gradients``) and gradients into a new version of the weights
+    (``apply_gradients``). Its hyperparameters are plain attributes, listed in
+    ``self.hyperparameters``; ``update_algorithm_parameter`` changes them while training.
+
+    Parameters
+    ----------
+    device : torch.device or str
+        Device of the actor.
+    actor : nn.Module
+        The actor whose parameters are trained.
+    envs : TorchVecEnv or None
+        Environments (only their spaces may be used).
+    """
+
+    #: Name under which the algorithm is known to actors, configs and logs.
+    name = None
+    #: Whether the algorithm learns from data produced by its current policy only.
+    on_policy = True
+
+    def __init__(self, device, actor, envs=None):
+        self.device = torch.device(device)
+        self.actor = actor
+        self.envs = envs
+        self.num_updates = 0
+
+    # ----------------------------------------------------------------- factories
+    @classmethod
+    def hyperparameter_names(cls):
+        """Names accepted by ``create_factory`` (the constructor's keyword arguments)."""
+        params = inspect.signature(cls.__init__).parameters
+        return [n for n in params if n not in ("self", "device", "actor", "envs")]
+
+    @classmethod
+    def create_factory(cls, **hyperparameters):
+        """Return ``(factory, name)``: a picklable ``factory(device, actor, envs)`` and the algorithm name.
+
+        Every keyword argument is a hyperparameter of the algorithm (see the class
+        docstring); an unknown name raises ValueError listing the valid ones.
+        """
+        valid = cls.hyperparameter_names()
+        unknown = [k for k in hyperparameters if k not in valid]
+        if unknown:
+            raise ValueError(f"unknown {cls.name} hyperparameter(s) {unknown}; valid: {valid}")
+        return ComponentFactory(cls, **hyperparameters), cls.name
+
+    # ------------------------------------------------------------ hyperparameters
+    @property
+    def hyperparameters(self):
+        """Dict of the current value of every hyperparameter."""
+        return {n: getattr(self, n) for n in self.hyperparameter_names()}
+
+    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
+        """Set hyperparameter ``parameter_name`` to ``new_parameter_value``.
+
+        Parameters
+        ----------
+        parameter_name : str
+            One of ``self.hyperparameters``; anything else raises ValueError listing them.
+        new_parameter_value : object
+            New value; numbers must stay numbers, booleans booleans.
+        """
+        value = check_parameter(self.hyperparameters, parameter_name, new_parameter_value,
+                                f"{self.name} hyperparameter")
+        setattr(self, parameter_name, value)
+        if parameter_name == "lr":
+            for group in self.optimizer.param_groups:
+                group["lr"] = float(new_parameter_value)
+
+    # ------------------------------------------------------------------- acting
+    @torch.inference_mode()
+    def acting(self, obs, deterministic=False):
+        """Pick actions for a batch of observations.
+
+        Returns (action, env_action, logp, value) as ``OnPolicyActor.get_action``.
+        """
+        return self.actor.get_action(obs, deterministic)
+
+    # ---------------------------------------------------------------- learning
+    @abstractmethod
+    def compute_loss(self, batch):
+        """Return (loss tensor, info dict of floats) for one mini-batch."""
+
+    def compute_gradients(self, batch, grads_to_cpu=True, return_grads=True):
+        """Back-propagate the loss of ``batch`` into the actor's ``.grad`` fields.
+
+        Parameters
+        ----------
+        batch : dict of tensors
+            One mini-batch produced by a storage.
+        grads_to_cpu : bool
+            Move returned gradients to the CPU (for sending to another process).
+        return_grads : bool
+            Return a copy of the gradients (False when they are applied in place by the
+            same process: no copy is made).
+
+        Returns
+        -------
+        grads : list of tensors or None
+            One gradient per parameter (None where a parameter got none), or None.
+        info : dict
+            Loss components and statistics of this mini-batch.
+        """
+        loss, info = self.compute_loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if not return_grads:
+            return None, info
+        grads = []
+        for p in self.actor.parameters():
+            g = p.grad
+            if g is not None:
+                g = g.detach().cpu() if grads_to_cpu else g.detach().clone()
+            grads.append(g)
+        return grads, info
+
+    def apply_gradients(self, gradients=None):
+        """Clip the gradients and take one optimizer step.
+
+        Parameters
+        ----------
+        gradients : list of tensors or None
+            Gradients in parameter order (as returned by ``compute_gradients``); None uses
+            the gradients already held in the parameters' ``.grad`` fields.
+        """
+        if gradients is not None:
+            for p, g in zip(self.actor.parameters(), gradients):
+                p.grad = None if g is None else g.to(p.device)
+        if self.max_grad_norm is not None and self.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        self.num_updates += 1
+
+    # ------------------------------------------------------------------ weights
+    def get_weights(self):
+        """Actor weights as a dict of CPU tensors."""
+        return {k: v.detach().cpu() for k, v in self.actor.state_dict().items()}
+
+    def set_weights(self, weights):
+        """Load actor weights (dict of tensors)."""
+        self.actor.load_state_dict(weights)
+
+    def state_dict(self):
+        """Full state for checkpoints: actor, optimizer, hyperparameters and update count."""
+        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "hyperparameters": self.hyperparameters, "num_updates": self.num_updates}
+
+    def load_state_dict(self, state):
+        """Restore a state produced by ``state_dict``."""
+        self.actor.load_state_dict(state["actor"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        for name, value in state.get("hyperparameters", {}).items():
+            if hasattr(self, name):
+                setattr(self, name, value)
+        self.num_updates = state.get("num_updates", 0)
+
+
+def check_parameter(current, name, value, what):
+    """Validate a hot-swap of ``name`` to ``value`` against the dict ``current``.
+
+    Returns the value converted to the parameter's type (1 -> 1.0 for a float parameter).
+    Raises ValueError naming the valid names for an unknown name, and TypeError for a value
+    of the wrong kind (a string for a number, 2.5 for an integer, a number for a boolean).
+
+    Parameters
+    ----------
+    current : dict
+        Current values of the parameters that may change.
+    name : str
+        Name of the parameter to change.
+    value : object
+        Requested value.
+    what : str
+        Words naming the kind of parameter, for the messages.
+    """
+    if name not in current:
+        raise ValueError(f"unknown {what} {name!r}; valid: {sorted(current)}")
+    old = current[name]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(old, bool):
+        if isinstance(value, bool):
+            return value
+    elif isinstance(old, int):
+        if number and float(value).is_integer():
+            return int(value)
+    elif isinstance(old, float):
+        if number:
+            return float(value)
+    elif old is None or isinstance(value, type(old)):
+        return value
+    raise TypeError(f"{what} {name!r} expects {type(old).__name__}, got {value!r}")

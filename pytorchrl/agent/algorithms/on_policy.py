@@ -1,0 +1,81 @@
+"""Shared machinery of the actor-critic on-policy algorithms (PPO, A2C)."""
+
+import torch
+
+from pytorchrl import ACT, ADV, LOGP, OBS, RET
+from pytorchrl.agent.algorithms.base import Algorithm
+
+
+class OnPolicyAlgorithm(Algorithm):
+    """Actor-critic algorithm trained on advantage-weighted log-probabilities.
+
+    Subclasses define ``policy_loss``; this class adds the value and entropy terms, builds
+    the optimizer and exposes the hyperparameters every on-policy algorithm shares.
+
+    Parameters
+    ----------
+    device, actor, envs
+        As in ``Algorithm``.
+    lr : float
+        Learning rate of the Adam optimizer.
+    eps : float
+        Adam's epsilon.
+    gamma : float
+        Discount factor.
+    num_epochs : int
+        Passes over each collected rollout.
+    num_mini_batch : int
+        Mini-batches per epoch (ignored when ``mini_batch_size`` is set).
+    mini_batch_size : int or None
+        Samples per mini-batch; None splits the rollout into ``num_mini_batch`` parts.
+    entropy_coef : float
+        Weight of the entropy bonus.
+    value_loss_coef : float
+        Weight of the value loss.
+    max_grad_norm : float
+        Gradients are clipped to this global norm (0 or None disables clipping).
+    normalize_advantages : bool
+        Standardise advantages within each mini-batch.
+    test_every : int
+        Evaluate deterministically on the test envs every this many collection rounds.
+    num_test_episodes : int
+        Episodes per evaluation.
+    """
+
+    def __init__(self, device, actor, envs=None, lr=3e-4, eps=1e-5, gamma=0.99, num_epochs=4,
+                 num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
+                 max_grad_norm=0.5, normalize_advantages=True, test_every=10, num_test_episodes=10):
+        super().__init__(device, actor, envs)
+        self.lr = float(lr)
+        self.eps = float(eps)
+        self.gamma = float(gamma)
+        self.num_epochs = int(num_epochs)
+        self.num_mini_batch = int(num_mini_batch)
+        self.mini_batch_size = None if mini_batch_size is None else int(mini_batch_size)
+        self.entropy_coef = float(entropy_coef)
+        self.value_loss_coef = float(value_loss_coef)
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self.normalize_advantages = bool(normalize_advantages)
+        self.test_every = int(test_every)
+        self.num_test_episodes = int(num_test_episodes)
+        for name in ("num_epochs", "num_mini_batch", "test_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{self.name} hyperparameter {name} must be >= 1, got {getattr(self, name)}")
+        self.optimizer = torch.optim.Adam(actor.parameters(), lr=self.lr, eps=self.eps, foreach=True)
+
+    def policy_loss(self, logp, old_logp, adv):
+        """Return (policy loss, info dict) for one mini-batch."""
+        raise NotImplementedError
+
+    def compute_loss(self, batch):
+        logp, entropy, value = self.actor.evaluate_actions(batch[OBS], batch[ACT])
+        adv = batch[ADV]
+        if self.normalize_advantages and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        pi_loss, info = self.policy_loss(logp, batch[LOGP], adv)
+        value_loss = 0.5 * (batch[RET] - value).pow(2).mean()
+        entropy = entropy.mean()
+        loss = pi_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
+        info.update(PolicyLoss=pi_loss.item(), ValueLoss=value_loss.item(), Entropy=entropy.item(),
+                    Loss=loss.item())
+        return loss, info

@@ -1,0 +1,320 @@
+"""Vectorized environments: gymnasium envs stepped together, with torch in and out.
+
+Two back-ends produce the same outputs:
+
+- ``"sync"`` (default): every env in this process, stepped by a plain loop. For cheap envs
+  (CartPole: ~8 us a step) this is several times faster than subprocesses, and cheaper
+  than ``gymnasium.vector.SyncVectorEnv`` because nothing but the arrays we need is built.
+- ``"subprocess"``: ``gymnasium.vector.AsyncVectorEnv``, for envs whose step is expensive.
+
+Both reset an env in the same step its episode ends (the returned observation is the
+first one of the new episode) and report the final observation of episodes cut by a time
+limit, so that storages can bootstrap truncation and not termination.
+"""
+
+import csv
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from pytorchrl.agent.factory import accepted_kwargs
+
+
+class EnvError(RuntimeError):
+    """Raised when an environment cannot be built or fails while stepping.
+
+    The message names the environment and the cause, so that callers (the command line,
+    remote workers) can report it in one line.
+    """
+
+
+def _call_env_fn(env_fn, env_kwargs, index_col_worker, index_grad_worker, index_env, mode):
+    extra = accepted_kwargs(env_fn, {"index_col_worker": index_col_worker,
+                                     "index_grad_worker": index_grad_worker,
+                                     "index_env": index_env, "mode": mode})
+    try:
+        return env_fn(**env_kwargs, **extra)
+    except Exception as exc:  # any failure of user code: report it with its cause
+        name = getattr(env_fn, "__name__", repr(env_fn))
+        raise EnvError(f"environment factory {name}({env_kwargs}) failed: "
+                                f"{type(exc).__name__}: {exc}") from exc
+
+
+class _InProcessVector:
+    """Steps a list of gymnasium envs in this process, resetting ended episodes at once."""
+
+    def __init__(self, envs):
+        self.envs = envs
+        self.num_envs = len(envs)
+        space = envs[0].observation_space
+        self._obs = np.zeros((self.num_envs,) + space.shape, dtype=space.dtype)
+        self._rew = np.zeros(self.num_envs, dtype=np.float32)
+        self._term = np.zeros(self.num_envs, dtype=bool)
+        self._trunc = np.zeros(self.num_envs, dtype=bool)
+        self.final_info = {}
+
+    def reset(self, seed=None):
+        for i, env in enumerate(self.envs):
+            obs, _ = env.reset(seed=None if seed is None else seed + i)
+            self._obs[i] = obs
+        return self._obs
+
+    def step(self, actions):
+        """Step every env; returns (obs, rew, term, trunc, final_obs) with final_obs a dict
+        index -> last observation of the episodes that ended in this step."""
+        final_obs = {}
+        obs_buf, rew, term, trunc = self._obs, self._rew, self._term, self._trunc
+        for i, env in enumerate(self.envs):
+            obs, r, te, tr, info = env.step(actions[i])
+            rew[i] = r
+            term[i] = te
+            trunc[i] = tr
+            if te or tr:
+                final_obs[i] = obs
+                self.final_info[i] = info
+                obs, _ = env.reset()
+            obs_buf[i] = obs
+        return obs_buf, rew, term, trunc, final_obs
+
+    def close(self):
+        for env in self.envs:
+            env.close()
+
+
+class _SubprocessVector:
+    """gymnasium's AsyncVectorEnv behind the same interface as _InProcessVector."""
+
+    def __init__(self, env_fns):
+        self.vec = gym.vector.AsyncVectorEnv(
+            env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        self.num_envs = self.vec.num_envs
+
+    def reset(self, seed=None):
+        obs, _ = self.vec.reset(seed=seed)
+        return obs
+
+    def step(self, actions):
+        obs, rew, term, trunc, info = self.vec.step(actions)
+        final_obs = {}
+        self.final_info = {}
+        if "_final_obs" in info:
+            for i in np.flatnonzero(info["_final_obs"]):
+                final_obs[int(i)] = info["final_obs"][i]
+                self.final_info[int(i)] = {k: v[i] for k, v in info.get("final_info", {}).items()
+                                           if not k.startswith("_")}
+        return obs, rew.astype(np.float32), term, trunc, final_obs
+
+    def close(self):
+        self.vec.close()
+
+
+class TorchVecEnv:
+    """A batch of environments with torch tensors in and out, and episode statistics.
+
+    Parameters
+    ----------
+    env_fns : list of callables
+        One zero-argument callable per environment, each returning a gymnasium.Env.
+    device : torch.device or str
+        Device of the returned tensors.
+    vectorization : str
+        ``"sync"`` (all envs in this process) or ``"subprocess"`` (one process per env).
+    log_dir : str or None
+        Where to append one CSV line per finished episode (return, length, time); None
+        disables the file.
+    log_name : str
+        File name (without extension) of the episode log inside ``log_dir``.
+    info_keywords : tuple of str
+        Keys of the env's ``info`` dict recorded in the episode log (in-process only).
+    seed : int or None
+        Seed of the first env; env ``i`` gets ``seed + i``.
+    """
+
+    def __init__(self, env_fns, device="cpu", vectorization="sync", log_dir=None,
+                 log_name="monitor", info_keywords=(), seed=None):
+        self.device = torch.device(device)
+        if vectorization == "sync":
+            self._vec = _InProcessVector([fn() for fn in env_fns])
+            probe = self._vec.envs[0]
+        elif vectorization == "subprocess":
+            self._vec = _SubprocessVector(env_fns)
+            probe = self._vec.vec
+        else:
+            raise ValueError(f"vectorization must be 'sync' or 'subprocess', got {vectorization!r}")
+        self.num_envs = self._vec.num_envs
+        self.observation_space = probe.single_observation_space if vectorization != "sync" \
+            else probe.observation_space
+        self.action_space = probe.single_action_space if vectorization != "sync" \
+            else probe.action_space
+        self.info_keywords = tuple(info_keywords)
+        self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        self._seed = seed
+        self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
+        self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+        self.finished_episodes = []  # (return, length) pairs not yet consumed
+        self._log = None
+        self._log_file = None
+        if log_dir is not None:
+            os.makedirs(log_dir, exist_ok=True)
+            path = os.path.join(log_dir, f"{log_name}.csv")
+            new = not os.path.exists(path)
+            self._log_file = open(path, "a", newline="")
+            self._log = csv.writer(self._log_file)
+            if new:
+                self._log.writerow(["r", "l", "t", *self.info_keywords])
+        self._t0 = time.time()
+
+    def _to_torch(self, arr, dtype=None):
+        t = torch.from_numpy(np.asarray(arr))
+        if dtype is not None:
+            t = t.to(dtype)
+        return t.to(self.device) if self.device.type != "cpu" else t
+
+    def reset(self):
+        """Reset every env; returns the observations as a tensor of shape (num_envs, *obs_shape)."""
+        self._ep_return[:] = 0
+        self._ep_length[:] = 0
+        obs = self._vec.reset(seed=self._seed)
+        # The seed only applies to the first reset: later resets continue the env's RNG.
+        self._seed = None
+        return self._to_torch(obs).clone()
+
+    def step(self, action):
+        """Step every env with ``action`` (tensor or array, one row per env).
+
+        Returns
+        -------
+        obs : torch.Tensor
+            Next observations (first observation of a new episode where one ended).
+        rew : torch.Tensor
+            Rewards, float32, shape (num_envs,).
+        term : torch.Tensor
+            bool, episode ended by termination.
+        trunc : torch.Tensor
+            bool, episode ended by truncation (time limit) and not termination.
+        final_obs : dict
+            env index -> final observation (numpy) of every episode that ended.
+        """
+        if isinstance(action, torch.Tensor):
+            action = action.detach().cpu().numpy()
+        if self._discrete and action.ndim > 1:
+            action = action.reshape(self.num_envs)
+        try:
+            obs, rew, term, trunc, final_obs = self._vec.step(action)
+        except Exception as exc:
+            raise EnvError(f"environment step failed: {type(exc).__name__}: {exc}") from exc
+        trunc = trunc & ~term
+        self._ep_return += rew
+        self._ep_length += 1
+        if final_obs:
+            for i in final_obs:
+                self.finished_episodes.append((float(self._ep_return[i]), int(self._ep_length[i])))
+                if self._log is not None:
+                    info = self._vec.final_info.get(i, {})
+                    self._log.writerow([round(self._ep_return[i], 6), int(self._ep_length[i]),
+                                        round(time.time() - self._t0, 6),
+                                        *(info.get(k, "") for k in self.info_keywords)])
+                self._ep_return[i] = 0.0
+                self._ep_length[i] = 0
+            if self._log_file is not None:
+                self._log_file.flush()
+        return (self._to_torch(obs).clone(), self._to_torch(rew).clone(),
+                self._to_torch(term).clone(), self._to_torch(trunc).clone(), final_obs)
+
+    def pop_finished_episodes(self):
+        """Return and forget the (return, length) of the episodes finished since the last call."""
+        eps, self.finished_episodes = self.finished_episodes, []
+        return eps
+
+    def close(self):
+        """Close every env and the episode log."""
+        self._vec.close()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+class _VecEnvFactory:
+    """Picklable factory returned by VecEnv.create_factory (see there)."""
+
+    def __init__(self, env_fn, env_kwargs, vec_env_size, log_dir, info_keywords, vectorization, seed):
+        self.env_fn = env_fn
+        self.env_kwargs = dict(env_kwargs)
+        self.vec_env_size = vec_env_size
+        self.log_dir = log_dir
+        self.info_keywords = tuple(info_keywords)
+        self.vectorization = vectorization
+        self.seed = seed
+
+    def __call__(self, device="cpu", index_col_worker=0, index_grad_worker=0, mode="train"):
+        fns = [_EnvThunk(self.env_fn, self.env_kwargs, index_col_worker, index_grad_worker, i, mode)
+               for i in range(self.vec_env_size)]
+        seed = None
+        if self.seed is not None:
+            # Distinct, reproducible streams for every env of every worker and mode.
+            seed = self.seed + 10_000 * index_grad_worker + 1_000 * index_col_worker \
+                + (500 if mode == "test" else 0)
+        return TorchVecEnv(fns, device=device, vectorization=self.vectorization, log_dir=self.log_dir,
+                           log_name=f"{mode}_monitor_g{index_grad_worker}_c{index_col_worker}",
+                           info_keywords=self.info_keywords, seed=seed)
+
+
+class _EnvThunk:
+    """Picklable zero-argument env constructor (AsyncVectorEnv pickles its env_fns)."""
+
+    def __init__(self, env_fn, env_kwargs, index_col_worker, index_grad_worker, index_env, mode):
+        self.args = (env_fn, env_kwargs, index_col_worker, index_grad_worker, index_env, mode)
+
+    def __call__(self):
+        return _call_env_fn(*self.args)
+
+
+class VecEnv:
+    """Builds factories of vectorized environments (see ``create_factory``)."""
+
+    @classmethod
+    def create_factory(cls, env_fn, env_kwargs=None, vec_env_size=1, log_dir=None, info_keywords=(),
+                       vectorization="sync", seed=None):
+        """Return a factory of vectorized environments and the spaces of one environment.
+
+        Parameters
+        ----------
+        env_fn : callable
+            Builds one gymnasium.Env from ``env_kwargs``. It also receives ``index_col_worker``,
+            ``index_grad_worker``, ``index_env`` and ``mode`` if its signature accepts them.
+        env_kwargs : dict
+            Keyword arguments for ``env_fn``.
+        vec_env_size : int
+            Number of environments stepped together by each collection worker.
+        log_dir : str or None
+            Directory for per-worker episode logs (CSV); None writes none.
+        info_keywords : tuple of str
+            Info keys to record in the episode logs.
+        vectorization : str
+            ``"sync"`` (in-process loop, default) or ``"subprocess"``.
+        seed : int or None
+            Base seed; every env of every worker gets a distinct seed derived from it.
+
+        Returns
+        -------
+        factory : callable
+            ``factory(device, index_col_worker=0, index_grad_worker=0, mode="train")`` -> TorchVecEnv.
+        action_space : gymnasium.Space
+            Action space of one environment.
+        obs_space : gymnasium.Space
+            Observation space of one environment.
+        """
+        env_kwargs = dict(env_kwargs or {})
+        if not isinstance(vec_env_size, int) or vec_env_size < 1:
+            raise ValueError(f"vec_env_size must be a positive integer, got {vec_env_size!r}")
+        if vectorization not in ("sync", "subprocess"):
+            raise ValueError(f"vectorization must be 'sync' or 'subprocess', got {vectorization!r}")
+        probe = _call_env_fn(env_fn, env_kwargs, 0, 0, 0, "train")
+        action_space, obs_space = probe.action_space, probe.observation_space
+        probe.close()
+        factory = _VecEnvFactory(env_fn, env_kwargs, vec_env_size, log_dir, info_keywords,
+                                 vectorization, seed)
+        return factory, action_space, obs_space

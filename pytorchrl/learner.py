@@ -1,0 +1,226 @@
+"""Learner: drives a Scheme, keeps metrics, applies hot-swaps and saves models."""
+
+import collections
+import math
+import os
+import time
+
+import numpy as np
+
+from pytorchrl.agent.algorithms.base import check_parameter
+
+#: Episodes averaged in ``Episodes/TrainReward``.
+RECENT_EPISODES = 100
+#: Seconds of history used for the steps-per-second figure.
+FPS_WINDOW_S = 10.0
+
+
+class Learner:
+    """Runs the training loop of a scheme.
+
+    Parameters
+    ----------
+    scheme : Scheme
+        The training layout to drive.
+    target_steps : int
+        Environment steps after which ``done()`` is True.
+    log_dir : str or None
+        Directory for saved models (and, where used, logs); created if needed.
+    """
+
+    def __init__(self, scheme, target_steps, log_dir=None):
+        if not isinstance(target_steps, (int, np.integer)) or target_steps < 1:
+            raise ValueError(f"target_steps must be a positive integer, got {target_steps!r}")
+        self.scheme = scheme
+        self.update_worker = scheme.update_worker
+        self.target_steps = int(target_steps)
+        self.log_dir = log_dir
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+        self.num_samples_collected = 0
+        self.num_updates = 0
+        self.num_episodes = 0
+        self.start_time = time.time()
+        self._episodes = collections.deque(maxlen=RECENT_EPISODES)
+        self._episode_lengths = collections.deque(maxlen=RECENT_EPISODES)
+        self._fps_history = collections.deque([(time.perf_counter(), 0)])
+        self._algo_info = collections.defaultdict(list)
+        self._scheme_info = collections.defaultdict(list)
+        self._time_info = collections.defaultdict(float)
+        self.test_reward = None
+        self.hot_swaps = []   # (env step, kind, name, value) of every change applied
+
+    # ------------------------------------------------------------------ training
+    def step(self):
+        """Perform one update of the policy (collecting data first when the scheme needs it)."""
+        infos = self.update_worker.step()
+        self.num_updates += 1
+        for info in infos:
+            self._record(info)
+        now = time.perf_counter()
+        self._fps_history.append((now, self.num_samples_collected))
+        while len(self._fps_history) > 2 and now - self._fps_history[1][0] > FPS_WINDOW_S:
+            self._fps_history.popleft()
+        return infos
+
+    def _record(self, info):
+        for key in ("Loss", "PolicyLoss", "ValueLoss", "Entropy", "ApproxKL", "ClipFraction"):
+            if key in info:
+                self._algo_info[key].append(info[key])
+        for key in ("grad_time", "col_time", "prepare_time", "wait_time", "update_time", "collect_wait"):
+            if key in info:
+                self._time_info[key] += info[key]
+        if "grad_asynchrony" in info:
+            self._scheme_info["GradAsynchrony"].append(info["grad_asynchrony"])
+        if "collected_samples" in info:
+            self.num_samples_collected += int(info["collected_samples"])
+            for ret, length in info.get("episodes", ()):
+                self._episodes.append(ret)
+                self._episode_lengths.append(length)
+                self.num_episodes += 1
+            self._scheme_info["PolicyLag"].append(info.get("policy_lag", 0.0))
+            self._scheme_info["CutRollouts"].append(info.get("cut_rollouts", 0))
+            if "sent_bytes" in info:
+                self._scheme_info["BytesSent"].append(info["sent_bytes"])
+                self._scheme_info["BytesRaw"].append(info["raw_bytes"])
+            for key in ("col_dropped_rollouts",):
+                if key in info:
+                    self._scheme_info["DroppedRollouts"] = [info[key]]
+        if info.get("TestReward") is not None:
+            self.test_reward = float(info["TestReward"])
+
+    def done(self):
+        """True once ``target_steps`` environment steps have been collected."""
+        return self.num_samples_collected >= self.target_steps
+
+    # ------------------------------------------------------------------- metrics
+    @property
+    def fps(self):
+        """Environment steps per second over the last ``FPS_WINDOW_S`` seconds."""
+        (t0, s0), (t1, s1) = self._fps_history[0], self._fps_history[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def get_metrics(self, add_algo_metrics=True, add_episodes_metrics=False, add_scheme_metrics=False,
+                    add_time_metrics=False):
+        """Current metrics as a flat dict with ``"Group/Name"`` keys.
+
+        Algorithm metrics (losses) are means over the updates since the previous call.
+
+        Parameters
+        ----------
+        add_algo_metrics : bool
+            Losses and statistics of the updates (``Algorithm/...``).
+        add_episodes_metrics : bool
+            ``Episodes/TrainReward`` (mean return of the last 100 training episodes),
+            ``Episodes/TrainLength``, ``Episodes/TestReward`` (latest evaluation).
+        add_scheme_metrics : bool
+            Policy lag, gradient asynchrony, bytes moved, compression ratio, cut rollouts.
+        add_time_metrics : bool
+            Steps per second, elapsed time, seconds spent in each phase.
+        """
+        m = {"Scheme/EnvSteps": self.num_samples_collected, "Scheme/Updates": self.num_updates}
+        if add_algo_metrics:
+            for key, values in self._algo_info.items():
+                if values:
+                    m[f"Algorithm/{key}"] = float(np.mean(values))
+            self._algo_info.clear()
+        if add_episodes_metrics:
+            m["Episodes/TrainReward"] = float(np.mean(self._episodes)) if self._episodes else math.nan
+            m["Episodes/TrainLength"] = float(np.mean(self._episode_lengths)) if self._episode_lengths else math.nan
+            m["Episodes/Episodes"] = self.num_episodes
+            if self.test_reward is not None:
+                m["Episodes/TestReward"] = self.test_reward
+        if add_scheme_metrics:
+            s = self._scheme_info
+            if s.get("PolicyLag"):
+                m["Scheme/PolicyLag"] = float(np.mean(s["PolicyLag"]))
+            if s.get("GradAsynchrony"):
+                m["Scheme/GradAsynchrony"] = float(np.mean(s["GradAsynchrony"]))
+            if s.get("CutRollouts"):
+                m["Scheme/CutRollouts"] = int(np.sum(s["CutRollouts"]))
+            if s.get("BytesSent"):
+                m["Scheme/BytesSent"] = int(np.sum(s["BytesSent"]))
+                m["Scheme/CompressionRatio"] = float(np.sum(s["BytesRaw"]) / max(1, np.sum(s["BytesSent"])))
+            if s.get("DroppedRollouts"):
+                m["Scheme/DroppedRollouts"] = int(s["DroppedRollouts"][-1])
+            for key in ("PolicyLag", "GradAsynchrony", "CutRollouts", "BytesSent", "BytesRaw"):
+                s.pop(key, None)
+        if add_time_metrics:
+            m["Time/FPS"] = self.fps
+            m["Time/Elapsed"] = time.time() - self.start_time
+            for key, value in self._time_info.items():
+                m[f"Time/{key}"] = value
+        return m
+
+    def print_info(self, add_algo_info=True, add_episodes_info=True, add_scheme_info=False, add_time_info=False):
+        """Print one line with the current metrics (same switches as ``get_metrics``)."""
+        m = self.get_metrics(add_algo_info, add_episodes_info, add_scheme_info, add_time_info)
+        parts = [f"steps {self.num_samples_collected}/{self.target_steps}", f"updates {self.num_updates}",
+                 f"fps {self.fps:,.0f}"]
+        for key, value in m.items():
+            if key in ("Scheme/EnvSteps", "Scheme/Updates", "Time/FPS"):
+                continue
+            parts.append(f"{key.split('/')[-1]} {value:.4g}" if isinstance(value, float) else f"{key.split('/')[-1]} {value}")
+        print(" | ".join(parts), flush=True)
+
+    # ------------------------------------------------------------------ hot-swap
+    def _local_algo(self):
+        return self.update_worker.local_worker.algo
+
+    def _local_storage(self):
+        return self.update_worker.local_worker.storage
+
+    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
+        """Change an algorithm hyperparameter on every worker, between updates.
+
+        The request is validated here first: an unknown name raises ValueError listing the
+        valid ones, a wrong type TypeError, and no worker is touched.
+        """
+        check_parameter(self._local_algo().hyperparameters, parameter_name, new_parameter_value,
+                        f"{self._local_algo().name} hyperparameter")
+        value = self.update_worker.update_algorithm_parameter(parameter_name, new_parameter_value)
+        self.hot_swaps.append((self.num_samples_collected, "algorithm", parameter_name, value))
+        return value
+
+    def update_storage_parameter(self, parameter_name, new_parameter_value):
+        """Change a storage parameter on every worker, between updates (validated here first)."""
+        check_parameter(self._local_storage().hyperparameters, parameter_name, new_parameter_value,
+                        f"{type(self._local_storage()).__name__} parameter")
+        value = self.update_worker.update_storage_parameter(parameter_name, new_parameter_value)
+        self.hot_swaps.append((self.num_samples_collected, "storage", parameter_name, value))
+        return value
+
+    def replace_agent_component(self, component_name, new_component_factory):
+        """Replace an agent component (actor, algo, storage, envs_train, envs_test) on every worker."""
+        from pytorchrl.scheme.collection.c_worker import AGENT_COMPONENTS
+        if component_name not in AGENT_COMPONENTS:
+            raise ValueError(f"unknown agent component {component_name!r}; valid: {list(AGENT_COMPONENTS)}")
+        self.update_worker.replace_agent_component(component_name, new_component_factory)
+        self.hot_swaps.append((self.num_samples_collected, "component", component_name, repr(new_component_factory)))
+
+    # -------------------------------------------------------------------- saving
+    def save_model(self, fname="model.state_dict"):
+        """Save the actor's weights; a relative ``fname`` goes into ``log_dir``. Returns the path."""
+        path = fname if (os.path.isabs(fname) or not self.log_dir) else os.path.join(self.log_dir, fname)
+        tmp = path + ".tmp"
+        self.update_worker.save_model(tmp)
+        os.replace(tmp, path)  # atomic: a crash never leaves a half-written model
+        return path
+
+    def evaluate(self, num_episodes=None):
+        """Deterministic mean return of the current weights on the test environments."""
+        return self.update_worker.evaluate(num_episodes)
+
+    def stop(self):
+        """Stop every worker of the scheme (and a Ray instance started for it)."""
+        self.scheme.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+__all__ = ["Learner"]

@@ -1,0 +1,60 @@
+"""Worker base class: a plain Python object that can also run as a Ray actor."""
+
+import torch
+
+
+def default_remote_config(num_cpus=1):
+    """Resources asked for one remote worker by default: CPU only, so it schedules anywhere."""
+    return {"num_cpus": num_cpus, "num_gpus": 0}
+
+
+class Worker:
+    """Base class of CWorker, GWorker and UWorker.
+
+    Every worker is an ordinary class: built directly it runs in the calling process;
+    ``as_remote`` turns it into a Ray actor class with the same methods.
+    """
+
+    #: Remote actors serve ordinary calls one at a time, in order, and control messages
+    #: (stop signals) in a thread of their own, called with
+    #: ``handle.method.options(concurrency_group=Worker.CONTROL).remote()``, so that they are
+    #: served while a long call (a rollout) runs.
+    CONTROL = "control"
+
+    @classmethod
+    def as_remote(cls, num_cpus=1, num_gpus=0, memory=None, object_store_memory=None, resources=None):
+        """Return a Ray actor class of this worker with the given resource request.
+
+        Parameters
+        ----------
+        num_cpus : float
+            CPUs reserved for each actor.
+        num_gpus : float
+            GPUs reserved for each actor (0 schedules on machines without GPUs).
+        memory : int or None
+            Heap memory reserved, in bytes.
+        object_store_memory : int or None
+            Accepted for compatibility with pytorchrl's resource dicts; Ray no longer takes
+            it per actor, so it is ignored.
+        resources : dict or None
+            Custom resources (for example ``{"node:10.0.0.2": 0.01}`` to pin a node).
+        """
+        from pytorchrl.scheme.base.ray_runtime import require_ray
+        ray = require_ray()
+        options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "concurrency_groups": {cls.CONTROL: 1}}
+        if memory:
+            options["memory"] = int(memory)
+        if resources:
+            options["resources"] = dict(resources)
+        return ray.remote(**options)(cls)
+
+    @staticmethod
+    def resolve_device(device):
+        """torch.device for ``device`` ("cpu", "cuda:0", "auto" or None meaning CPU)."""
+        if device in (None, "auto"):
+            device = "cuda" if device == "auto" and torch.cuda.is_available() else "cpu"
+        return torch.device(device)
+
+    def ping(self):
+        """Answer True: used to wait until a remote worker is built."""
+        return True

@@ -1,0 +1,290 @@
+"""CWorker: runs the policy in environments and produces rollouts."""
+
+import time
+
+import numpy as np
+import torch
+
+from pytorchrl.scheme.base.worker import Worker
+from pytorchrl.scheme.transport import pack
+
+
+def no_envs(*args, **kwargs):
+    """Environment factory that builds nothing (the default for test environments)."""
+    return None
+
+
+class CWorker(Worker):
+    """Worker class handling data collection.
+
+    It wraps an actor, an algorithm (for acting and its hyperparameters), a storage and
+    train/test vector environments; it collects rollouts, sends them and evaluates the
+    current policy.
+
+    Parameters
+    ----------
+    index_worker : int
+        Worker index.
+    index_parent : int
+        Index of the gradient worker in charge of this collection worker.
+    algo_factory : callable
+        ``algo_factory(device, actor, envs)`` -> Algorithm.
+    actor_factory : callable
+        ``actor_factory(device)`` -> actor.
+    storage_factory : callable
+        ``storage_factory(device, actor, algorithm, envs)`` -> storage.
+    fraction_samples : float
+        Fraction of a round's samples after which the collector set may stop the stragglers
+        (used by the CWorkerSet; stored here for compatibility).
+    compress_data_to_send : bool or "auto"
+        lz4-compress rollouts before sending (see ``pytorchrl.scheme.transport``).
+    train_envs_factory : callable
+        ``factory(device, index_col_worker, index_grad_worker, mode)`` -> TorchVecEnv.
+    test_envs_factory : callable
+        Same for the test environments; the default builds none.
+    initial_weights : dict or None
+        Initial actor weights.
+    device : str or None
+        "cpu" or "cuda:N" (None: CPU).
+    """
+
+    def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
+                 fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
+                 test_envs_factory=no_envs, initial_weights=None, device=None):
+        # One thread per worker process: several workers share the cores, and small
+        # networks gain nothing from intra-op parallelism.
+        torch.set_num_threads(1)
+        self.index_worker = index_worker
+        self.index_parent = index_parent
+        self.fraction_samples = fraction_samples
+        self.compress_data_to_send = compress_data_to_send
+        self.device = self.resolve_device(device)
+        self.envs_train = train_envs_factory(self.device, index_worker, index_parent, "train")
+        self.envs_test = test_envs_factory(self.device, index_worker, index_parent, "test")
+        self.actor = actor_factory(self.device)
+        self.algo = algo_factory(self.device, self.actor, self.envs_train)
+        self.storage = storage_factory(self.device, self.actor, self.algo, self.envs_train)
+        self.iter = 0
+        self.actor_version = 0
+        self._cut_round = None
+        self.obs = self.envs_train.reset() if self.envs_train is not None else None
+        if initial_weights is not None:
+            self.set_weights(initial_weights)
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def update_every(self):
+        """Environment steps per environment in one rollout."""
+        return self.storage.size
+
+    # ---------------------------------------------------------------- collection
+    def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None):
+        """Collect one rollout and return it with information about the collection.
+
+        Parameters
+        ----------
+        listen_to : sequence of str
+            Control messages that may cut the rollout short; ``"sync"`` makes the worker
+            honour ``interrupt(round_id)`` (preemption of stragglers by the collector set).
+        data_to_cpu : bool
+            Move the rollout to the CPU before returning it.
+        weights : dict or None
+            Actor weights to load before collecting (sent with the request so that a remote
+            worker never collects with weights older than the request).
+        version : int or None
+            Version of ``weights``.
+        round_id : int or None
+            Identifies this request for ``interrupt``.
+
+        Returns
+        -------
+        data : dict or Packed
+            The rollout (see the storage's ``get_data``), packed if compression is on.
+        info : dict
+            ``collected_samples``, ``col_time``, ``version`` (weights that produced it),
+            ``episodes`` (return, length) finished, ``index_worker``, ``cut`` (stopped early),
+            ``TestReward`` when an evaluation ran, and transport byte counts.
+        """
+        if weights is not None:
+            self.set_weights(weights, version)
+        info = {}
+        if self.envs_test is not None and self.iter % self.algo.test_every == 0:
+            info["TestReward"] = self.evaluate()
+        col_time, steps, cut = self._rollout(self.update_every, round_id if "sync" in listen_to else None)
+        data = self.storage.get_data(data_to_cpu)
+        info.update(collected_samples=steps * self.envs_train.num_envs, col_time=col_time,
+                    version=self.actor_version, episodes=self.envs_train.pop_finished_episodes(),
+                    index_worker=self.index_worker, cut=cut)
+        if self.compress_data_to_send:
+            data = pack(data, self.compress_data_to_send)
+            info.update(raw_bytes=data.raw_bytes, sent_bytes=data.sent_bytes)
+        self.iter += 1
+        return data, info
+
+    def collect_train_data(self, num_steps=None, listen_to=()):
+        """Step the train environments ``num_steps`` times (default: one rollout).
+
+        Returns
+        -------
+        col_time : float
+            Seconds spent.
+        train_perf : float
+            Mean return of the episodes finished meanwhile (nan if none).
+        """
+        col_time, _, _ = self._rollout(num_steps or self.update_every, None)
+        eps = self.envs_train.pop_finished_episodes()
+        return col_time, (float(np.mean([r for r, _ in eps])) if eps else float("nan"))
+
+    def interrupt(self, round_id=None):
+        """Ask the ``collect_data(listen_to=["sync"], round_id=round_id)`` call to stop after its
+        current step (a request for another round, earlier or later, is not affected)."""
+        self._cut_round = round_id
+        return True
+
+    def _rollout(self, num_steps, round_id):
+        t0 = time.perf_counter()
+        storage, algo, envs = self.storage, self.algo, self.envs_train
+        obs = self.obs
+        storage.reset_rollout(obs)
+        num_steps = min(num_steps, storage.size)
+        steps, cut = 0, False
+        for _ in range(num_steps):
+            # Checked at the step boundary only, so a cut rollout holds whole transitions.
+            if round_id is not None and self._cut_round == round_id:
+                cut = True
+                break
+            action, env_action, logp, value = algo.acting(obs)
+            obs, rew, term, trunc, final_obs = envs.step(env_action)
+            trunc_val = self._truncation_values(trunc, final_obs) if final_obs else None
+            storage.insert_transition(action, logp, value, rew, term, trunc, trunc_val)
+            storage.set_next_obs(obs)
+            steps += 1
+        with torch.inference_mode():
+            storage.finish_rollout(self.actor.get_value(obs))
+        self.obs = obs
+        return time.perf_counter() - t0, steps, cut
+
+    def _truncation_values(self, trunc, final_obs):
+        """Values (N, 1) of the final observations of truncated episodes, 0 elsewhere."""
+        idx = [i for i in final_obs if bool(trunc[i])]
+        vals = torch.zeros(trunc.shape[0], 1, device=self.device)
+        if idx:
+            stacked = torch.as_tensor(np.stack([final_obs[i] for i in idx]), device=self.device)
+            with torch.inference_mode():
+                vals[idx] = self.actor.get_value(stacked)
+        return vals
+
+    # ---------------------------------------------------------------- evaluation
+    def evaluate(self, num_episodes=None, deterministic=True):
+        """Run the current policy on the test environments.
+
+        Parameters
+        ----------
+        num_episodes : int or None
+            Episodes to run (default: the algorithm's ``num_test_episodes``).
+        deterministic : bool
+            Greedy actions (mode of the policy) instead of sampled ones.
+
+        Returns
+        -------
+        float
+            Mean return over the episodes.
+        """
+        envs = self.envs_test if self.envs_test is not None else None
+        if envs is None:
+            raise ValueError("evaluate() needs test environments (test_envs_factory)")
+        n = int(num_episodes or self.algo.num_test_episodes)
+        quota = -(-n // envs.num_envs)   # episodes per env: every env contributes equally
+        returns = [[] for _ in range(envs.num_envs)]
+        obs = envs.reset()
+        envs.pop_finished_episodes()
+        while sum(min(len(r), quota) for r in returns) < n:
+            _, env_action, _, _ = self.algo.acting(obs, deterministic=deterministic)
+            obs, _, _, _, final_obs = envs.step(env_action)
+            if final_obs:
+                finished = envs.pop_finished_episodes()
+                for i, (ret, _) in zip(sorted(final_obs), finished):
+                    returns[i].append(ret)
+        picked = [r for env_returns in returns for r in env_returns[:quota]][:n]
+        return float(np.mean(picked))
+
+    # ----------------------------------------------------------------- control
+    def set_weights(self, actor_weights, version=None):
+        """Load actor weights.
+
+        Parameters
+        ----------
+        actor_weights : dict of tensors
+            Actor state dict.
+        version : int or None
+            Version of these weights (None: one more than the current version).
+        """
+        self.actor.load_state_dict(actor_weights)
+        self.actor_version = self.actor_version + 1 if version is None else int(version)
+
+    def get_weights(self):
+        """Actor weights as a dict of CPU tensors."""
+        return self.algo.get_weights()
+
+    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
+        """Change a hyperparameter of this worker's algorithm (see Algorithm.update_algorithm_parameter)."""
+        self.algo.update_algorithm_parameter(parameter_name, new_parameter_value)
+        return getattr(self.algo, parameter_name)
+
+    def update_storage_parameter(self, parameter_name, new_parameter_value):
+        """Change a parameter of this worker's storage (see the storage's update_storage_parameter)."""
+        self.storage.update_storage_parameter(parameter_name, new_parameter_value)
+        return getattr(self.storage, parameter_name)
+
+    def replace_agent_component(self, component_name, new_component_factory):
+        """Replace ``actor``, ``algo``, ``storage``, ``envs_train`` or ``envs_test`` with a new one.
+
+        Parameters
+        ----------
+        component_name : str
+            Which component to replace.
+        new_component_factory : callable
+            Factory of the new component, with that component's factory signature.
+        """
+        rebuild_component(self, component_name, new_component_factory)
+        if component_name == "envs_train":
+            self.obs = self.envs_train.reset()
+        return component_name
+
+    def stop(self):
+        """Close the environments."""
+        for envs in (self.envs_train, self.envs_test):
+            if envs is not None:
+                envs.close()
+
+
+AGENT_COMPONENTS = ("actor", "algo", "storage", "envs_train", "envs_test")
+
+
+def rebuild_component(worker, component_name, factory):
+    """Replace one agent component of ``worker`` and rebuild the ones that depend on it.
+
+    The actor keeps its weights' place in the algorithm: a new actor gets a new algorithm
+    (optimizer over the new parameters) with the old hyperparameters; a new algorithm keeps
+    the actor; a new storage or environment leaves the rest untouched.
+    """
+    if component_name not in AGENT_COMPONENTS:
+        raise ValueError(f"unknown agent component {component_name!r}; valid: {list(AGENT_COMPONENTS)}")
+    dev = worker.device
+    if component_name == "actor":
+        hyper = worker.algo.hyperparameters
+        worker.actor = factory(dev)
+        worker.algo = type(worker.algo)(dev, worker.actor, worker.envs_train, **hyper)
+        worker.storage.actor = worker.actor
+        worker.storage.algorithm = worker.algo
+    elif component_name == "algo":
+        worker.algo = factory(dev, worker.actor, worker.envs_train)
+        worker.storage.algorithm = worker.algo
+    elif component_name == "storage":
+        worker.storage = factory(dev, worker.actor, worker.algo, worker.envs_train)
+    else:
+        old = getattr(worker, component_name)
+        mode = "train" if component_name == "envs_train" else "test"
+        setattr(worker, component_name, factory(dev, worker.index_worker, worker.index_parent, mode))
+        if old is not None:
+            old.close()

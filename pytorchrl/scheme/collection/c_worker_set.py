@@ -1,0 +1,226 @@
+"""CWorkerSet: the collection workers of one gradient worker, and how their data is gathered."""
+
+import time
+
+import pytorchrl as prl
+from pytorchrl.scheme.base.worker import Worker, default_remote_config
+from pytorchrl.scheme.base.worker_set import WorkerSet
+from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
+from pytorchrl.scheme.transport import unpack
+
+DEFAULT_COL_WORKER_RESOURCES = default_remote_config(num_cpus=1)
+
+
+class CWorkerSet(WorkerSet):
+    """Class to better handle the operations of ensembles of CWorkers.
+
+    With ``num_workers=0`` the local worker collects (no Ray). With remote workers, they
+    collect and the local worker holds the learner's actor, evaluates it on the test
+    environments and is the source of the weights sent to the remote ones.
+
+    Parameters
+    ----------
+    num_workers : int
+        Number of remote workers in the worker set.
+    index_parent : int
+        Worker index of the parent gradient worker.
+    algo_factory, actor_factory, storage_factory : callable
+        Factories of the agent components (see CWorker).
+    local_device : str or None
+        "cpu" or "cuda:N" for the local worker.
+    initial_weights : dict or None
+        Initial actor weights.
+    fraction_samples : float
+        In synchronous collection, once this fraction of the round's samples is in (and
+        ``fraction_workers`` of the workers have answered) the remaining workers are cut off.
+    fraction_workers : float
+        Fraction of the workers that must have finished before stragglers are cut off.
+    total_parent_workers : int
+        Total number of gradient workers in the scheme.
+    compress_data_to_send : bool or "auto"
+        Compress rollouts sent by remote workers.
+    train_envs_factory, test_envs_factory : callable
+        Environment factories (see CWorker).
+    worker_remote_config : dict
+        Ray resources of each remote worker.
+    communication : str
+        ``prl.SYNC`` (every worker collects one rollout per round with the same weights) or
+        ``prl.ASYNC`` (workers collect continuously; the first ready rollout is handed over).
+    max_policy_lag : int or None
+        Asynchronous collection: rollouts produced by weights more than this many versions
+        old are dropped (and counted); None accepts any lag.
+    """
+
+    role = "collection workers"
+
+    def __init__(self, num_workers, index_parent, algo_factory, actor_factory, storage_factory,
+                 local_device=None, initial_weights=None, fraction_samples=1.0, fraction_workers=1.0,
+                 total_parent_workers=0, compress_data_to_send=False, train_envs_factory=no_envs,
+                 test_envs_factory=no_envs, worker_remote_config=None, communication=prl.SYNC,
+                 max_policy_lag=None):
+        if communication not in (prl.SYNC, prl.ASYNC):
+            raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
+        for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
+            if not 0.0 < v <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {v}")
+        self.fraction_samples = float(fraction_samples)
+        self.fraction_workers = float(fraction_workers)
+        self.communication = communication
+        self.max_policy_lag = max_policy_lag
+        self.total_parent_workers = total_parent_workers
+        params = dict(index_parent=index_parent, algo_factory=algo_factory, actor_factory=actor_factory,
+                      storage_factory=storage_factory, compress_data_to_send=compress_data_to_send,
+                      fraction_samples=fraction_samples, initial_weights=initial_weights)
+        self._local_params = dict(train_envs_factory=train_envs_factory if num_workers == 0 else no_envs,
+                                  test_envs_factory=test_envs_factory)
+        self._remote_params = dict(train_envs_factory=train_envs_factory, test_envs_factory=no_envs)
+        super().__init__(CWorker, params, index_parent, num_workers,
+                         worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device)
+        self.version = 0            # version of the local (learner's) weights
+        self._weights_ref = None    # object-store copy of the weights, put once per version
+        self._weights_ref_version = -1
+        self._round = 0
+        self._in_flight = {}        # async: ref -> worker
+        self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0}
+
+    def _build_local(self, worker_class, worker_params, local_device):
+        return worker_class(index_worker=0, device=local_device, **worker_params, **self._local_params)
+
+    def _build_remote(self, remote_cls, index, worker_params):
+        return remote_cls.remote(index_worker=index, device="cpu", **worker_params, **self._remote_params)
+
+    @classmethod
+    def create_factory(cls, num_workers, algo_factory, actor_factory, storage_factory, test_envs_factory=no_envs,
+                       train_envs_factory=no_envs, total_parent_workers=0, col_fraction_samples=1.0,
+                       col_fraction_workers=1.0, compress_data_to_send=False, col_worker_resources=None,
+                       communication=prl.SYNC, max_policy_lag=None):
+        """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
+
+        Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
+        ``col_fraction_workers`` is ``fraction_workers``, ``col_worker_resources`` is
+        ``worker_remote_config``).
+        """
+        def collection_worker_set_factory(device, initial_weights=None, index_parent=0):
+            return cls(num_workers=num_workers, index_parent=index_parent, algo_factory=algo_factory,
+                       actor_factory=actor_factory, storage_factory=storage_factory, local_device=device,
+                       initial_weights=initial_weights, fraction_samples=col_fraction_samples,
+                       fraction_workers=col_fraction_workers, total_parent_workers=total_parent_workers,
+                       compress_data_to_send=compress_data_to_send, train_envs_factory=train_envs_factory,
+                       test_envs_factory=test_envs_factory, worker_remote_config=col_worker_resources,
+                       communication=communication, max_policy_lag=max_policy_lag)
+        return collection_worker_set_factory
+
+    # ------------------------------------------------------------------ weights
+    def set_version(self, version):
+        """Tell the set that the local worker's actor now holds weight version ``version``."""
+        self.version = int(version)
+        self.local_worker().actor_version = self.version
+
+    def _current_weights(self):
+        """Reference to the current weights in the object store, put once per version."""
+        if self._weights_ref_version != self.version:
+            from pytorchrl.scheme.base.ray_runtime import require_ray
+            self._weights_ref = require_ray().put(self.local_worker().get_weights())
+            self._weights_ref_version = self.version
+        return self._weights_ref
+
+    # --------------------------------------------------------------- collection
+    def collect(self):
+        """Gather one round of rollouts.
+
+        Returns
+        -------
+        rollouts : list of (data dict, info dict)
+            Synchronous: one per worker (cut ones included). Asynchronous: the first ready
+            rollout within the policy-lag bound.
+        info : dict
+            ``TestReward`` if the local worker evaluated, ``collect_wait`` seconds waited.
+        """
+        t0 = time.perf_counter()
+        info = {}
+        if not self.remote_workers():
+            data, winfo = self.local_worker().collect_data()
+            rollouts = [(data, winfo)]
+        else:
+            local = self.local_worker()
+            if local.envs_test is not None and self._round % local.algo.test_every == 0:
+                info["TestReward"] = local.evaluate()
+            rollouts = self._collect_sync() if self.communication == prl.SYNC else self._collect_async()
+        self._round += 1
+        self.stats["rounds"] = self._round
+        for _, winfo in rollouts:
+            winfo["policy_lag"] = self.version - winfo["version"]
+            if winfo.get("cut"):
+                self.stats["cut_rollouts"] += 1
+        info["collect_wait"] = time.perf_counter() - t0
+        return [(unpack(d), i) for d, i in rollouts], info
+
+    def _collect_sync(self):
+        from pytorchrl.scheme.base.ray_runtime import require_ray, remote_get
+        ray = require_ray()
+        weights = self._current_weights()
+        workers = self.remote_workers()
+        round_id = self._round
+        refs = [w.collect_data.remote(listen_to=["sync"], weights=weights, version=self.version,
+                                      round_id=round_id) for w in workers]
+        owner = dict(zip(refs, workers))
+        pending = list(refs)
+        results = {}
+        expected = None
+        samples = 0
+        preempting = self.fraction_samples < 1.0 or self.fraction_workers < 1.0
+        interrupted = False
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            data, winfo = remote_get(ready[0], what=self.role)
+            results[ready[0]] = (data, winfo)
+            samples += winfo["collected_samples"]
+            if expected is None:
+                # Every worker collects the same amount per round unless cut.
+                expected = winfo["collected_samples"] * len(workers)
+            if preempting and not interrupted and pending and \
+                    samples >= self.fraction_samples * expected and \
+                    len(results) >= self.fraction_workers * len(workers):
+                for ref in pending:
+                    owner[ref].interrupt.options(concurrency_group=Worker.CONTROL).remote(round_id)
+                interrupted = True
+        return [results[r] for r in refs]
+
+    def _collect_async(self):
+        from pytorchrl.scheme.base.ray_runtime import require_ray, remote_get
+        ray = require_ray()
+        if not self._in_flight:
+            for w in self.remote_workers():
+                self._submit(w)
+        while True:
+            ready, _ = ray.wait(list(self._in_flight), num_returns=1)
+            worker = self._in_flight.pop(ready[0])
+            data, winfo = remote_get(ready[0], what=self.role)
+            self._submit(worker)  # back to work at once, with the newest weights
+            lag = self.version - winfo["version"]
+            if self.max_policy_lag is not None and lag > self.max_policy_lag:
+                self.stats["dropped_rollouts"] += 1
+                continue
+            return [(data, winfo)]
+
+    def _submit(self, worker):
+        ref = worker.collect_data.remote(weights=self._current_weights(), version=self.version)
+        self._in_flight[ref] = worker
+
+    # ------------------------------------------------------------------ control
+    def apply_to_all(self, method, *args):
+        """Call ``method(*args)`` on the local and every remote worker; return the local result.
+
+        Remote calls are queued behind the worker's current call, so they apply between
+        rollouts; the call returns once every worker has applied it (acknowledged).
+        """
+        from_local = getattr(self.local_worker(), method)(*args)
+        if self.remote_workers():
+            from pytorchrl.scheme.base.ray_runtime import remote_get
+            remote_get([getattr(w, method).remote(*args) for w in self.remote_workers()], what=self.role)
+        return from_local
+
+    def stop(self):
+        """Drop in-flight requests and stop every worker."""
+        self._in_flight = {}
+        super().stop()

@@ -1,0 +1,236 @@
+"""GWorker: turns the rollouts of its collection workers into gradients."""
+
+import socket
+import time
+
+import numpy as np
+import torch
+
+from pytorchrl.scheme.base.worker import Worker
+from pytorchrl.scheme.transport import pack, unpack
+
+
+class GWorker(Worker):
+    """Worker class handling gradient computation.
+
+    It owns a CWorkerSet; its algorithm, actor and storage are those of the set's local
+    collection worker, so with one worker at every level nothing is copied. Each ``step``
+    computes the gradient of one mini-batch, collecting a new round of data first when the
+    previous one has been used up (``num_epochs`` passes of ``num_mini_batch`` batches).
+
+    Parameters
+    ----------
+    index_worker : int
+        Worker index.
+    col_workers_factory : callable
+        ``factory(device, initial_weights, index_parent)`` -> CWorkerSet.
+    compress_grads_to_send : bool or "auto"
+        Compress gradients sent to the update worker.
+    device : str or None
+        "cpu" or "cuda:N".
+    initial_weights : dict or None
+        Initial actor weights (so every gradient worker starts from the same ones).
+    decentralized : bool
+        DD-PPO style: gradients are all-reduced among the gradient workers with
+        torch.distributed and every worker steps its own optimizer.
+    """
+
+    def __init__(self, index_worker, col_workers_factory, compress_grads_to_send=False, device=None,
+                 initial_weights=None, decentralized=False):
+        torch.set_num_threads(1)
+        self.index_worker = index_worker
+        self.device = self.resolve_device(device)
+        self.compress_grads_to_send = compress_grads_to_send
+        self.decentralized = decentralized
+        self.col_workers = col_workers_factory(self.device, initial_weights, index_worker)
+        self.version = 0
+        self._batches = None
+        self._round_info = None
+        self._dist = False
+
+    # The learner components are the local collection worker's: replacing one there
+    # (replace_agent_component) replaces it here too.
+    @property
+    def local_worker(self):
+        """The local collection worker whose actor, algorithm and storage this worker trains."""
+        return self.col_workers.local_worker()
+
+    @property
+    def algo(self):
+        return self.local_worker.algo
+
+    @property
+    def actor(self):
+        return self.local_worker.actor
+
+    @property
+    def storage(self):
+        return self.local_worker.storage
+
+    # ----------------------------------------------------------------- gradients
+    def step(self, return_grads=True, weights=None, version=None):
+        """Compute the gradient of the next mini-batch.
+
+        Parameters
+        ----------
+        return_grads : bool
+            Return the gradients (False: leave them in the parameters' ``.grad``, for an
+            update applied by this same process).
+        weights, version : dict/None, int/None
+            New actor weights (and their version) to load first, from the update worker.
+
+        Returns
+        -------
+        grads : list of tensors, Packed or None
+        info : dict
+            Losses of this mini-batch, ``version`` of the weights used, and, on the first
+            mini-batch of a round, the round's collection information.
+        """
+        if weights is not None:
+            self.set_weights(weights, version)
+        batch = self._next_batch()
+        t0 = time.perf_counter()
+        grads, info = self.algo.compute_gradients(batch, return_grads=return_grads and not self.decentralized)
+        info["grad_time"] = time.perf_counter() - t0
+        info["version"] = self.version
+        info["index_worker"] = self.index_worker
+        if self.decentralized:
+            self._all_reduce_gradients()
+            self.apply_gradients()
+        if self._round_info is not None:
+            info.update(self._round_info)
+            self._round_info = None
+        if grads is not None and self.compress_grads_to_send:
+            grads = pack(dict(enumerate(grads)), self.compress_grads_to_send)
+        return grads, info
+
+    def _next_batch(self):
+        if self._batches is not None:
+            batch = next(self._batches, None)
+            if batch is not None:
+                return batch
+            self.storage.after_gradients()
+        while True:
+            self._collect_round()
+            a = self.algo
+            self._batches = self.storage.generate_batches(a.num_mini_batch, a.mini_batch_size, a.num_epochs)
+            batch = next(self._batches, None)
+            if batch is not None:
+                return batch
+
+    def _collect_round(self):
+        rollouts, info = self.col_workers.collect()
+        t0 = time.perf_counter()
+        episodes, lags, samples, col_time, raw, sent = [], [], 0, 0.0, 0, 0
+        for data, winfo in rollouts:
+            self.storage.add_data(data)
+            samples += winfo["collected_samples"]
+            col_time = max(col_time, winfo["col_time"])
+            episodes += winfo["episodes"]
+            lags.append(winfo["policy_lag"])
+            raw += winfo.get("raw_bytes", 0)
+            sent += winfo.get("sent_bytes", 0)
+        self.storage.before_gradients()
+        info.update(collected_samples=samples, col_time=col_time, episodes=episodes,
+                    policy_lag=float(np.mean(lags)) if lags else 0.0, prepare_time=time.perf_counter() - t0,
+                    cut_rollouts=sum(1 for _, w in rollouts if w.get("cut")))
+        if sent:
+            info.update(raw_bytes=raw, sent_bytes=sent)
+        info.update({f"col_{k}": v for k, v in self.col_workers.stats.items()})
+        self._round_info = info
+
+    def apply_gradients(self, gradients=None):
+        """Take one optimizer step (with ``gradients``, or those held in ``.grad``) and
+        make the result the new weight version of this worker's collectors."""
+        if gradients is not None:
+            gradients = unpack(gradients)
+            if isinstance(gradients, dict):
+                gradients = [gradients[i] for i in range(len(gradients))]
+        self.algo.apply_gradients(gradients)
+        self.version += 1
+        self.col_workers.set_version(self.version)
+
+    # ------------------------------------------------------------ decentralized
+    def get_address(self):
+        """(IP address, free TCP port) of this worker's node, for torch.distributed's rendezvous."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        try:
+            import ray
+            ip = ray.util.get_node_ip_address()
+        except Exception:  # not in a Ray worker: a single-machine run
+            ip = "127.0.0.1"
+        return ip, port
+
+    def setup_distributed(self, master_addr, master_port, rank, world_size, backend=None):
+        """Join the torch.distributed group of the gradient workers (gloo on CPU, nccl on GPU)."""
+        import torch.distributed as dist
+        backend = backend or ("nccl" if self.device.type == "cuda" else "gloo")
+        dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
+                                rank=rank, world_size=world_size)
+        self._dist = True
+        return True
+
+    def _all_reduce_gradients(self):
+        import torch.distributed as dist
+        params = [p for p in self.actor.parameters()]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= dist.get_world_size()
+        offset = 0
+        for p, g in zip(params, grads):
+            n = g.numel()
+            p.grad = flat[offset:offset + n].view_as(p)
+            offset += n
+
+    # ------------------------------------------------------------------ control
+    def set_weights(self, weights, version=None):
+        """Load actor weights and make them the collectors' current version."""
+        self.algo.set_weights(weights)
+        self.version = self.version + 1 if version is None else int(version)
+        self.col_workers.set_version(self.version)
+        return self.version
+
+    def get_weights(self):
+        """Actor weights as a dict of CPU tensors."""
+        return self.algo.get_weights()
+
+    def get_state(self):
+        """Algorithm state (actor, optimizer, hyperparameters) and weight version, for checkpoints."""
+        return {"algo": self.algo.state_dict(), "version": self.version}
+
+    def set_state(self, state):
+        """Restore a state produced by ``get_state`` on this worker and its collectors."""
+        self.algo.load_state_dict(state["algo"])
+        self.version = state["version"]
+        self.col_workers.set_version(self.version)
+        return True
+
+    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
+        """Change an algorithm hyperparameter here and on every collection worker."""
+        return self.col_workers.apply_to_all("update_algorithm_parameter", parameter_name, new_parameter_value)
+
+    def update_storage_parameter(self, parameter_name, new_parameter_value):
+        """Change a storage parameter here and on every collection worker."""
+        return self.col_workers.apply_to_all("update_storage_parameter", parameter_name, new_parameter_value)
+
+    def replace_agent_component(self, component_name, new_component_factory):
+        """Replace an agent component here and on every collection worker."""
+        self._batches = None
+        self.storage.after_gradients()
+        return self.col_workers.apply_to_all("replace_agent_component", component_name, new_component_factory)
+
+    def evaluate(self, num_episodes=None):
+        """Evaluate the current weights on the local test environments (mean return)."""
+        return self.local_worker.evaluate(num_episodes)
+
+    def stop(self):
+        """Stop the collection workers and leave the distributed group."""
+        self.col_workers.stop()
+        if self._dist:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self._dist = False

@@ -1,0 +1,79 @@
+"""GWorkerSet: the gradient workers of a scheme."""
+
+from pytorchrl.scheme.base.worker import default_remote_config
+from pytorchrl.scheme.base.worker_set import WorkerSet
+from pytorchrl.scheme.gradients.g_worker import GWorker
+
+DEFAULT_GRAD_WORKER_RESOURCES = default_remote_config(num_cpus=1)
+
+
+class GWorkerSet(WorkerSet):
+    """Class to better handle the operations of ensembles of GWorkers.
+
+    With ``num_workers=0`` the local gradient worker computes the gradients. With remote
+    workers, they do (each with its own collection workers) and the local one keeps the
+    reference copy of the weights and evaluates them.
+
+    Parameters
+    ----------
+    num_workers : int
+        Number of remote gradient workers.
+    col_workers_factory : callable
+        CWorkerSet factory of each remote gradient worker (or of the local one when
+        ``num_workers`` is 0).
+    local_col_workers_factory : callable or None
+        CWorkerSet factory of the local gradient worker when there are remote ones
+        (no collectors of its own; test environments only). None: ``col_workers_factory``.
+    local_device : str or None
+        Device of the local gradient worker.
+    initial_weights : dict or None
+        Initial actor weights.
+    compress_grads_to_send : bool or "auto"
+        Compress gradients sent by remote gradient workers.
+    decentralized : bool
+        Remote gradient workers all-reduce their gradients and step their own optimizers.
+    worker_remote_config : dict
+        Ray resources of each remote gradient worker.
+    """
+
+    role = "gradient workers"
+
+    def __init__(self, num_workers, col_workers_factory, local_col_workers_factory=None, local_device=None,
+                 initial_weights=None, compress_grads_to_send=False, decentralized=False,
+                 worker_remote_config=None):
+        self._local_col_factory = local_col_workers_factory or col_workers_factory
+        self.decentralized = decentralized
+        params = dict(col_workers_factory=col_workers_factory, compress_grads_to_send=compress_grads_to_send,
+                      initial_weights=initial_weights, decentralized=decentralized)
+        self._initial_weights = initial_weights
+        super().__init__(GWorker, params, 0, num_workers,
+                         worker_remote_config or DEFAULT_GRAD_WORKER_RESOURCES, local_device)
+        if decentralized and self.num_workers > 1:
+            self._setup_distributed()
+
+    def _build_local(self, worker_class, worker_params, local_device):
+        params = dict(worker_params, col_workers_factory=self._local_col_factory, decentralized=False)
+        local = worker_class(index_worker=0, device=local_device, **params)
+        if self._initial_weights is None and self.num_workers > 0:
+            # Every remote gradient worker starts from the local worker's weights.
+            from pytorchrl.scheme.base.ray_runtime import ensure_ray
+            worker_params["initial_weights"] = ensure_ray().put(local.get_weights())
+        return local
+
+    def _setup_distributed(self):
+        from pytorchrl.scheme.base.ray_runtime import remote_get
+        workers = self.remote_workers()
+        addr, port = remote_get(workers[0].get_address.remote(), what=self.role)
+        remote_get([w.setup_distributed.remote(addr, port, rank, len(workers))
+                    for rank, w in enumerate(workers)], timeout=120, what=self.role)
+
+    @classmethod
+    def create_factory(cls, num_workers, col_workers_factory, local_col_workers_factory=None,
+                       compress_grads_to_send=False, decentralized=False, grad_worker_resources=None):
+        """Return ``factory(device, initial_weights=None)`` creating GWorkerSets (parameters as in the class)."""
+        def grad_worker_set_factory(device, initial_weights=None):
+            return cls(num_workers=num_workers, col_workers_factory=col_workers_factory,
+                       local_col_workers_factory=local_col_workers_factory, local_device=device,
+                       initial_weights=initial_weights, compress_grads_to_send=compress_grads_to_send,
+                       decentralized=decentralized, worker_remote_config=grad_worker_resources)
+        return grad_worker_set_factory

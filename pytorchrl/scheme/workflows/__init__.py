@@ -1,0 +1,1 @@
+"""Named layouts (classic algorithms' and EXARL's workflows) as scheme configurations."""

@@ -1,0 +1,31 @@
+"""Installation of pytorchrl.
+
+torch is asked for as a range: install the CPU build first on machines without a GPU
+(``pip install torch==2.13.0``, see README), otherwise pip fetches a multi-GB CUDA build.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="pytorchrl",
+    version="0.2.0",
+    description="A modular scheme builder for distributed reinforcement learning in PyTorch",
+    long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["pytorchrl", "pytorchrl.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        "torch>=2.1,<3",
+        "ray>=2.40",
+        "gymnasium>=1.0",
+        "numpy>=1.24",
+        "lz4>=4.0",
+        "pyyaml>=6.0",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "pytest-timeout>=2"],
+        "bench": ["psutil>=5"],
+        "plot": ["matplotlib>=3.6"],
+    },
+    entry_points={"console_scripts": ["pytorchrl=pytorchrl.cli:main"]},
+)
