@@ -26,9 +26,12 @@ class Learner:
         Environment steps after which ``done()`` is True.
     log_dir : str or None
         Directory for saved models (and, where used, logs); created if needed.
+    schedules : list of Schedule or None
+        Planned parameter changes (see ``pytorchrl.schedules``), applied between updates
+        through the same hot-swap path as ``update_algorithm_parameter``.
     """
 
-    def __init__(self, scheme, target_steps, log_dir=None):
+    def __init__(self, scheme, target_steps, log_dir=None, schedules=None):
         if not isinstance(target_steps, (int, np.integer)) or target_steps < 1:
             raise ValueError(f"target_steps must be a positive integer, got {target_steps!r}")
         self.scheme = scheme
@@ -49,6 +52,13 @@ class Learner:
         self._time_info = collections.defaultdict(float)
         self.test_reward = None
         self.hot_swaps = []   # (env step, kind, name, value) of every change applied
+        self.schedules = list(schedules or [])
+        for sched in self.schedules:
+            # Refuse a schedule of an unknown parameter now, not mid-run.
+            current = (self._local_algo().hyperparameters if sched.target == "algorithm"
+                       else self._local_storage().hyperparameters)
+            check_parameter(current, sched.name, sched.start, f"scheduled {sched.target} parameter")
+        self._apply_schedules()
 
     # ------------------------------------------------------------------ training
     def step(self):
@@ -57,11 +67,21 @@ class Learner:
         self.num_updates += 1
         for info in infos:
             self._record(info)
+        self._apply_schedules()
         now = time.perf_counter()
         self._fps_history.append((now, self.num_samples_collected))
         while len(self._fps_history) > 2 and now - self._fps_history[1][0] > FPS_WINDOW_S:
             self._fps_history.popleft()
         return infos
+
+    def _apply_schedules(self):
+        for sched in self.schedules:
+            value = sched.due(self.num_samples_collected, self.target_steps)
+            if value is not None:
+                if sched.target == "algorithm":
+                    self.update_algorithm_parameter(sched.name, value)
+                else:
+                    self.update_storage_parameter(sched.name, value)
 
     def _record(self, info):
         for key in ("Loss", "PolicyLoss", "ValueLoss", "Entropy", "ApproxKL", "ClipFraction"):
