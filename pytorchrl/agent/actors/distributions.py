@@ -39,10 +39,14 @@ class CategoricalHead(nn.Module):
             action = torch.multinomial(log_probs.exp(), 1)
         return action, log_probs.gather(-1, action)
 
-    def log_prob_entropy(self, features, action):
-        """Return (log-probability (B, 1), entropy (B, 1)) of ``action`` (B, 1)."""
+    def log_prob_entropy(self, features, action, entropy_grad=True):
+        """Return (log-probability (B, 1), entropy (B, 1)) of ``action`` (B, 1).
+
+        ``entropy_grad=False`` leaves the entropy out of the autograd graph.
+        """
         log_probs = F.log_softmax(self.linear(features), dim=-1)
-        entropy = -(log_probs.exp() * log_probs).sum(-1, keepdim=True)
+        lp = log_probs if entropy_grad else log_probs.detach()
+        entropy = -(lp.exp() * lp).sum(-1, keepdim=True)
         return log_probs.gather(-1, action.long()), entropy
 
 
@@ -77,8 +81,9 @@ class DiagGaussianHead(nn.Module):
             action = mean + torch.randn_like(mean) * self.log_std.exp()
         return action, self._log_prob(mean, action)
 
-    def log_prob_entropy(self, features, action):
+    def log_prob_entropy(self, features, action, entropy_grad=True):
         """Return (log-probability (B, 1), entropy (B, 1)) of ``action`` (B, D)."""
         mean = self.linear(features)
-        entropy = (0.5 + 0.5 * _LOG_2PI + self.log_std).sum().expand(mean.shape[0], 1)
+        log_std = self.log_std if entropy_grad else self.log_std.detach()
+        entropy = (0.5 + 0.5 * _LOG_2PI + log_std).sum().expand(mean.shape[0], 1)
         return self._log_prob(mean, action), entropy

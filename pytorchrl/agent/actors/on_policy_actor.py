@@ -6,11 +6,14 @@ import torch
 import torch.nn as nn
 
 from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
-from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+from pytorchrl.agent.actors.feature_extractors.mlp import MLP, ParallelMLP
 from pytorchrl.agent.factory import ComponentFactory
 
 
 def _orthogonal_init(module, gain):
+    if hasattr(module, "orthogonal_init"):
+        module.orthogonal_init(gain)
+        return
     for m in module.modules():
         if isinstance(m, nn.Linear):
             nn.init.orthogonal_(m.weight, gain=gain)
@@ -62,9 +65,17 @@ class OnPolicyActor(nn.Module):
         self.shared_policy_value_network = shared_policy_value_network
         kwargs = dict(feature_extractor_kwargs or {})
 
-        self.policy_net = feature_extractor_network(input_space, **kwargs)
-        self.value_net = None if shared_policy_value_network else feature_extractor_network(input_space, **kwargs)
-        num_features = self._num_outputs(self.policy_net)
+        # Separate MLPs are computed as one ParallelMLP (same function, half the operators).
+        self.twin_net = None
+        self.policy_net = self.value_net = None
+        if not shared_policy_value_network and feature_extractor_network is MLP:
+            self.twin_net = ParallelMLP(input_space, copies=2, **kwargs)
+            num_features = self.twin_net.num_outputs
+        else:
+            self.policy_net = feature_extractor_network(input_space, **kwargs)
+            if not shared_policy_value_network:
+                self.value_net = feature_extractor_network(input_space, **kwargs)
+            num_features = self._num_outputs(self.policy_net)
 
         if isinstance(action_space, gym.spaces.Discrete):
             self.dist = CategoricalHead(num_features, int(action_space.n))
@@ -83,9 +94,9 @@ class OnPolicyActor(nn.Module):
         self.value_head = nn.Linear(num_features, 1)
 
         if ortho_init:
-            _orthogonal_init(self.policy_net, np.sqrt(2))
-            if self.value_net is not None:
-                _orthogonal_init(self.value_net, np.sqrt(2))
+            for net in (self.twin_net, self.policy_net, self.value_net):
+                if net is not None:
+                    _orthogonal_init(net, np.sqrt(2))
             _orthogonal_init(self.dist.linear, 0.01)
             _orthogonal_init(self.value_head, 1.0)
 
@@ -114,6 +125,9 @@ class OnPolicyActor(nn.Module):
                                 ortho_init=ortho_init, log_std_init=log_std_init)
 
     def _features(self, obs):
+        if self.twin_net is not None:
+            pf, vf = self.twin_net(obs)
+            return pf, vf
         pf = self.policy_net(obs)
         vf = pf if self.value_net is None else self.value_net(obs)
         return pf, vf
@@ -132,11 +146,14 @@ class OnPolicyActor(nn.Module):
 
     def get_value(self, obs):
         """Value estimate (B, 1) of a batch of observations."""
-        vf = self.value_net(obs) if self.value_net is not None else self.policy_net(obs)
-        return self.value_head(vf)
+        return self.value_head(self._features(obs)[1])
 
-    def evaluate_actions(self, obs, action):
-        """Return (logp, entropy, value), each (B, 1), of ``action`` taken at ``obs``."""
+    def evaluate_actions(self, obs, action, entropy_grad=True):
+        """Return (logp, entropy, value), each (B, 1), of ``action`` taken at ``obs``.
+
+        ``entropy_grad=False`` computes the entropy outside the autograd graph (for
+        reporting only, when the loss does not use it).
+        """
         pf, vf = self._features(obs)
-        logp, entropy = self.dist.log_prob_entropy(pf, action)
+        logp, entropy = self.dist.log_prob_entropy(pf, action, entropy_grad)
         return logp, entropy, self.value_head(vf)

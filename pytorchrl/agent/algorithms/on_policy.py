@@ -6,6 +6,16 @@ from pytorchrl import ACT, ADV, LOGP, OBS, RET
 from pytorchrl.agent.algorithms.base import Algorithm
 
 
+def make_adam(params, lr, eps):
+    """Adam with the fastest implementation available: the fused kernel (one operator for
+    all parameters: 3x faster than foreach on small CPU networks), else foreach."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
+
+
 class OnPolicyAlgorithm(Algorithm):
     """Actor-critic algorithm trained on advantage-weighted log-probabilities.
 
@@ -61,14 +71,15 @@ class OnPolicyAlgorithm(Algorithm):
         for name in ("num_epochs", "num_mini_batch", "test_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{self.name} hyperparameter {name} must be >= 1, got {getattr(self, name)}")
-        self.optimizer = torch.optim.Adam(actor.parameters(), lr=self.lr, eps=self.eps, foreach=True)
+        self.optimizer = make_adam(actor.parameters(), lr=self.lr, eps=self.eps)
 
     def policy_loss(self, logp, old_logp, adv):
-        """Return (policy loss, info dict) for one mini-batch."""
+        """Return (policy loss, info dict of 0-d tensors) for one mini-batch."""
         raise NotImplementedError
 
     def compute_loss(self, batch):
-        logp, entropy, value = self.actor.evaluate_actions(batch[OBS], batch[ACT])
+        logp, entropy, value = self.actor.evaluate_actions(batch[OBS], batch[ACT],
+                                                           entropy_grad=self.entropy_coef != 0.0)
         adv = batch[ADV]
         if self.normalize_advantages and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -76,6 +87,8 @@ class OnPolicyAlgorithm(Algorithm):
         value_loss = 0.5 * (batch[RET] - value).pow(2).mean()
         entropy = entropy.mean()
         loss = pi_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
-        info.update(PolicyLoss=pi_loss.item(), ValueLoss=value_loss.item(), Entropy=entropy.item(),
-                    Loss=loss.item())
-        return loss, info
+        # One conversion for all the reported scalars instead of one per scalar.
+        names = ["PolicyLoss", "ValueLoss", "Entropy", "Loss"] + list(info)
+        values = torch.stack([pi_loss.detach(), value_loss.detach(), entropy.detach(), loss.detach()]
+                             + [v.detach() for v in info.values()]).tolist()
+        return loss, dict(zip(names, values))

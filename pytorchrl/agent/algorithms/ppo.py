@@ -30,12 +30,13 @@ class PPO(OnPolicyAlgorithm):
         self.clip_param = float(clip_param)
 
     def policy_loss(self, logp, old_logp, adv):
+        """Clipped surrogate loss; info holds ApproxKL and ClipFraction as 0-d tensors."""
         log_ratio = logp - old_logp
         ratio = log_ratio.exp()
         surr1 = ratio * adv
         surr2 = torch.clamp(ratio, 1.0 - self.clip_param, 1.0 + self.clip_param) * adv
         loss = -torch.min(surr1, surr2).mean()
         with torch.no_grad():
-            approx_kl = ((ratio - 1) - log_ratio).mean().item()
-            clip_fraction = ((ratio - 1).abs() > self.clip_param).float().mean().item()
+            approx_kl = ((ratio - 1) - log_ratio).mean()
+            clip_fraction = ((ratio - 1).abs() > self.clip_param).float().mean()
         return loss, {"ApproxKL": approx_kl, "ClipFraction": clip_fraction}

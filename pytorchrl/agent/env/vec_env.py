@@ -173,33 +173,41 @@ class TorchVecEnv:
             t = t.to(dtype)
         return t.to(self.device) if self.device.type != "cpu" else t
 
-    def reset(self):
-        """Reset every env; returns the observations as a tensor of shape (num_envs, *obs_shape)."""
+    def reset_numpy(self):
+        """Reset every env; returns the observations as a numpy array (num_envs, *obs_shape).
+
+        The array is this object's buffer: copy it before the next call.
+        """
         self._ep_return[:] = 0
         self._ep_length[:] = 0
         obs = self._vec.reset(seed=self._seed)
         # The seed only applies to the first reset: later resets continue the env's RNG.
         self._seed = None
-        return self._to_torch(obs).clone()
+        return obs
 
-    def step(self, action):
-        """Step every env with ``action`` (tensor or array, one row per env).
+    def reset(self):
+        """Reset every env; returns the observations as a tensor (num_envs, *obs_shape)."""
+        return self._to_torch(self.reset_numpy()).clone()
+
+    def step_numpy(self, action):
+        """Step every env with ``action`` (numpy array, one row per env); numpy in, numpy out.
+
+        The collection workers' hot path: no tensor is built. The returned arrays are this
+        object's buffers: copy what must outlive the next call.
 
         Returns
         -------
-        obs : torch.Tensor
+        obs : np.ndarray
             Next observations (first observation of a new episode where one ended).
-        rew : torch.Tensor
+        rew : np.ndarray
             Rewards, float32, shape (num_envs,).
-        term : torch.Tensor
+        term : np.ndarray
             bool, episode ended by termination.
-        trunc : torch.Tensor
+        trunc : np.ndarray
             bool, episode ended by truncation (time limit) and not termination.
         final_obs : dict
-            env index -> final observation (numpy) of every episode that ended.
+            env index -> final observation of every episode that ended in this step.
         """
-        if isinstance(action, torch.Tensor):
-            action = action.detach().cpu().numpy()
         if self._discrete and action.ndim > 1:
             action = action.reshape(self.num_envs)
         try:
@@ -210,17 +218,31 @@ class TorchVecEnv:
         self._ep_return += rew
         self._ep_length += 1
         if final_obs:
-            for i in final_obs:
-                self.finished_episodes.append((float(self._ep_return[i]), int(self._ep_length[i])))
-                if self._log is not None:
-                    info = self._vec.final_info.get(i, {})
-                    self._log.writerow([round(self._ep_return[i], 6), int(self._ep_length[i]),
-                                        round(time.time() - self._t0, 6),
-                                        *(info.get(k, "") for k in self.info_keywords)])
-                self._ep_return[i] = 0.0
-                self._ep_length[i] = 0
-            if self._log_file is not None:
-                self._log_file.flush()
+            self._record_episodes(final_obs)
+        return obs, rew, term, trunc, final_obs
+
+    def _record_episodes(self, final_obs):
+        for i in final_obs:
+            self.finished_episodes.append((float(self._ep_return[i]), int(self._ep_length[i])))
+            if self._log is not None:
+                info = self._vec.final_info.get(i, {})
+                self._log.writerow([round(self._ep_return[i], 6), int(self._ep_length[i]),
+                                    round(time.time() - self._t0, 6),
+                                    *(info.get(k, "") for k in self.info_keywords)])
+            self._ep_return[i] = 0.0
+            self._ep_length[i] = 0
+        if self._log_file is not None:
+            self._log_file.flush()
+
+    def step(self, action):
+        """Step every env with ``action`` (tensor or array, one row per env); tensors out.
+
+        Returns (obs, rew, term, trunc, final_obs) as ``step_numpy``, the first four as new
+        tensors on this object's device.
+        """
+        if isinstance(action, torch.Tensor):
+            action = action.detach().cpu().numpy()
+        obs, rew, term, trunc, final_obs = self.step_numpy(np.asarray(action))
         return (self._to_torch(obs).clone(), self._to_torch(rew).clone(),
                 self._to_torch(term).clone(), self._to_torch(trunc).clone(), final_obs)
 

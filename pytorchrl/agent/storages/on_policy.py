@@ -11,6 +11,7 @@ truncation (a time limit) the value of the final observation (``TRUNC_VAL``) is;
 end of a rollout the value of the last observation is.
 """
 
+import numpy as np
 import torch
 
 from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, REW, TERM, TRUNC, TRUNC_VAL, VAL
@@ -18,6 +19,12 @@ from pytorchrl.agent.algorithms.base import check_parameter
 from pytorchrl.agent.factory import ComponentFactory
 
 _ROLLOUT_KEYS = (OBS, ACT, LOGP, VAL, REW, TERM, TRUNC, TRUNC_VAL)
+
+
+def _as_numpy(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return x
 
 
 def compute_gae(rew, val, term, trunc, trunc_val, gamma, gae_lambda):
@@ -119,57 +126,64 @@ class VanillaOnPolicyBuffer:
         setattr(self, parameter_name, value)
 
     # ------------------------------------------------------------ collection side
+    # The collection buffers are CPU tensors written through numpy views: one numpy
+    # assignment per array and step costs a fraction of a torch indexing call, and the
+    # actor reads its input straight from the observation buffer (no extra copy).
     def reset_rollout(self, obs):
-        """Start a rollout whose first observations are ``obs`` (num_envs, *obs_shape)."""
+        """Start a rollout whose first observations are ``obs`` (num_envs, *obs_shape; array or tensor)."""
+        obs = obs.cpu().numpy() if isinstance(obs, torch.Tensor) else np.asarray(obs)
         n = obs.shape[0]
         T = self.size
         b = self.buffers
-        if b is None or b[OBS].shape[0] != T or b[OBS].shape[1] != n:
+        if b is None or b[OBS].shape[0] != T + 1 or b[OBS].shape[1] != n:
             act_shape = tuple(self.actor.action_shape)
-            z = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=self.device)
+
+            def z(*shape, dtype=torch.float32):
+                return torch.zeros(shape, dtype=dtype)
             self.buffers = b = {
-                OBS: torch.zeros((T, n) + tuple(obs.shape[1:]), dtype=obs.dtype, device=self.device),
+                # One observation more than steps: the last one is the bootstrap input.
+                OBS: torch.from_numpy(np.zeros((T + 1, n) + obs.shape[1:], dtype=obs.dtype)),
                 ACT: z(T, n, *act_shape, dtype=self.actor.action_dtype),
                 LOGP: z(T, n, 1), VAL: z(T + 1, n, 1), REW: z(T, n, 1),
                 TERM: z(T, n, 1), TRUNC: z(T, n, 1), TRUNC_VAL: z(T, n, 1)}
+            self._np = {k: v.numpy() for k, v in b.items()}
+        self._np[OBS][0] = obs
         self.step = 0
-        self._obs = obs
 
-    def insert_transition(self, act, logp, val, rew, term, trunc, trunc_val=None):
-        """Record one vectorized step taken from the current observation.
+    def current_obs(self):
+        """Observations (num_envs, *obs_shape) the next action is taken from, as a tensor view."""
+        return self.buffers[OBS][self.step]
+
+    def insert_transition(self, act, logp, val, rew, term, trunc, next_obs, trunc_val=None):
+        """Record one vectorized step taken from ``current_obs()``.
 
         Parameters
         ----------
-        act, logp, val : torch.Tensor
+        act, logp, val : torch.Tensor or np.ndarray
             Action (as stored), its log-probability and the value of the observation, (N, ...).
-        rew : torch.Tensor
-            Reward, shape (N,).
-        term, trunc : torch.Tensor
-            bool flags (N,): episode terminated / truncated by this step.
-        trunc_val : torch.Tensor or None
-            Value (N, 1) of the final observation of truncated episodes (0 elsewhere).
+        rew : array (N,)
+            Reward.
+        term, trunc : array of bool (N,)
+            Episode terminated / truncated by this step.
+        next_obs : array (N, *obs_shape)
+            Observation after the step (the first of a new episode where one ended); copied.
+        trunc_val : array (N, 1) or None
+            Value of the final observation of truncated episodes (0 elsewhere).
         """
-        b, t = self.buffers, self.step
-        b[OBS][t] = self._obs
-        b[ACT][t] = act
-        b[LOGP][t] = logp
-        b[VAL][t] = val
-        b[REW][t, :, 0] = rew
-        b[TERM][t, :, 0] = term
-        b[TRUNC][t, :, 0] = trunc
-        if trunc_val is None:
-            b[TRUNC_VAL][t].zero_()
-        else:
-            b[TRUNC_VAL][t] = trunc_val
+        b, t = self._np, self.step
+        b[ACT][t] = _as_numpy(act)
+        b[LOGP][t] = _as_numpy(logp)
+        b[VAL][t] = _as_numpy(val)
+        b[REW][t, :, 0] = _as_numpy(rew)
+        b[TERM][t, :, 0] = _as_numpy(term)
+        b[TRUNC][t, :, 0] = _as_numpy(trunc)
+        b[TRUNC_VAL][t] = 0.0 if trunc_val is None else _as_numpy(trunc_val)
+        b[OBS][t + 1] = _as_numpy(next_obs)
         self.step = t + 1
 
-    def set_next_obs(self, obs):
-        """Observation from which the next step will be taken."""
-        self._obs = obs
-
     def finish_rollout(self, last_value):
-        """Close the rollout with the value (N, 1) of the observation after its last step."""
-        self.buffers[VAL][self.step] = last_value
+        """Close the rollout with the value (N, 1) of ``current_obs()``, the observation after its last step."""
+        self._np[VAL][self.step] = _as_numpy(last_value)
 
     @property
     def full(self):
@@ -179,10 +193,15 @@ class VanillaOnPolicyBuffer:
     def get_data(self, data_to_cpu=True):
         """The recorded steps (possibly fewer than ``size``, if cut) as a dict of tensors."""
         k = self.step
-        data = {key: (self.buffers[key][:k + 1] if key == VAL else self.buffers[key][:k]) for key in _ROLLOUT_KEYS}
-        if data_to_cpu:
-            data = {key: v.cpu() for key, v in data.items()}
-        return {key: v.clone() for key, v in data.items()}
+        data = {key: (self.buffers[key][:k + 1] if key == VAL else self.buffers[key][:k]).clone()
+                for key in _ROLLOUT_KEYS}
+        if not data_to_cpu and self.device.type != "cpu":
+            data = {key: v.to(self.device) for key, v in data.items()}
+        return data
+
+    def next_rollout_obs(self):
+        """Observations after the last recorded step (the start of the next rollout), a copy."""
+        return self._np[OBS][self.step].copy()
 
     # -------------------------------------------------------------- learner side
     def add_data(self, data):

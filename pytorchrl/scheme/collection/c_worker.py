@@ -67,7 +67,7 @@ class CWorker(Worker):
         self.iter = 0
         self.actor_version = 0
         self._cut_round = None
-        self.obs = self.envs_train.reset() if self.envs_train is not None else None
+        self.obs = self.envs_train.reset_numpy().copy() if self.envs_train is not None else None
         if initial_weights is not None:
             self.set_weights(initial_weights)
 
@@ -144,8 +144,8 @@ class CWorker(Worker):
     def _rollout(self, num_steps, round_id):
         t0 = time.perf_counter()
         storage, algo, envs = self.storage, self.algo, self.envs_train
-        obs = self.obs
-        storage.reset_rollout(obs)
+        on_cpu = self.device.type == "cpu"
+        storage.reset_rollout(self.obs)
         num_steps = min(num_steps, storage.size)
         steps, cut = 0, False
         for _ in range(num_steps):
@@ -153,25 +153,27 @@ class CWorker(Worker):
             if round_id is not None and self._cut_round == round_id:
                 cut = True
                 break
+            # The actor reads the storage's observation row: no copy on the way in.
+            obs = storage.current_obs() if on_cpu else storage.current_obs().to(self.device)
             action, env_action, logp, value = algo.acting(obs)
-            obs, rew, term, trunc, final_obs = envs.step(env_action)
+            env_action = env_action.numpy() if on_cpu else env_action.cpu().numpy()
+            next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
             trunc_val = self._truncation_values(trunc, final_obs) if final_obs else None
-            storage.insert_transition(action, logp, value, rew, term, trunc, trunc_val)
-            storage.set_next_obs(obs)
+            storage.insert_transition(action, logp, value, rew, term, trunc, next_obs, trunc_val)
             steps += 1
         with torch.inference_mode():
-            storage.finish_rollout(self.actor.get_value(obs))
-        self.obs = obs
+            storage.finish_rollout(self.actor.get_value(storage.current_obs().to(self.device)))
+        self.obs = storage.next_rollout_obs()
         return time.perf_counter() - t0, steps, cut
 
     def _truncation_values(self, trunc, final_obs):
         """Values (N, 1) of the final observations of truncated episodes, 0 elsewhere."""
-        idx = [i for i in final_obs if bool(trunc[i])]
-        vals = torch.zeros(trunc.shape[0], 1, device=self.device)
+        idx = [i for i in final_obs if trunc[i]]
+        vals = np.zeros((len(trunc), 1), dtype=np.float32)
         if idx:
             stacked = torch.as_tensor(np.stack([final_obs[i] for i in idx]), device=self.device)
             with torch.inference_mode():
-                vals[idx] = self.actor.get_value(stacked)
+                vals[idx] = self.actor.get_value(stacked).cpu().numpy()
         return vals
 
     # ---------------------------------------------------------------- evaluation
@@ -248,7 +250,7 @@ class CWorker(Worker):
         """
         rebuild_component(self, component_name, new_component_factory)
         if component_name == "envs_train":
-            self.obs = self.envs_train.reset()
+            self.obs = self.envs_train.reset_numpy().copy()
         return component_name
 
     def stop(self):
