@@ -3,9 +3,11 @@
 import collections
 import math
 import os
+import random
 import time
 
 import numpy as np
+import torch
 
 from pytorchrl.agent.algorithms.base import check_parameter
 
@@ -226,6 +228,67 @@ class Learner:
         self.update_worker.save_model(tmp)
         os.replace(tmp, path)  # atomic: a crash never leaves a half-written model
         return path
+
+    def save_checkpoint(self, fname="checkpoint.pt", extra=None):
+        """Write the full training state, atomically; a relative ``fname`` goes into ``log_dir``.
+
+        The state holds the actor and optimizer, hyperparameters (as hot-swapped), weight
+        version, step/update/episode counters, recent returns, schedule positions, the hot-swap
+        log and the random states of this process, plus ``extra`` (e.g. the run's config).
+        Written to a temporary file and renamed, so an interrupted save never damages the
+        previous checkpoint. Returns the path.
+        """
+        path = fname if (os.path.isabs(fname) or not self.log_dir) else os.path.join(self.log_dir, fname)
+        self.update_worker.sync_local_weights()
+        state = {
+            "format": 1,
+            "worker": self.update_worker.local_worker.get_state(),
+            "learner": {"num_samples_collected": self.num_samples_collected, "num_updates": self.num_updates,
+                        "num_episodes": self.num_episodes, "episodes": list(self._episodes),
+                        "episode_lengths": list(self._episode_lengths), "test_reward": self.test_reward,
+                        "hot_swaps": list(self.hot_swaps), "elapsed": time.time() - self.start_time,
+                        "target_steps": self.target_steps},
+            "storage": self.update_worker.local_worker.storage.hyperparameters,
+            "schedules": [s.last_sent for s in self.schedules],
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+            "extra": extra,
+        }
+        tmp = path + ".tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+        return path
+
+    def load_checkpoint(self, path):
+        """Restore a state written by ``save_checkpoint`` and send the weights to every worker.
+
+        Counters continue where they stopped (``done()`` counts the steps already taken) and
+        hot-swapped values are re-applied on every worker. Returns the checkpoint's ``extra``.
+        """
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state.get("format") != 1:
+            raise ValueError(f"{path} is not a pytorchrl checkpoint")
+        self.update_worker.set_state(state["worker"])
+        for name, value in state["worker"]["algo"]["hyperparameters"].items():
+            self.update_worker.update_algorithm_parameter(name, value)
+        for name, value in state.get("storage", {}).items():
+            self.update_worker.update_storage_parameter(name, value)
+        ls = state["learner"]
+        self.num_samples_collected = ls["num_samples_collected"]
+        self.num_updates = ls["num_updates"]
+        self.num_episodes = ls["num_episodes"]
+        self._episodes.extend(ls["episodes"])
+        self._episode_lengths.extend(ls["episode_lengths"])
+        self.test_reward = ls["test_reward"]
+        self.hot_swaps = list(ls["hot_swaps"])
+        self.start_time = time.time() - ls["elapsed"]
+        self._fps_history = collections.deque([(time.perf_counter(), self.num_samples_collected)])
+        for sched, last in zip(self.schedules, state.get("schedules", [])):
+            sched.last_sent = last
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        return state.get("extra")
 
     def evaluate(self, num_episodes=None):
         """Deterministic mean return of the current weights on the test environments."""

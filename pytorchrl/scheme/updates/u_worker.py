@@ -156,6 +156,17 @@ class UWorker(Worker):
             self.local_worker.col_workers.set_version(self.version)
             self._remote_version_known = True
 
+    def set_state(self, state):
+        """Restore a checkpointed state (``GWorker.get_state``) on every gradient worker, so
+        that their weights, optimizers and versions agree before the next update."""
+        self._in_flight = {}
+        self.local_worker.set_state(state)
+        remotes = self.grad_workers.remote_workers()
+        if remotes:
+            from pytorchrl.scheme.base.ray_runtime import remote_get
+            remote_get([w.set_state.remote(state) for w in remotes], what="gradient workers")
+        self._remote_version_known = True
+
     def get_weights(self):
         """Current actor weights."""
         self.sync_local_weights()
