@@ -1,0 +1,165 @@
+"""From a validated configuration to factories, a Scheme and a Learner."""
+
+import os
+import random
+
+import numpy as np
+import torch
+
+import pytorchrl as prl
+from pytorchrl.agent.actors import OnPolicyActor
+from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.storages import STORAGES
+from pytorchrl.config.schema import FEATURE_EXTRACTORS
+from pytorchrl.envs import make_gym_env
+from pytorchrl.learner import Learner
+from pytorchrl.schedules import Schedule
+from pytorchrl.scheme import Scheme
+
+#: Communication words of the configuration file and their constants.
+COMMUNICATION = {"sync": prl.SYNC, "async": prl.ASYNC}
+
+
+def seed_everything(seed):
+    """Seed Python's, numpy's and torch's global generators (nothing when ``seed`` is None)."""
+    if seed is not None:
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+
+
+def build_env_factories(config, log_dir=None):
+    """Environment factories of a configuration.
+
+    Parameters
+    ----------
+    config : dict
+        Resolved configuration (``validate_config``).
+    log_dir : str or None
+        Run directory; episode logs go to ``<log_dir>/monitor`` when ``env.monitor`` is true.
+
+    Returns
+    -------
+    train_factory : callable
+        Factory of the training environments.
+    test_factory : callable or None
+        Factory of the test environments (None when ``env.test_env`` is false).
+    action_space, obs_space : gymnasium.Space
+        Spaces of one environment.
+
+    Raises
+    ------
+    EnvError
+        When the environment cannot be built with these kwargs (it is built once here).
+    """
+    env = config["env"]
+    seed = env["seed"] if env["seed"] is not None else config["seed"]
+    monitor_dir = os.path.join(log_dir, "monitor") if (log_dir and env["monitor"]) else None
+    common = dict(env_fn=make_gym_env, env_kwargs={"env_id": env["id"], **env["kwargs"]},
+                  log_dir=monitor_dir, vectorization=env["vectorization"], seed=seed)
+    train_factory, action_space, obs_space = VecEnv.create_factory(vec_env_size=env["vec_env_size"], **common)
+    test_factory = None
+    if env["test_env"]:
+        # Test envs get seeds of their own from the factory (it offsets the "test" mode).
+        test_factory, _, _ = VecEnv.create_factory(vec_env_size=env["test_vec_env_size"], **common)
+    return train_factory, test_factory, action_space, obs_space
+
+
+def _params(section):
+    return {k: v for k, v in section.items() if k != "name"}
+
+
+def build_algorithm_factory(config):
+    """``(factory, algorithm name)`` of the ``algorithm`` section."""
+    section = config["algorithm"]
+    return ALGORITHMS[section["name"]].create_factory(**_params(section))
+
+
+def build_actor_factory(config, obs_space, action_space, algorithm_name):
+    """Actor factory of the ``actor`` section for these spaces and algorithm."""
+    actor = config["actor"]
+    return OnPolicyActor.create_factory(
+        obs_space, action_space, algorithm_name,
+        feature_extractor_network=FEATURE_EXTRACTORS[actor["feature_extractor"]],
+        feature_extractor_kwargs={"hidden_sizes": list(actor["hidden_sizes"]), "activation": actor["activation"]},
+        shared_policy_value_network=actor["shared_policy_value_network"],
+        ortho_init=actor["ortho_init"], log_std_init=actor["log_std_init"])
+
+
+def build_storage_factory(config):
+    """Storage factory of the ``storage`` section."""
+    section = config["storage"]
+    return STORAGES[section["name"]].create_factory(**_params(section))
+
+
+def build_schedules(config):
+    """``Schedule`` objects of the ``schedules`` list."""
+    return [Schedule(**s) for s in config["schedules"]]
+
+
+def build_scheme(config, log_dir=None):
+    """Seed, build every factory and the Scheme of a resolved configuration.
+
+    Parameters
+    ----------
+    config : dict
+        Resolved configuration (``validate_config``).
+    log_dir : str or None
+        Run directory (for the episode logs of the environments).
+
+    Returns
+    -------
+    Scheme
+        Its workers are started; call ``stop()`` (or the Learner's) when done.
+    """
+    seed_everything(config["seed"])
+    train_envs, test_envs, action_space, obs_space = build_env_factories(config, log_dir)
+    algo_factory, algo_name = build_algorithm_factory(config)
+    actor_factory = build_actor_factory(config, obs_space, action_space, algo_name)
+    storage_factory = build_storage_factory(config)
+    s = config["scheme"]
+    if s["ray_address"] and (s["num_col_workers"] > 1 or s["num_grad_workers"] > 1):
+        # Scheme joins RAY_ADDRESS or starts a local instance; connecting first makes it
+        # use the configured cluster instead.
+        from pytorchrl.scheme.base.ray_runtime import ensure_ray
+        ensure_ray(address=s["ray_address"])
+    kwargs = {} if test_envs is None else {"test_envs_factory": test_envs}
+    return Scheme(
+        algo_factory=algo_factory, actor_factory=actor_factory, storage_factory=storage_factory,
+        train_envs_factory=train_envs, num_col_workers=s["num_col_workers"],
+        col_compress_data=s["col_compress_data"],
+        col_workers_communication=COMMUNICATION[s["col_workers_communication"]],
+        col_workers_resources=s["col_workers_resources"],
+        col_preemption_thresholds={"fraction_samples": s["fraction_samples"],
+                                   "fraction_workers": s["fraction_workers"]},
+        num_grad_workers=s["num_grad_workers"], grad_compress_data=s["grad_compress_data"],
+        grad_workers_communication=COMMUNICATION[s["grad_workers_communication"]],
+        grad_workers_resources=s["grad_workers_resources"], local_device=s["local_device"],
+        decentralized_update_execution=s["decentralized_update_execution"],
+        max_policy_lag=s["max_policy_lag"], max_grad_lag=s["max_grad_lag"], **kwargs)
+
+
+def build_learner(config, log_dir=None):
+    """Build the Scheme and the Learner of a resolved configuration.
+
+    Parameters
+    ----------
+    config : dict
+        Resolved configuration (``validate_config``).
+    log_dir : str or None
+        Run directory: saved models and episode logs go there.
+
+    Returns
+    -------
+    Learner
+        Driving a started Scheme; ``learner.stop()`` stops it. If the Learner cannot be
+        built (a schedule it refuses) the Scheme is stopped before the error propagates.
+    """
+    scheme = build_scheme(config, log_dir)
+    try:
+        return Learner(scheme, config["learner"]["target_steps"], log_dir=log_dir,
+                       schedules=build_schedules(config))
+    except BaseException:
+        scheme.stop()
+        raise

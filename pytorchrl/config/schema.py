@@ -1,0 +1,367 @@
+"""Declarative schema of the YAML configuration file.
+
+A configuration has top-level keys (``seed``, ``run_dir``) and sections (``env``,
+``algorithm``, ``actor``, ``storage``, ``scheme``, ``learner``, ``schedules``). Every key is
+described by a :class:`Key`: its kind, default, allowed values or range, and a one-line doc.
+
+Where a key is a constructor argument of a component (an algorithm hyperparameter, a
+storage or actor parameter, a Scheme option), its default, type and doc are read from that
+component's signature and docstring (:func:`derived`), so this file never restates them
+and cannot drift from the code. The ``algorithm`` and ``storage`` sections depend on their
+``name``: their keys are those of the named class (:func:`algorithm_keys`,
+:func:`storage_keys`).
+
+Example::
+
+    seed: 0
+    env: {id: CartPole-v1, vec_env_size: 8, test_env: true}
+    algorithm: {name: PPO, lr: 1.0e-3, num_epochs: 20}
+    storage: {name: GAEBuffer, size: 32, gae_lambda: 0.8}
+    learner: {target_steps: 100000}
+    schedules:
+      - {name: lr, target: algorithm, kind: linear, start: 1.0e-3, end: 0.0}
+"""
+
+import inspect
+import re
+
+from pytorchrl.agent.actors import OnPolicyActor
+from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS, MLP
+from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.storages import STORAGES
+from pytorchrl.learner import Learner
+from pytorchrl.schedules import VALID_KINDS, VALID_TARGETS, Schedule
+from pytorchrl.scheme import Scheme
+from pytorchrl.scheme.base.worker import Worker
+
+
+class _Required:
+    """Marker of a key without default: the configuration must give it."""
+
+    def __repr__(self):
+        return "required"
+
+
+REQUIRED = _Required()
+
+#: Kinds of values a key may hold, with the words used in error messages.
+KINDS = {
+    "int": "an integer",
+    "number": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "dict": "a mapping",
+    "int_list": "a list of integers",
+    "bool_or_auto": "true, false or 'auto'",
+    "resources": "a mapping of Ray resources",
+    "any": "a value",
+}
+
+#: Feature extractors by configuration name.
+FEATURE_EXTRACTORS = {"mlp": MLP}
+
+#: Keys accepted in ``scheme.*_workers_resources``: the arguments of ``Worker.as_remote``.
+RESOURCE_KEYS = tuple(n for n in inspect.signature(Worker.as_remote).parameters if n != "cls")
+
+#: Ranges of well-known component parameters. The components document the type of their
+#: parameters but not their range, which the configuration checks before anything starts.
+PARAMETER_RANGES = {
+    "lr": dict(low=0.0), "eps": dict(low=0.0, low_inclusive=False), "gamma": dict(low=0.0, high=1.0),
+    "num_epochs": dict(low=1), "num_mini_batch": dict(low=1), "mini_batch_size": dict(low=1),
+    "clip_param": dict(low=0.0), "entropy_coef": dict(low=0.0), "value_loss_coef": dict(low=0.0),
+    "max_grad_norm": dict(low=0.0), "test_every": dict(low=1), "num_test_episodes": dict(low=1),
+    "size": dict(low=1), "gae_lambda": dict(low=0.0, high=1.0), "vec_env_size": dict(low=1),
+    "num_col_workers": dict(low=1), "num_grad_workers": dict(low=1), "max_policy_lag": dict(low=0),
+    "max_grad_lag": dict(low=0), "target_steps": dict(low=1), "start_step": dict(low=0),
+    "end_step": dict(low=1), "min_relative_change": dict(low=0.0),
+}
+
+
+class Key:
+    """Description of one configuration key.
+
+    Parameters
+    ----------
+    kind : str
+        One of ``KINDS``: what the value must be.
+    default : object
+        Value used when the key is absent; ``REQUIRED`` when it must be given.
+    doc : str
+        One line saying what the key means.
+    choices : tuple or None
+        Allowed values (for ``kind="str"``).
+    low, high : float or None
+        Inclusive bounds of a number (``low`` exclusive when ``low_inclusive`` is False).
+    low_inclusive : bool
+        Whether ``low`` itself is allowed.
+    nullable : bool
+        Whether ``null`` is allowed (it is whenever the default is None).
+    """
+
+    def __init__(self, kind, default=REQUIRED, doc="", choices=None, low=None, high=None,
+                 low_inclusive=True, nullable=False):
+        if kind not in KINDS:
+            raise ValueError(f"unknown key kind {kind!r}; valid: {sorted(KINDS)}")
+        self.kind = kind
+        self.default = default
+        self.doc = doc
+        self.choices = tuple(choices) if choices is not None else None
+        self.low, self.high, self.low_inclusive = low, high, low_inclusive
+        self.nullable = nullable or default is None
+
+    @property
+    def required(self):
+        """True when the configuration must give this key."""
+        return self.default is REQUIRED
+
+    @property
+    def expected(self):
+        """Words describing an acceptable value, for error messages."""
+        text = ("one of " + ", ".join(repr(c) for c in self.choices)) if self.choices else KINDS[self.kind]
+        return text + (" or null" if self.nullable else "")
+
+    @property
+    def range_text(self):
+        """The allowed range in words ("in [0, 1]", ">= 1"), or "" when unbounded."""
+        if self.low is not None and self.high is not None:
+            return f"in {'[' if self.low_inclusive else '('}{self.low:g}, {self.high:g}]"
+        if self.low is not None:
+            return f"{'>=' if self.low_inclusive else '>'} {self.low:g}"
+        if self.high is not None:
+            return f"<= {self.high:g}"
+        return ""
+
+    def describe(self):
+        """One line: kind, default, allowed values or range, doc."""
+        parts = [self.expected]
+        if self.range_text:
+            parts.append(self.range_text)
+        parts.append("required" if self.required else f"default {self.default!r}")
+        return f"{', '.join(parts)}. {self.doc}"
+
+    def __repr__(self):
+        return f"Key({self.kind!r}, default={self.default!r})"
+
+
+# ---------------------------------------------------------------------------- derivation
+_PARAM_LINE = re.compile(r"^([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s+:\s+(\S.*)$")
+# A full stop ends a sentence only before a capital letter ("e.g. 'lr'" does not).
+_SENTENCE_END = re.compile(r"(?<=[\w)\]])\.\s+(?=[A-Z])")
+
+
+def documented_parameters(obj):
+    """Parameters documented in numpydoc style by ``obj`` (a class, with its bases, or a function).
+
+    Parameters
+    ----------
+    obj : type or callable
+        Where to read ``name : type`` lines and the description under each.
+
+    Returns
+    -------
+    dict
+        name -> (type text, first sentence of the description). A subclass's
+        documentation of a name wins over its bases'.
+    """
+    sources = [k.__dict__.get("__doc__") for k in reversed(obj.__mro__)] if inspect.isclass(obj) \
+        else [obj.__doc__]
+    docs = {}
+    for text in sources:
+        lines = inspect.cleandoc(text or "").splitlines()
+        for i, line in enumerate(lines):
+            m = _PARAM_LINE.match(line)
+            if not m:
+                continue
+            desc = []
+            for follow in lines[i + 1:]:
+                if not follow.startswith((" ", "\t")) or not follow.strip():
+                    break
+                desc.append(follow.strip())
+            sentence = " ".join(desc).replace("``", "")
+            sentence = _SENTENCE_END.split(sentence)[0].rstrip(".") + "." if sentence else ""
+            for name in m.group(1).split(","):
+                docs[name.strip()] = (m.group(2).strip(), sentence)
+    return docs
+
+
+def _kind_of(type_text, default):
+    """Key kind from a documented type ("float or None") or, failing that, from the default."""
+    text = (type_text or "").lower()
+    for word, kind in (("bool", "bool"), ("int", "int"), ("float", "number"), ("str", "str"),
+                       ("dict", "dict")):
+        if re.search(rf"\b{word}\b", text):
+            return kind
+    if isinstance(default, bool):
+        return "bool"
+    if isinstance(default, int):
+        return "int"
+    if isinstance(default, float):
+        return "number"
+    if isinstance(default, str):
+        return "str"
+    return "any"
+
+
+def derived(obj, name, signature_of=None, **overrides):
+    """A Key for parameter ``name`` of ``obj``, read from its signature and docstring.
+
+    Parameters
+    ----------
+    obj : type or callable
+        Component whose docstring documents ``name`` (a class: its bases' docstrings too).
+    name : str
+        Parameter name.
+    signature_of : callable or None
+        Callable whose signature gives the default (default: ``obj.__init__`` for a class,
+        ``obj`` for a function).
+    **overrides
+        Key arguments that replace the derived ones (``doc``, ``default``, ``choices``...).
+        Ranges come from ``PARAMETER_RANGES`` unless given here.
+    """
+    fn = signature_of or (obj.__init__ if inspect.isclass(obj) else obj)
+    param = inspect.signature(fn).parameters.get(name)
+    if param is None:
+        raise KeyError(f"{getattr(fn, '__qualname__', fn)} has no parameter {name!r}")
+    default = REQUIRED if param.default is inspect.Parameter.empty else param.default
+    type_text, doc = documented_parameters(obj).get(name, ("", ""))
+    args = dict(kind=_kind_of(type_text, default), default=default, doc=doc,
+                nullable="none" in type_text.lower())
+    args.update(PARAMETER_RANGES.get(name, {}))
+    args.update(overrides)
+    return Key(**args)
+
+
+_COMPONENT_ARGS = ("self", "device", "actor", "algorithm", "envs")
+
+
+def _component_keys(cls):
+    names = [n for n in inspect.signature(cls.__init__).parameters if n not in _COMPONENT_ARGS]
+    return {n: derived(cls, n) for n in names}
+
+
+def algorithm_keys(name):
+    """Hyperparameter keys of the algorithm called ``name`` (a key of ``ALGORITHMS``)."""
+    cls = ALGORITHMS[name]
+    return {n: derived(cls, n) for n in cls.hyperparameter_names()}
+
+
+def storage_keys(name):
+    """Parameter keys of the storage called ``name`` (a key of ``STORAGES``)."""
+    return _component_keys(STORAGES[name])
+
+
+# ------------------------------------------------------------------------------- schema
+_COMM = ("sync", "async")
+
+TOP_LEVEL = {
+    "seed": Key("int", None, "Seed of torch, numpy and random, and base seed of the environments."),
+    "run_dir": Key("str", None, "Directory of the run (config.yaml, metrics.csv, model, episode logs); "
+                                "null: runs/<config name>-<timestamp>."),
+}
+
+SECTIONS = {
+    "env": {
+        "id": Key("str", REQUIRED, "gymnasium environment id, e.g. CartPole-v1; 'module:Id' imports "
+                                   "the module that registers it first."),
+        "kwargs": Key("dict", {}, "Keyword arguments of gymnasium.make (e.g. max_episode_steps)."),
+        "vec_env_size": derived(VecEnv.create_factory, "vec_env_size"),
+        "vectorization": derived(VecEnv.create_factory, "vectorization", kind="str",
+                                 choices=("sync", "subprocess"),
+                                 doc="sync: the envs of a worker step in its process; subprocess: "
+                                     "one process per env (for expensive envs)."),
+        "seed": Key("int", None, "Base seed of the environments (null: the top-level seed)."),
+        "test_env": Key("bool", False, "Build test environments for deterministic evaluation "
+                                       "(Episodes/TestReward, the final evaluation)."),
+        "test_vec_env_size": Key("int", 1, "Test environments evaluated together.", low=1),
+        "monitor": Key("bool", True, "Write one CSV line per finished episode under <run_dir>/monitor."),
+    },
+    "algorithm": {
+        "name": Key("str", REQUIRED, "Algorithm; the other keys of this section are its "
+                                     "hyperparameters.", choices=tuple(ALGORITHMS)),
+    },
+    "actor": {
+        "feature_extractor": Key("str", "mlp", "Network between observations and the policy/value heads.",
+                                 choices=tuple(FEATURE_EXTRACTORS)),
+        "hidden_sizes": Key("int_list", [64, 64], "Width of each hidden layer of the MLP.", low=1),
+        "activation": Key("str", "tanh", "Non-linearity of the MLP.", choices=tuple(ACTIVATIONS)),
+        "shared_policy_value_network": derived(OnPolicyActor, "shared_policy_value_network"),
+        "ortho_init": derived(OnPolicyActor, "ortho_init"),
+        "log_std_init": derived(OnPolicyActor, "log_std_init"),
+    },
+    "storage": {
+        "name": Key("str", "GAEBuffer", "Storage; the other keys of this section are its parameters.",
+                    choices=tuple(STORAGES)),
+    },
+    "scheme": {
+        "num_col_workers": derived(Scheme, "num_col_workers"),
+        "col_workers_communication": Key("str", "sync", "Collection: sync (rounds) or async "
+                                                        "(whichever rollout is ready first).", choices=_COMM),
+        "col_compress_data": derived(Scheme, "col_compress_data", kind="bool_or_auto"),
+        "fraction_samples": Key("number", 1.0, "Sync collection: a round ends once this fraction of its "
+                                               "samples is in (stragglers are cut).",
+                                low=0.0, low_inclusive=False, high=1.0),
+        "fraction_workers": Key("number", 1.0, "Sync collection: ... and this fraction of the collection "
+                                               "workers has answered.", low=0.0, low_inclusive=False, high=1.0),
+        "num_grad_workers": derived(Scheme, "num_grad_workers"),
+        "grad_workers_communication": Key("str", "sync", "Gradients: sync (averaged or all-reduced) or "
+                                                         "async (A3C: applied as they arrive).", choices=_COMM),
+        "grad_compress_data": derived(Scheme, "grad_compress_data", kind="bool_or_auto"),
+        "decentralized_update_execution": derived(Scheme, "decentralized_update_execution"),
+        "col_workers_resources": derived(Scheme, "col_workers_resources", kind="resources", default=None),
+        "grad_workers_resources": derived(Scheme, "grad_workers_resources", kind="resources", default=None),
+        "max_policy_lag": derived(Scheme, "max_policy_lag"),
+        "max_grad_lag": derived(Scheme, "max_grad_lag"),
+        "local_device": derived(Scheme, "local_device", doc="Device of the workers in this process "
+                                                           "(cpu, cuda, cuda:1, auto; null: cpu)."),
+        "ray_address": Key("str", None, "Ray cluster to join when a level has several workers "
+                                        "(null: RAY_ADDRESS, else a local instance)."),
+    },
+    "learner": {
+        "target_steps": derived(Learner, "target_steps"),
+        "log_every": Key("number", 5.0, "Seconds between progress lines and rows of metrics.csv.",
+                         low=0.0, low_inclusive=False),
+        "save_every": Key("number", None, "Seconds between model checkpoints while training "
+                                          "(null: only at the end).", low=0.0, low_inclusive=False),
+        "final_eval": Key("bool", True, "After training, evaluate deterministically on the test "
+                                        "environments (when env.test_env is true)."),
+        "final_eval_episodes": Key("int", None, "Episodes of the final evaluation (null: the "
+                                                "algorithm's num_test_episodes).", low=1),
+    },
+}
+
+#: Keys of one entry of the ``schedules`` list; ``start`` and ``end`` take the type of the
+#: parameter they schedule.
+SCHEDULE_KEYS = {
+    "name": derived(Schedule, "name"),
+    "target": derived(Schedule, "target", choices=VALID_TARGETS),
+    "kind": derived(Schedule, "kind", choices=VALID_KINDS),
+    "start": derived(Schedule, "start", kind="any", default=REQUIRED),
+    "end": derived(Schedule, "end", kind="any"),
+    "start_step": derived(Schedule, "start_step"),
+    "end_step": derived(Schedule, "end_step"),
+    "min_relative_change": derived(Schedule, "min_relative_change"),
+}
+
+#: Section names in the order they are written to a resolved configuration.
+SECTION_ORDER = ("env", "algorithm", "actor", "storage", "scheme", "learner", "schedules")
+
+
+def describe_schema():
+    """The whole schema as text: one line per key, sections in order."""
+    out = []
+    for name, key in TOP_LEVEL.items():
+        out.append(f"{name}: {key.describe()}")
+    for section in SECTION_ORDER:
+        if section == "schedules":
+            out.append("\nschedules: list of planned hot-swaps, each with")
+            out += [f"  {n}: {k.describe()}" for n, k in SCHEDULE_KEYS.items()]
+            continue
+        out.append(f"\n{section}:")
+        out += [f"  {n}: {k.describe()}" for n, k in SECTIONS[section].items()]
+        dynamic = {"algorithm": (ALGORITHMS, algorithm_keys), "storage": (STORAGES, storage_keys)}.get(section)
+        if dynamic:
+            for cls_name in dynamic[0]:
+                out.append(f"  with name: {cls_name}")
+                out += [f"    {n}: {k.describe()}" for n, k in dynamic[1](cls_name).items()]
+    return "\n".join(out)

@@ -1,0 +1,329 @@
+"""Validation of a configuration dict against the schema, before anything starts.
+
+``validate_config`` returns the resolved configuration: every key present, defaults
+filled in, numbers normalised (an integer given for a float parameter becomes a float).
+Any problem raises :class:`ConfigError` with a one-line message naming the key path and
+the value, e.g. ``config error: algorithm.lr: expected a number, got 'fast'``.
+"""
+
+import copy
+import difflib
+import importlib
+import math
+
+from pytorchrl.config import schema
+from pytorchrl.config.schema import RESOURCE_KEYS, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL, Key
+
+
+class ConfigError(ValueError):
+    """An invalid configuration.
+
+    Parameters
+    ----------
+    path : str
+        Dotted path of the offending key (``algorithm.lr``, ``schedules.0.start``); "" for
+        the configuration as a whole.
+    problem : str
+        What is wrong, naming the value.
+    source : str or None
+        Where the value came from (a file name, an override), appended in parentheses.
+    """
+
+    def __init__(self, path, problem, source=None):
+        self.path, self.problem, self.source = path, problem, source
+        super().__init__(path, problem, source)
+
+    def with_source(self, source):
+        """A copy of this error that names ``source`` (where the value came from)."""
+        return ConfigError(self.path, self.problem, source)
+
+    def __str__(self):
+        text = f"config error: {self.path + ': ' if self.path else ''}{self.problem}"
+        text = text + (f" ({self.source})" if self.source else "")
+        # The message is printed as one line: no value may break it.
+        return " ".join(text.split())
+
+
+def suggestion(word, candidates):
+    """" (did you mean 'x'?)" for the closest of ``candidates`` to ``word``, or ""."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _join(path, key):
+    return f"{path}.{key}" if path else str(key)
+
+
+def _show(value):
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_value(key, value, path):
+    """Check ``value`` against ``key`` and return it normalised.
+
+    Parameters
+    ----------
+    key : Key
+        Description of the key.
+    value : object
+        Value read from the configuration.
+    path : str
+        Dotted path of the key, for messages.
+
+    Raises
+    ------
+    ConfigError
+        Wrong type, value not allowed, or out of range.
+    """
+    if value is None:
+        if key.nullable:
+            return None
+        raise ConfigError(path, f"expected {key.expected}, got null")
+    kind = key.kind
+    bad = ConfigError(path, f"expected {key.expected}, got {_show(value)}")
+    if key.choices is not None:
+        if value not in key.choices:
+            raise ConfigError(path, f"expected {key.expected}, got {_show(value)}"
+                                    f"{suggestion(value, key.choices)}")
+        return value
+    if kind == "int":
+        # 1e5 reads as a float in YAML; an integral float is the integer the user meant.
+        if not _is_number(value) or not float(value).is_integer():
+            raise bad
+        value = int(value)
+    elif kind == "number":
+        if not _is_number(value) or math.isnan(value):
+            raise bad
+        value = float(value)
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise bad
+    elif kind == "str":
+        if not isinstance(value, str):
+            raise bad
+    elif kind == "dict":
+        if not isinstance(value, dict):
+            raise bad
+        value = copy.deepcopy(value)
+    elif kind == "int_list":
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ConfigError(path, f"expected a non-empty list of integers, got {_show(value)}")
+        return [check_value(Key("int", low=key.low, high=key.high), v, _join(path, i)) for i, v in enumerate(value)]
+    elif kind == "bool_or_auto":
+        if not (isinstance(value, bool) or value == "auto"):
+            raise bad
+    elif kind == "resources":
+        return _check_resources(value, path)
+    _check_range(key, value, path)
+    return value
+
+
+def _check_range(key, value, path):
+    if not _is_number(value) or not key.range_text:
+        return
+    too_low = key.low is not None and (value < key.low if key.low_inclusive else value <= key.low)
+    too_high = key.high is not None and value > key.high
+    if too_low or too_high:
+        raise ConfigError(path, f"must be {key.range_text}, got {_show(value)}")
+
+
+def _check_resources(value, path):
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping of Ray resources, got {_show(value)}")
+    for name, amount in value.items():
+        where = _join(path, name)
+        if name not in RESOURCE_KEYS:
+            raise ConfigError(where, f"unknown resource{suggestion(name, RESOURCE_KEYS)}; "
+                                     f"valid: {', '.join(RESOURCE_KEYS)}")
+        if name == "resources":
+            if not isinstance(amount, dict):
+                raise ConfigError(where, f"expected a mapping of custom resources, got {_show(amount)}")
+            for custom, n in amount.items():
+                check_value(Key("number", low=0.0), n, _join(where, custom))
+        elif amount is not None:
+            check_value(Key("number", low=0.0), amount, where)
+    return copy.deepcopy(value)
+
+
+def check_mapping(data, keys, path, owner=None):
+    """Check a mapping against ``keys`` (name -> Key) and return it resolved.
+
+    Unknown keys are refused with the closest valid name; missing keys take their
+    default, or are refused when required.
+
+    Parameters
+    ----------
+    data : dict or None
+        The mapping read from the configuration (None reads as empty).
+    keys : dict
+        name -> Key of every valid key, in the order of the result.
+    path : str
+        Dotted path of the mapping, for messages ("" for the top level).
+    owner : str or None
+        Name of the component the keys belong to, for messages ("PPO").
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(path, f"expected a mapping of keys, got {_show(data)}")
+    for name in data:
+        if name not in keys:
+            what = f"unknown key of {owner}" if owner else "unknown key"
+            raise ConfigError(_join(path, name), f"{what}{suggestion(name, keys)}; valid: "
+                                                 f"{', '.join(map(str, keys))}")
+    out = {}
+    for name, key in keys.items():
+        if name in data:
+            out[name] = check_value(key, data[name], _join(path, name))
+        elif key.required:
+            raise ConfigError(_join(path, name), "missing required key")
+        else:
+            out[name] = copy.deepcopy(key.default)
+    return out
+
+
+def _check_named_section(data, name_key, keys_of, path):
+    """A section whose valid keys depend on its ``name`` (algorithm, storage)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(path, f"expected a mapping of keys, got {_show(data)}")
+    name = check_value(name_key, data["name"], _join(path, "name")) if "name" in data \
+        else check_mapping({}, {"name": name_key}, path)["name"]
+    return check_mapping(data, {"name": name_key, **keys_of(name)}, path, owner=name)
+
+
+def check_env_id(env_id, path="env.id"):
+    """Refuse an environment id that gymnasium cannot make.
+
+    Parameters
+    ----------
+    env_id : str
+        A registered id ("CartPole-v1"), or "module:Id" whose module registers it on import.
+    path : str
+        Key path for messages.
+    """
+    import gymnasium
+
+    name = env_id
+    if ":" in env_id:
+        module, _, name = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # any import failure means the id cannot be made
+            raise ConfigError(path, f"cannot import module {module!r} for environment {env_id!r}: "
+                                    f"{type(exc).__name__}: {exc}") from None
+    if name not in gymnasium.envs.registry:
+        hint = suggestion(name, gymnasium.envs.registry.keys()) or \
+            " (an environment registered by a package is written 'package:Id')"
+        raise ConfigError(path, f"unknown gymnasium environment {name!r}{hint}")
+
+
+def _check_schedules(items, config):
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise ConfigError("schedules", f"expected a list of schedules, got {_show(items)}")
+    params = {"algorithm": schema.algorithm_keys(config["algorithm"]["name"]),
+              "storage": schema.storage_keys(config["storage"]["name"])}
+    out = []
+    for i, item in enumerate(items):
+        path = f"schedules.{i}"
+        sched = check_mapping(item, SCHEDULE_KEYS, path)
+        valid = params[sched["target"]]
+        if sched["name"] not in valid:
+            raise ConfigError(_join(path, "name"), f"{sched['target']} {config[sched['target']]['name']} has no "
+                                                   f"parameter {sched['name']!r}{suggestion(sched['name'], valid)}; "
+                                                   f"valid: {', '.join(valid)}")
+        key = valid[sched["name"]]
+        # A schedule's values obey the parameter's own type and range (null is never one).
+        key = Key(key.kind, doc=key.doc, choices=key.choices, low=key.low, high=key.high,
+                  low_inclusive=key.low_inclusive)
+        sched["start"] = check_value(key, sched["start"], _join(path, "start"))
+        if sched["kind"] == "constant":
+            if sched["end"] is not None:
+                raise ConfigError(_join(path, "end"), f"a constant schedule has no end value, got {_show(sched['end'])}")
+        else:
+            if sched["end"] is None:
+                raise ConfigError(_join(path, "end"), f"missing: a {sched['kind']} schedule needs an end value")
+            sched["end"] = check_value(key, sched["end"], _join(path, "end"))
+        if sched["kind"] == "linear":
+            end_step = sched["end_step"] if sched["end_step"] is not None else config["learner"]["target_steps"]
+            if end_step <= sched["start_step"]:
+                raise ConfigError(_join(path, "end_step"), f"must be greater than start_step "
+                                                           f"({sched['start_step']}), got {end_step}")
+        out.append(sched)
+    return out
+
+
+def _check_consistency(config):
+    scheme_cfg = config["scheme"]
+    if scheme_cfg["decentralized_update_execution"] and scheme_cfg["grad_workers_communication"] != "sync":
+        raise ConfigError("scheme.decentralized_update_execution",
+                          "true needs scheme.grad_workers_communication: sync, got 'async'")
+    if "env_id" in config["env"]["kwargs"]:
+        raise ConfigError("env.kwargs.env_id", "the environment is set by env.id")
+    _check_device(scheme_cfg["local_device"], "scheme.local_device")
+
+
+def _check_device(device, path):
+    """Refuse a device torch cannot parse, or a GPU this machine does not have."""
+    if device in (None, "auto"):
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(path, f"not a device to train on: {device!r} (e.g. cpu, cuda, cuda:1, auto)")
+    if dev.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0 or (dev.index is not None and dev.index >= count):
+            raise ConfigError(path, f"{device!r} asked for, but this machine has {count} CUDA device(s)")
+
+
+def validate_config(raw):
+    """Validate a loaded configuration and return it resolved (defaults filled in).
+
+    Parameters
+    ----------
+    raw : dict
+        The configuration as loaded from YAML (and after overrides).
+
+    Returns
+    -------
+    dict
+        Top-level keys, then one mapping per section in ``SECTION_ORDER``
+        (``schedules``: a list of mappings).
+
+    Raises
+    ------
+    ConfigError
+        For the first problem found.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError("", f"expected a mapping of sections at the top level, got {_show(raw)}")
+    valid = list(TOP_LEVEL) + list(SECTION_ORDER)
+    for name in raw:
+        if name not in valid:
+            raise ConfigError(str(name), f"unknown key{suggestion(name, valid)}; valid: {', '.join(valid)}")
+    config = check_mapping({k: raw[k] for k in TOP_LEVEL if k in raw}, TOP_LEVEL, "")
+    for section in SECTION_ORDER:
+        data = raw.get(section)
+        if section == "algorithm":
+            config[section] = _check_named_section(data, SECTIONS[section]["name"], schema.algorithm_keys, section)
+        elif section == "storage":
+            config[section] = _check_named_section(data, SECTIONS[section]["name"], schema.storage_keys, section)
+        elif section != "schedules":
+            config[section] = check_mapping(data, SECTIONS[section], section)
+    config["schedules"] = _check_schedules(raw.get("schedules"), config)
+    _check_consistency(config)
+    check_env_id(config["env"]["id"])
+    return config
