@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, ParallelMLP
+from pytorchrl.agent.actors.numpy_policy import NumpyPolicy
 from pytorchrl.agent.factory import ComponentFactory
 
 
@@ -101,6 +102,9 @@ class OnPolicyActor(nn.Module):
             _orthogonal_init(self.value_head, 1.0)
 
         self.to(self.device)
+        self._numpy_policy = None
+        seed = int(torch.randint(0, 2**31 - 1, ()).item())  # torch.manual_seed governs it too
+        self._np_rng = np.random.default_rng(seed)
         if self._low is not None:
             self._low, self._high = self._low.to(self.device), self._high.to(self.device)
         if restart_model:
@@ -143,6 +147,27 @@ class OnPolicyActor(nn.Module):
         value = self.value_head(vf)
         env_action = action if self._low is None else torch.max(torch.min(action, self._high), self._low)
         return action, env_action, logp, value
+
+    def act_numpy(self, obs, deterministic=False):
+        """``get_action`` for a numpy batch of observations, returning numpy arrays.
+
+        Small batches (one row per environment of a collector) are several times cheaper
+        in numpy than in torch. The numpy policy reads the parameters through views of the
+        torch tensors, so it always uses the current weights. Actors whose networks numpy
+        cannot run (custom feature extractors, GPU) go through torch instead.
+        """
+        if self._numpy_policy is None:
+            self._numpy_policy = NumpyPolicy.build(self) or False
+        if self._numpy_policy is False:
+            with torch.inference_mode():
+                out = self.get_action(torch.as_tensor(obs, device=self.device), deterministic)
+            return tuple(t.cpu().numpy() for t in out)
+        return self._numpy_policy(obs, deterministic, self._np_rng)
+
+    def _apply(self, fn, *args, **kwargs):
+        # Moving or converting parameters invalidates the numpy views.
+        self._numpy_policy = None
+        return super()._apply(fn, *args, **kwargs)
 
     def get_value(self, obs):
         """Value estimate (B, 1) of a batch of observations."""

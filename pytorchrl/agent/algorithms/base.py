@@ -89,6 +89,11 @@ class Algorithm(ABC):
         """
         return self.actor.get_action(obs, deterministic)
 
+    def acting_numpy(self, obs, deterministic=False):
+        """``acting`` for a numpy batch of observations, returning numpy arrays (the
+        collectors' path on CPU: see ``OnPolicyActor.act_numpy``)."""
+        return self.actor.act_numpy(obs, deterministic)
+
     # ---------------------------------------------------------------- learning
     @abstractmethod
     def compute_loss(self, batch):

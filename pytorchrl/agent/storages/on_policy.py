@@ -154,6 +154,10 @@ class VanillaOnPolicyBuffer:
         """Observations (num_envs, *obs_shape) the next action is taken from, as a tensor view."""
         return self.buffers[OBS][self.step]
 
+    def current_obs_numpy(self):
+        """``current_obs`` as a numpy view."""
+        return self._np[OBS][self.step]
+
     def insert_transition(self, act, logp, val, rew, term, trunc, next_obs, trunc_val=None):
         """Record one vectorized step taken from ``current_obs()``.
 

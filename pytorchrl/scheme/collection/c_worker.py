@@ -78,7 +78,8 @@ class CWorker(Worker):
         return self.storage.size
 
     # ---------------------------------------------------------------- collection
-    def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None):
+    def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None,
+                     pack_data=None):
         """Collect one rollout and return it with information about the collection.
 
         Parameters
@@ -94,28 +95,39 @@ class CWorker(Worker):
         version : int or None
             Version of ``weights``.
         round_id : int or None
-            Identifies this request for ``interrupt``.
+            Identifies this request for ``interrupt`` (None with ``"sync"``: a fresh id,
+            reachable with ``interrupt()``).
+        pack_data : bool or None
+            Pack the rollout for the wire (``pytorchrl.scheme.transport.pack``, compressed
+            as ``compress_data_to_send`` says) and count its bytes. None: only when
+            compression is on. The collector set asks for it on every remote worker.
 
         Returns
         -------
         data : dict or Packed
-            The rollout (see the storage's ``get_data``), packed if compression is on.
+            The rollout (see the storage's ``get_data``), packed if asked to.
         info : dict
-            ``collected_samples``, ``col_time``, ``version`` (weights that produced it),
-            ``episodes`` (return, length) finished, ``index_worker``, ``cut`` (stopped early),
-            ``TestReward`` when an evaluation ran, and transport byte counts.
+            ``collected_samples``, ``steps`` (per environment), ``col_time``, ``version``
+            (weights that produced it), ``episodes`` (return, length) finished,
+            ``index_worker``, ``cut`` (stopped early), ``TestReward`` when an evaluation ran,
+            and ``raw_bytes``/``sent_bytes`` when packed.
         """
         if weights is not None:
             self.set_weights(weights, version)
         info = {}
         if self.envs_test is not None and self.iter % self.algo.test_every == 0:
             info["TestReward"] = self.evaluate()
-        col_time, steps, cut = self._rollout(self.update_every, round_id if "sync" in listen_to else None)
+        listen = None
+        if "sync" in listen_to:
+            listen = round_id if round_id is not None else ("local", self.iter)
+            self._listening_round = listen
+        col_time, steps, cut = self._rollout(self.update_every, listen)
+        self._listening_round = None
         data = self.storage.get_data(data_to_cpu)
-        info.update(collected_samples=steps * self.envs_train.num_envs, col_time=col_time,
+        info.update(collected_samples=steps * self.envs_train.num_envs, steps=steps, col_time=col_time,
                     version=self.actor_version, episodes=self.envs_train.pop_finished_episodes(),
                     index_worker=self.index_worker, cut=cut)
-        if self.compress_data_to_send:
+        if pack_data or (pack_data is None and self.compress_data_to_send):
             data = pack(data, self.compress_data_to_send)
             info.update(raw_bytes=data.raw_bytes, sent_bytes=data.sent_bytes)
         self.iter += 1
@@ -135,11 +147,44 @@ class CWorker(Worker):
         eps = self.envs_train.pop_finished_episodes()
         return col_time, (float(np.mean([r for r, _ in eps])) if eps else float("nan"))
 
-    def interrupt(self, round_id=None):
-        """Ask the ``collect_data(listen_to=["sync"], round_id=round_id)`` call to stop after its
-        current step (a request for another round, earlier or later, is not affected)."""
-        self._cut_round = round_id
+    def interrupt(self, round_id=None, min_steps=0):
+        """Ask the ``collect_data(listen_to=["sync"], round_id=round_id)`` call to stop at a step
+        boundary once its rollout holds at least ``min_steps`` steps (per environment).
+
+        A request for another round, earlier or later, is not affected, so a late message
+        never cuts the next round. Served in the control concurrency group of a remote
+        worker: it arrives while the rollout runs. A later call replaces an earlier one (the
+        collector set lowers ``min_steps`` as more of the round is in).
+
+        Parameters
+        ----------
+        round_id : object or None
+            The round to cut (None: the request running now).
+        min_steps : int
+            Steps the cut rollout must keep (0: stop at the next step boundary).
+        """
+        if round_id is None:
+            round_id = self._listening_round
+        if round_id is not None:
+            self._cut_request = (round_id, int(min_steps))
         return True
+
+    # ``_rollout`` checks ``self._cut_round == round_id`` before every step. Served as a
+    # property, the requested round shows only once the rollout holds its minimum number of
+    # steps, so the hot loop needs no knowledge of preemption thresholds.
+    _cut_request = None
+    _listening_round = None
+
+    @property
+    def _cut_round(self):
+        req = self._cut_request
+        if req is None or self.storage.step < req[1]:
+            return None
+        return req[0]
+
+    @_cut_round.setter
+    def _cut_round(self, value):
+        self._cut_request = None if value is None else (value, 0)
 
     def _rollout(self, num_steps, round_id):
         t0 = time.perf_counter()
@@ -154,9 +199,11 @@ class CWorker(Worker):
                 cut = True
                 break
             # The actor reads the storage's observation row: no copy on the way in.
-            obs = storage.current_obs() if on_cpu else storage.current_obs().to(self.device)
-            action, env_action, logp, value = algo.acting(obs)
-            env_action = env_action.numpy() if on_cpu else env_action.cpu().numpy()
+            if on_cpu:
+                action, env_action, logp, value = algo.acting_numpy(storage.current_obs_numpy())
+            else:
+                action, env_action, logp, value = algo.acting(storage.current_obs().to(self.device))
+                env_action = env_action.cpu().numpy()
             next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
             trunc_val = self._truncation_values(trunc, final_obs) if final_obs else None
             storage.insert_transition(action, logp, value, rew, term, trunc, next_obs, trunc_val)
@@ -252,6 +299,13 @@ class CWorker(Worker):
         if component_name == "envs_train":
             self.obs = self.envs_train.reset_numpy().copy()
         return component_name
+
+    def get_hyperparameters(self):
+        """Current algorithm and storage parameters of this worker, and where it stands
+        (used to check that a hot-swap reached every worker)."""
+        return {"role": "collection", "index_worker": self.index_worker, "index_parent": self.index_parent,
+                "version": self.actor_version, "algorithm": dict(self.algo.hyperparameters),
+                "storage": dict(self.storage.hyperparameters)}
 
     def stop(self):
         """Close the environments."""
