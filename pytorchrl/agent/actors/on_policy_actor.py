@@ -173,6 +173,12 @@ class OnPolicyActor(nn.Module):
         """Value estimate (B, 1) of a batch of observations."""
         return self.value_head(self._features(obs)[1])
 
+    def logits_and_value(self, obs):
+        """Raw policy head output (logits for a categorical policy, means for a Gaussian one)
+        and value estimate (B, 1) of a batch of observations."""
+        pf, vf = self._features(obs)
+        return self.dist.linear(pf), self.value_head(vf)
+
     def evaluate_actions(self, obs, action, entropy_grad=True):
         """Return (logp, entropy, value), each (B, 1), of ``action`` taken at ``obs``.
 

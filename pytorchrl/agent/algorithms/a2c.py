@@ -11,6 +11,7 @@ class A2C(OnPolicyAlgorithm):
     """
 
     name = "A2C"
+    has_fused_loss = True
 
     def __init__(self, device, actor, envs=None, lr=7e-4, eps=1e-5, gamma=0.99, num_epochs=1,
                  num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,

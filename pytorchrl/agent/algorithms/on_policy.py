@@ -3,7 +3,9 @@
 import torch
 
 from pytorchrl import ACT, ADV, LOGP, OBS, RET
+from pytorchrl.agent.actors.distributions import CategoricalHead
 from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.fused_loss import categorical_actor_critic_loss
 
 
 def make_adam(params, lr, eps):
@@ -77,18 +79,42 @@ class OnPolicyAlgorithm(Algorithm):
         """Return (policy loss, info dict of 0-d tensors) for one mini-batch."""
         raise NotImplementedError
 
-    def compute_loss(self, batch):
-        logp, entropy, value = self.actor.evaluate_actions(batch[OBS], batch[ACT],
-                                                           entropy_grad=self.entropy_coef != 0.0)
+    #: Clipping range handed to the fused categorical loss (None: A2C's unclipped loss).
+    fused_clip = None
+    #: Whether the policy loss has a fused form (``fused_loss.categorical_actor_critic_loss``).
+    has_fused_loss = False
+
+    def compute_loss(self, batch, fused=True):
+        """Return (loss, info dict of floats) for one mini-batch.
+
+        Parameters
+        ----------
+        batch : dict of tensors
+            OBS, ACT, LOGP, ADV, RET of the mini-batch.
+        fused : bool
+            Use the one-node fused loss for categorical policies (same values and
+            gradients, fewer operators); False always takes the reference autograd path.
+        """
         adv = batch[ADV]
         if self.normalize_advantages and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        if fused and self.has_fused_loss and isinstance(self.actor.dist, CategoricalHead):
+            logits, value = self.actor.logits_and_value(batch[OBS])
+            loss, info = categorical_actor_critic_loss(
+                logits, value, batch[ACT], batch[LOGP], adv, batch[RET], self.fused_clip,
+                self.value_loss_coef, self.entropy_coef)
+        else:
+            loss, info = self._reference_loss(batch, adv)
+        # One conversion for all the reported scalars instead of one per scalar.
+        return loss, dict(zip(info, torch.stack(list(info.values())).tolist()))
+
+    def _reference_loss(self, batch, adv):
+        logp, entropy, value = self.actor.evaluate_actions(batch[OBS], batch[ACT],
+                                                           entropy_grad=self.entropy_coef != 0.0)
         pi_loss, info = self.policy_loss(logp, batch[LOGP], adv)
         value_loss = 0.5 * (batch[RET] - value).pow(2).mean()
         entropy = entropy.mean()
         loss = pi_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
-        # One conversion for all the reported scalars instead of one per scalar.
-        names = ["PolicyLoss", "ValueLoss", "Entropy", "Loss"] + list(info)
-        values = torch.stack([pi_loss.detach(), value_loss.detach(), entropy.detach(), loss.detach()]
-                             + [v.detach() for v in info.values()]).tolist()
-        return loss, dict(zip(names, values))
+        info = {"PolicyLoss": pi_loss.detach(), "ValueLoss": value_loss.detach(), "Entropy": entropy.detach(),
+                "Loss": loss.detach(), **{k: v.detach() for k, v in info.items()}}
+        return loss, info
