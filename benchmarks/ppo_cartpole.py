@@ -24,6 +24,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import statistics
 import shutil
 import subprocess
@@ -62,6 +63,10 @@ def parse_args(argv=None):
                           "default: whatever --ours-python imports (the editable install: the working tree)")
     ap.add_argument("--no-warmup", action="store_true",
                     help="skip the untimed short run of each worker that warms the file cache")
+    ap.add_argument("--wait-idle", type=float, default=None, metavar="SHARE",
+                    help="before each timed run, wait until other processes use less than SHARE (0-1) of "
+                         "the machine's CPU over a 3 s window (at most --wait-max seconds, then run anyway)")
+    ap.add_argument("--wait-max", type=float, default=900)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds allowed to one worker run")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
@@ -117,11 +122,54 @@ def export_head(repo):
     return dest, commit
 
 
+def cpu_jiffies():
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat (None elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    total = sum(fields[:8])          # user nice system idle iowait irq softirq steal
+    idle = fields[3] + fields[4]
+    return (total - idle) / hz, total / hz
+
+
+def children_cpu_s():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def others_share(window=3.0):
+    """Share of the machine's CPU used by other processes over the next ``window`` seconds."""
+    a = cpu_jiffies()
+    time.sleep(window)
+    b = cpu_jiffies()
+    if a is None or b is None or b[1] <= a[1]:
+        return None
+    return min(1.0, max(0.0, (b[0] - a[0]) / (b[1] - a[1])))  # counters tick apart: clamp
+
+
+def wait_idle(args):
+    """Wait until the machine is quiet enough (see --wait-idle); return (share, seconds waited)."""
+    t = time.perf_counter()
+    share = others_share()
+    while share is not None and share >= args.wait_idle and time.perf_counter() - t < args.wait_max:
+        share = others_share()
+    return share, time.perf_counter() - t
+
+
 def run_worker(system, seed, steps, args, eval_episodes=10):
     """Run one worker; return its JSON record plus what the orchestrator measured."""
     cmd = [python_for(system, args), WORKERS[system], "--steps", str(steps), "--seed", str(seed),
            "--eval-episodes", str(eval_episodes)]
+    idle_info = {}
+    if args.wait_idle is not None:
+        share, waited = wait_idle(args)
+        idle_info = {"others_cpu_share_before": None if share is None else round(share, 3),
+                     "waited_for_idle_s": round(waited, 1)}
     load_before = os.getloadavg()
+    jiffies_before, child_cpu_before = cpu_jiffies(), children_cpu_s()
     t = time.perf_counter()
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(system, args), cwd=REPO,
@@ -134,8 +182,14 @@ def run_worker(system, seed, steps, args, eval_episodes=10):
         tail = (r.stderr or r.stdout).strip()[-2000:]
         return {"system": system, "seed": seed, "error": f"exit {r.returncode}", "stderr_tail": tail}
     rec = json.loads(lines[-1])
-    rec.update(process_wall_s=round(wall, 3), loadavg_1min_before=round(load_before[0], 2),
-               loadavg_1min_after=round(os.getloadavg()[0], 2), command=" ".join(cmd))
+    jiffies_after, child_cpu = cpu_jiffies(), children_cpu_s() - child_cpu_before
+    if jiffies_before and jiffies_after and jiffies_after[1] > jiffies_before[1]:
+        # Machine CPU used during the run by anything but this worker, as a share of all cores.
+        other = (jiffies_after[0] - jiffies_before[0]) - child_cpu
+        rec["others_cpu_share_during"] = round(min(1.0, max(0.0, other) / (jiffies_after[1] - jiffies_before[1])), 3)
+    rec.update(process_wall_s=round(wall, 3), process_cpu_s=round(child_cpu, 3),
+               loadavg_1min_before=round(load_before[0], 2), loadavg_1min_after=round(os.getloadavg()[0], 2),
+               command=" ".join(cmd), **idle_info)
     return rec
 
 
@@ -151,6 +205,10 @@ def _fmt(v, digits=0, suffix=""):
     if v == float("inf"):
         return "not solved"
     return f"{v:,.{digits}f}{suffix}"
+
+
+def _fmt_share(v):
+    return "–" if v is None else f"{100 * v:.0f}%"
 
 
 def summarize(records, systems):
@@ -177,6 +235,7 @@ def summarize(records, systems):
             "eval_mean": _median([r["eval_mean"] for r in rs]),
             "eval_min": min(r["eval_mean"] for r in rs),
             "peak_rss_tree_MB": _median([r["peak_rss_tree_MB"] for r in rs]),
+            "others_cpu_share": _median([r.get("others_cpu_share_during") for r in rs]),
             "per_seed_steps_per_s": [r["env_steps_per_s"] for r in rs],
             "per_seed_eval": [r["eval_mean"] for r in rs],
         }
@@ -196,14 +255,14 @@ def render(summary, records, meta):
     lines = [f"PPO CartPole-v1, {meta['steps']:,} env steps, rl-zoo hyperparameters, "
              f"{meta['seeds']} seed(s) per system, interleaved; medians over seeds.", "",
              "| system | env steps/s | env steps per CPU-s | learn wall (s) | total wall incl. start-up (s) | time to solve (s) "
-             "| steps to solve | solved | greedy eval (10 ep), median [min] | peak RSS (MB) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| steps to solve | solved | greedy eval (10 ep), median [min] | peak RSS (MB) | CPU used by others |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for system, s in summary.items():
         lines.append(f"| {names[system]} | {_fmt(s['env_steps_per_s'])} | {_fmt(s['env_steps_per_cpu_s'])} | "
                      f"{_fmt(s['learn_wall_s'], 1)} | "
                      f"{_fmt(s['total_wall_s'], 1)} | {_fmt(s['solve_wall_s'], 1)} | {_fmt(s['solve_env_steps'])} | "
                      f"{s['solved']}/{s['runs']} | {_fmt(s['eval_mean'], 1)} [{_fmt(s['eval_min'], 1)}] | "
-                     f"{_fmt(s['peak_rss_tree_MB'])} |")
+                     f"{_fmt(s['peak_rss_tree_MB'])} | {_fmt_share(s['others_cpu_share'])} |")
     if "ours" in summary and "sb3" in summary:
         o, b = summary["ours"], summary["sb3"]
         ratio = o["env_steps_per_s"] / b["env_steps_per_s"]
@@ -230,6 +289,11 @@ def render(summary, records, meta):
                       f"{'MET' if ok_speed and ok_return else 'NOT MET'} "
                       f"(speed {ratio:.2f}x: {'ok' if ok_speed else 'short'}; "
                       f"return {o['eval_mean']:.1f} vs {b['eval_mean']:.1f}: {'ok' if ok_return else 'lower'})."]
+    shares = [r.get("others_cpu_share_during") for r in records if r.get("others_cpu_share_during") is not None]
+    if shares and max(shares) > 0.15:
+        lines += ["", f"Warning: other processes used up to {100 * max(shares):.0f}% of the machine's CPU during "
+                      "these runs; wall-clock figures are inflated (compare the paired ratios, or rerun with "
+                      "--wait-idle 0.1)."]
     failed = [r for r in records if "error" in r]
     if failed:
         lines += ["", "Failed runs: " + "; ".join(f"{r['system']} seed {r['seed']}: {r['error']}" for r in failed)]
@@ -326,7 +390,7 @@ def run(args):
                 print(f"  {system:4s} seed {seed}: {rec['env_steps_per_s']:>8,.0f} steps/s  learn "
                       f"{rec['learn_wall_s']:6.1f} s  total {rec['total_wall_s']:6.1f} s  eval "
                       f"{rec['eval_mean']:6.1f}  {solve}  peak {rec['peak_rss_tree_MB']:.0f} MB  "
-                      f"(load {rec['loadavg_1min_before']:.1f})", flush=True)
+                      f"(others used {_fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
 
     summary = summarize(records, args.systems)
     table = render(summary, records, meta)

@@ -92,3 +92,14 @@ def test_report_from_synthetic_records():
 def test_quick_flag():
     args = _load_orchestrator().parse_args(["--quick"])
     assert (args.seeds, args.steps, args.no_warmup) == (1, 10_000, True)
+
+
+def test_machine_load_probe():
+    mod = _load_orchestrator()
+    busy_total = mod.cpu_jiffies()
+    if busy_total is None:
+        pytest.skip("no /proc/stat")
+    busy, total = busy_total
+    assert 0 <= busy <= total
+    share = mod.others_share(window=0.2)
+    assert share is None or 0.0 <= share <= 1.0
