@@ -14,8 +14,7 @@ from pytorchrl import cli
 def main(argv=None):
     """Parse ``--conf FILE``, the overrides and the train options, then train; returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="train.py", description="Train an agent described by a YAML configuration file "
-                                     "(the same as 'pytorchrl train').",
+        prog="train.py", description=cli.TRAIN_DESCRIPTION + "\nThe same as 'pytorchrl train CONF'.",
         epilog=cli.TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conf", required=True, metavar="FILE",
                         help="YAML configuration file (e.g. examples/configs/ppo_cartpole.yaml)")

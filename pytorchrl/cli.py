@@ -147,14 +147,11 @@ class StopOnInterrupt:
     the main thread, or where SIGINT is not Python's default handler (ignored by a
     background shell job, or handled by the embedding program), nothing is changed.
 
-    Parameters
-    ----------
-    stream : file
-        Where the "stopping" notice is printed.
+    The handler only sets ``requested``: printing from it could re-enter a write to the
+    same stream that the signal interrupted.
     """
 
-    def __init__(self, stream):
-        self.stream = stream
+    def __init__(self):
         self.requested = False
         self._previous = None
 
@@ -162,7 +159,6 @@ class StopOnInterrupt:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("stopping after this update (Ctrl-C again to stop at once)", file=self.stream, flush=True)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread() and \
@@ -263,7 +259,7 @@ def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False):
         print(f"training {config['algorithm']['name']} on {config['env']['id']} for "
               f"{opts['target_steps']:,} env steps; run directory {run_dir}", file=stream, flush=True)
         try:
-            with StopOnInterrupt(stream) as stop:
+            with StopOnInterrupt() as stop:
                 while not learner.done() and not stop.requested:
                     learner.step()
                     progress.maybe_log()
@@ -320,6 +316,11 @@ def keys_command(args):
 
 
 # ------------------------------------------------------------------------ command line
+TRAIN_DESCRIPTION = """\
+Train an agent described by a YAML configuration file. The configuration is validated
+before anything starts; a progress line is printed every learner.log_every seconds;
+Ctrl-C stops at the end of the current update and saves the model."""
+
 TRAIN_EPILOG = """\
 overrides:
   KEY=VALUE pairs change the configuration after it is loaded; KEY is a dotted path
@@ -328,12 +329,12 @@ overrides:
   'pytorchrl keys' lists every key with its type, default and meaning.
 
 run directory (default runs/<CONF stem>-<timestamp>, or run_dir in the file):
-  config.yaml     the resolved configuration (every default filled in)
-  metrics.csv     one row every learner.log_every seconds, one column per metric
+  config.yaml       the resolved configuration (every default filled in)
+  metrics.csv       one row every learner.log_every seconds, one column per metric
   model.state_dict  the actor's weights (at the end, on Ctrl-C, every learner.save_every s)
-  checkpoint.pt   the full training state, saved with the model
-  summary.yaml    steps, time, final train return and deterministic test return
-  monitor/        one CSV line per finished episode (env.monitor)
+  checkpoint.pt     the full training state, saved with the model
+  summary.yaml      steps, time, final train return and deterministic test return
+  monitor/          one CSV line per finished episode (env.monitor)
 
 exit status: 0 done, 2 error (configuration, environment, resources), 130 interrupted"""
 
@@ -363,9 +364,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     train = sub.add_parser(
         "train", help="train an agent described by a YAML configuration file",
-        description="Train an agent described by a YAML configuration file. The configuration is "
-                    "validated before anything starts; progress is printed every learner.log_every "
-                    "seconds; Ctrl-C stops cleanly and saves the model.",
+        description=TRAIN_DESCRIPTION,
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("conf", metavar="CONF", help="YAML configuration file (e.g. examples/configs/ppo_cartpole.yaml)")
     add_train_arguments(train)
