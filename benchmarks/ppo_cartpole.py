@@ -27,6 +27,7 @@ import platform
 import resource
 import statistics
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -344,6 +345,8 @@ def machine_meta(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    # A terminated run still removes its exported copy of HEAD (the finally below).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     exported = None
     if args.clean_head:
         exported, args.head_commit = export_head(REPO)
