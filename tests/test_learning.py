@@ -3,7 +3,7 @@
 Each test stops as soon as its goal is met and fails only when its step budget runs out.
 Seeds are fixed (environments and torch) so that a run is reproducible on one machine;
 the budgets leave a wide margin over the steps these configurations usually need
-(PPO ~25-40k of 50k, A2C ~15-20k of 60k), so that numerically different but correct
+(PPO ~22-33k of 50k, A2C ~15-20k of 60k), so that numerically different but correct
 implementations pass too.
 """
 
@@ -45,7 +45,7 @@ def train_reward(learner):
 
 def test_ppo_solves_cartpole():
     budget = 50_000
-    algo_factory, name = PPO.create_factory(lr=1e-3, num_epochs=10, mini_batch_size=256, clip_param=0.2,
+    algo_factory, name = PPO.create_factory(lr=1e-3, num_epochs=20, mini_batch_size=256, clip_param=0.2,
                                             gamma=0.98, entropy_coef=0.0, value_loss_coef=0.5, max_grad_norm=0.5,
                                             test_every=10**9, num_test_episodes=5)
     learner = cartpole_learner(algo_factory, name, GAEBuffer.create_factory(size=32, gae_lambda=0.8), budget)
