@@ -75,10 +75,23 @@ class Algorithm(ABC):
         """
         value = check_parameter(self.hyperparameters, parameter_name, new_parameter_value,
                                 f"{self.name} hyperparameter")
+        old = getattr(self, parameter_name)
         setattr(self, parameter_name, value)
+        try:
+            self.check_hyperparameters()
+        except (ValueError, TypeError):
+            setattr(self, parameter_name, old)  # a refused change leaves nothing changed
+            raise
         if parameter_name == "lr":
             for group in self.optimizer.param_groups:
                 group["lr"] = float(new_parameter_value)
+
+    def check_hyperparameters(self):
+        """Raise ValueError/TypeError if a hyperparameter holds a value the algorithm cannot use.
+
+        Called by the constructor and by every hot-swap, so that a change refused at
+        construction is refused while training too.
+        """
 
     # ------------------------------------------------------------------- acting
     @torch.inference_mode()
@@ -128,7 +141,8 @@ class Algorithm(ABC):
         for p in self.actor.parameters():
             g = p.grad
             if g is not None:
-                g = g.detach().cpu() if grads_to_cpu else g.detach().clone()
+                # A copy, always: apply_gradients clips .grad in place.
+                g = g.detach().to("cpu", copy=True) if grads_to_cpu else g.detach().clone()
             grads.append(g)
         return grads, info
 

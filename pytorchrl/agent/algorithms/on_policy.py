@@ -70,10 +70,24 @@ class OnPolicyAlgorithm(Algorithm):
         self.normalize_advantages = bool(normalize_advantages)
         self.test_every = int(test_every)
         self.num_test_episodes = int(num_test_episodes)
-        for name in ("num_epochs", "num_mini_batch", "test_every"):
+        self.check_hyperparameters()
+        self.optimizer = make_adam(actor.parameters(), lr=self.lr, eps=self.eps)
+
+    def check_hyperparameters(self):
+        for name in ("num_epochs", "num_mini_batch", "test_every", "num_test_episodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{self.name} hyperparameter {name} must be >= 1, got {getattr(self, name)}")
-        self.optimizer = make_adam(actor.parameters(), lr=self.lr, eps=self.eps)
+        for name in ("mini_batch_size", "max_grad_norm"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise TypeError(f"{self.name} hyperparameter {name} must be a number or None, got {value!r}")
+        if self.mini_batch_size is not None and self.mini_batch_size < 1:
+            raise ValueError(f"{self.name} hyperparameter mini_batch_size must be >= 1, got {self.mini_batch_size}")
+        for name in ("lr", "gamma", "entropy_coef", "value_loss_coef", "clip_param"):
+            if getattr(self, name, 0.0) < 0:
+                raise ValueError(f"{self.name} hyperparameter {name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"{self.name} hyperparameter gamma must be in [0, 1], got {self.gamma}")
 
     def policy_loss(self, logp, old_logp, adv):
         """Return (policy loss, info dict of 0-d tensors) for one mini-batch."""

@@ -240,7 +240,8 @@ class VanillaOnPolicyBuffer:
         Parameters
         ----------
         num_mini_batch : int
-            Mini-batches per epoch when ``mini_batch_size`` is None.
+            Mini-batches per epoch when ``mini_batch_size`` is None (sizes differ by at most
+            one sample when it does not divide the number of samples).
         mini_batch_size : int or None
             Samples per mini-batch (the last one of an epoch may be smaller).
         num_epochs : int
@@ -251,13 +252,10 @@ class VanillaOnPolicyBuffer:
         n = self.num_samples
         if n == 0:
             return
-        size = mini_batch_size or max(1, n // num_mini_batch)
         for _ in range(num_epochs):
             perm = torch.randperm(n, generator=generator, device=self.device)
-            for start in range(0, n, size):
-                idx = perm[start:start + size]
-                if mini_batch_size is None and start + size > n and start > 0 and n - start < size // 2:
-                    break  # a sliver left by integer division adds noise, not data
+            parts = perm.split(mini_batch_size) if mini_batch_size else perm.tensor_split(min(num_mini_batch, n))
+            for idx in parts:
                 yield {k: v[idx] for k, v in self.flat.items()}
 
     def after_gradients(self):
