@@ -239,17 +239,22 @@ class CWorker(Worker):
         float
             Mean return over the episodes.
         """
-        envs = self.envs_test if self.envs_test is not None else None
+        envs = self.envs_test
         if envs is None:
             raise ValueError("evaluate() needs test environments (test_envs_factory)")
         n = int(num_episodes or self.algo.num_test_episodes)
         quota = -(-n // envs.num_envs)   # episodes per env: every env contributes equally
         returns = [[] for _ in range(envs.num_envs)]
-        obs = envs.reset()
+        obs = envs.reset_numpy()
         envs.pop_finished_episodes()
+        on_cpu = self.device.type == "cpu"
         while sum(min(len(r), quota) for r in returns) < n:
-            _, env_action, _, _ = self.algo.acting(obs, deterministic=deterministic)
-            obs, _, _, _, final_obs = envs.step(env_action)
+            if on_cpu:
+                env_action = self.algo.acting_numpy(obs, deterministic=deterministic)[1]
+            else:
+                obs_t = torch.as_tensor(obs, device=self.device)
+                env_action = self.algo.acting(obs_t, deterministic=deterministic)[1].cpu().numpy()
+            obs, _, _, _, final_obs = envs.step_numpy(env_action)
             if final_obs:
                 finished = envs.pop_finished_episodes()
                 for i, (ret, _) in zip(sorted(final_obs), finished):
