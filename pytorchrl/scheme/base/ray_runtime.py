@@ -1,17 +1,31 @@
-"""Starting or joining Ray, and refusing resource requests that can never be scheduled.
+"""Starting or joining Ray, refusing impossible resource requests, and clear remote errors.
 
-Ray is imported only here and only when a scheme has remote workers, so that a scheme
+Ray is imported only here (and only when a scheme has remote workers), so that a scheme
 with one worker at every level runs without it.
 """
 
+import math
 import os
+import re
+import threading
 
 
 class ResourceError(RuntimeError):
-    """A resource request that the Ray cluster cannot satisfy."""
+    """A resource request that the Ray cluster can never satisfy."""
 
 
+class WorkerError(RuntimeError):
+    """A remote worker failed; the message names the workers, the error type and its text."""
+
+
+# A local Ray instance started by this module is shut down when the last scheme using it
+# stops; a cluster that was joined (or initialised by the user) is never shut down here.
+_lock = threading.Lock()
 _started_here = False
+_users = 0
+
+#: Resource keys accepted in a worker's resource dict (``Worker.as_remote`` arguments).
+RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "object_store_memory", "resources")
 
 
 def require_ray():
@@ -25,6 +39,9 @@ def require_ray():
 
 def ensure_ray(address=None, num_cpus=None):
     """Make sure this process is connected to Ray, starting a local instance if needed.
+
+    Inside a Ray worker (a remote gradient worker building its collectors) Ray is already
+    initialised and nothing happens.
 
     Parameters
     ----------
@@ -40,30 +57,105 @@ def ensure_ray(address=None, num_cpus=None):
     """
     global _started_here
     ray = require_ray()
-    if ray.is_initialized():
-        return ray
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=True, include_dashboard=False)
-    else:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=True,
-                 configure_logging=False)
-        _started_here = True
+    with _lock:
+        if ray.is_initialized():
+            return ray
+        address = address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=True)
+        else:
+            ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=True,
+                     configure_logging=False)
+            _started_here = True
     return ray
+
+
+def acquire_ray(address=None, num_cpus=None):
+    """``ensure_ray`` for a user of Ray that will call ``release_ray`` when it is done
+    (a Scheme): a local instance started here stays up while any user holds it."""
+    global _users
+    ray = ensure_ray(address, num_cpus)
+    with _lock:
+        _users += 1
+    return ray
+
+
+def release_ray():
+    """Give back a hold taken with ``acquire_ray``; the last one shuts down a local
+    instance that this module started (a joined cluster stays up)."""
+    global _users, _started_here
+    with _lock:
+        _users = max(0, _users - 1)
+        if _users or not _started_here:
+            return
+        _started_here = False
+    ray = require_ray()
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def shutdown_ray_if_started_here():
     """Shut down the local Ray instance if this module started it (a joined cluster stays up)."""
-    global _started_here
-    if _started_here:
+    global _started_here, _users
+    with _lock:
+        started, _started_here, _users = _started_here, False, 0
+    if started:
         ray = require_ray()
         if ray.is_initialized():
             ray.shutdown()
-        _started_here = False
+
+
+def ray_started_here():
+    """True while a local Ray instance started by this module is running."""
+    return _started_here
+
+
+def validate_resources(resources, what):
+    """Check the keys and values of one worker's resource dict; return a clean copy.
+
+    Parameters
+    ----------
+    resources : dict
+        ``Worker.as_remote`` arguments: num_cpus, num_gpus, memory, object_store_memory,
+        resources (custom resources, a dict).
+    what : str
+        Words naming the workers, for the messages.
+
+    Raises
+    ------
+    ValueError
+        For an unknown key or a negative or non-numeric amount.
+    """
+    resources = dict(resources or {})
+    unknown = sorted(set(resources) - set(RESOURCE_KEYS))
+    if unknown:
+        raise ValueError(f"unknown resource key(s) {unknown} for {what}; valid: {list(RESOURCE_KEYS)}")
+    amounts = [(k, v) for k, v in resources.items() if k != "resources"]
+    amounts += list((resources.get("resources") or {}).items())
+    for key, value in amounts:
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
+            raise ValueError(f"resource {key!r} of {what} must be a non-negative number, got {value!r}")
+    return resources
+
+
+def _demand(res):
+    """Ray resource name -> amount asked by one actor with the resource dict ``res``."""
+    names = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+    out = {names[k]: float(v) for k, v in res.items() if k in names and v}
+    for key, v in (res.get("resources") or {}).items():
+        if v:
+            out[key] = out.get(key, 0.0) + float(v)
+    return out
 
 
 def check_schedulable(requests):
     """Refuse at once a set of actor resource requests that the cluster can never hold.
+
+    Two checks, both against what the cluster's alive nodes have in total (not what is free
+    now: busy resources free up, missing ones never appear): every actor must fit on some
+    node, and all actors together must fit in the cluster.
 
     Parameters
     ----------
@@ -78,28 +170,28 @@ def check_schedulable(requests):
     """
     ray = require_ray()
     total = ray.cluster_resources()
-    names = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
-    demand = {}
-    parts = {}
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    demand, parts = {}, {}
     for what, count, res in requests:
         if count <= 0:
             continue
-        items = [(names.get(k, k), v) for k, v in res.items() if k in names and v]
-        items += list((res.get("resources") or {}).items())
-        for key, v in items:
-            demand[key] = demand.get(key, 0) + count * v
+        one = _demand(res)
+        for key, v in one.items():
+            if not any(node.get(key, 0.0) + 1e-9 >= v for node in nodes):
+                biggest = max((node.get(key, 0.0) for node in nodes), default=0.0)
+                raise ResourceError(
+                    f"impossible resource request: each of the {what} asks for {v:g} {key}, but no "
+                    f"node of the Ray cluster has that much (the largest has {biggest:g} {key}). "
+                    f"Lower the per-worker resources (e.g. col_workers_resources={{'num_cpus': 0.5}}).")
+            demand[key] = demand.get(key, 0.0) + count * v
             parts.setdefault(key, []).append(f"{count} {what} x {v:g}")
     for key, need in demand.items():
-        have = total.get(key, 0)
+        have = total.get(key, 0.0)
         if need > have + 1e-9:
             raise ResourceError(
                 f"impossible resource request: {' + '.join(parts[key])} = {need:g} {key}, "
                 f"but the Ray cluster has {have:g} {key}. Lower the per-worker resources "
                 f"(e.g. col_workers_resources={{'num_cpus': 0.5}}) or the number of workers.")
-
-
-class WorkerError(RuntimeError):
-    """A remote worker failed; the message carries the original error's type and text."""
 
 
 def remote_get(refs, timeout=None, what="remote worker"):
@@ -115,22 +207,41 @@ def remote_get(refs, timeout=None, what="remote worker"):
         Words naming the workers, for the messages.
     """
     ray = require_ray()
-    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
     try:
         return ray.get(refs, timeout=timeout)
-    except RayTaskError as exc:
+    except Exception as exc:  # every Ray failure becomes one line naming its cause
+        raise as_worker_error(exc, what, timeout) from None
+
+
+def as_worker_error(exc, what, timeout=None):
+    """The WorkerError (one line) describing the Ray exception ``exc`` raised by ``what``."""
+    from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+    if isinstance(exc, WorkerError) and not isinstance(exc, RayError):
+        return exc
+    if isinstance(exc, GetTimeoutError):
+        return WorkerError(f"{what} did not answer within {timeout:g} s "
+                           f"(not enough free resources in the cluster to start them?)")
+    if isinstance(exc, RayTaskError):
         cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-        raise WorkerError(f"{what} failed: {type(cause).__name__}: {_first_line(cause)}") from None
-    except RayActorError as exc:
-        cause = getattr(exc, "cause", None) or exc
-        raise WorkerError(f"{what} died: {_first_line(cause)}") from None
-    except GetTimeoutError:
-        raise WorkerError(f"{what} did not answer within {timeout:g} s "
-                          f"(not enough free resources to start it?)") from None
+        if isinstance(cause, WorkerError):
+            # Already one line from a worker further down (a gradient worker reporting its
+            # collectors): keep it, naming the path.
+            return WorkerError(f"{what}: {cause}")
+        return WorkerError(f"{what} failed: {type(cause).__name__}: {_last_line(cause)}")
+    if isinstance(exc, RayActorError):
+        text = getattr(exc, "error_msg", None) or str(exc)
+        if "creation task" in text:
+            return WorkerError(f"{what} could not be built: {_last_line(text)}")
+        return WorkerError(f"{what} died: {_last_line(text)}")
+    if isinstance(exc, RayError):
+        return WorkerError(f"{what}: {type(exc).__name__}: {_last_line(exc)}")
+    return exc
 
 
-def _first_line(exc):
+def _last_line(exc):
     text = str(exc).strip()
     # Ray prefixes remote messages with a traceback; the cause is its last line.
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else type(exc).__name__
+    line = lines[-1].strip() if lines else type(exc).__name__
+    # "package.module.SomeError: text" -> "SomeError: text"
+    return re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*: )", "", line)

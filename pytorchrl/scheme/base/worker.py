@@ -1,5 +1,9 @@
 """Worker base class: a plain Python object that can also run as a Ray actor."""
 
+import os
+import random
+
+import numpy as np
 import torch
 
 
@@ -28,7 +32,7 @@ class Worker:
         Parameters
         ----------
         num_cpus : float
-            CPUs reserved for each actor.
+            CPUs reserved for each actor (fractions let several share a core).
         num_gpus : float
             GPUs reserved for each actor (0 schedules on machines without GPUs).
         memory : int or None
@@ -41,7 +45,10 @@ class Worker:
         """
         from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
-        options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "concurrency_groups": {cls.CONTROL: 1}}
+        # max_restarts=0: a worker that dies is reported (WorkerError), never silently
+        # rebuilt with fresh weights and environments.
+        options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0,
+                   "concurrency_groups": {cls.CONTROL: 1}}
         if memory:
             options["memory"] = int(memory)
         if resources:
@@ -58,3 +65,24 @@ class Worker:
     def ping(self):
         """Answer True: used to wait until a remote worker is built."""
         return True
+
+    def set_seed(self, seed):
+        """Seed this process's torch, numpy and random generators.
+
+        Remote workers are seeded with distinct seeds drawn by their worker set, so that
+        each samples its own actions and mini-batches yet a run is reproducible; without
+        it every new process would start torch from the same default seed.
+        """
+        torch.manual_seed(seed)
+        np.random.seed(seed % 2 ** 32)
+        random.seed(seed)
+        return True
+
+    def process_info(self):
+        """(node id, process id) of the process this worker lives in."""
+        try:
+            import ray
+            node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        except Exception:  # Ray missing or not in a Ray process: a local worker
+            node = None
+        return node, os.getpid()

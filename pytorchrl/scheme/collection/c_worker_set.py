@@ -1,10 +1,11 @@
 """CWorkerSet: the collection workers of one gradient worker, and how their data is gathered."""
 
+import math
 import time
 
 import pytorchrl as prl
 from pytorchrl.scheme.base.worker import Worker, default_remote_config
-from pytorchrl.scheme.base.worker_set import WorkerSet
+from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
 from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
 from pytorchrl.scheme.transport import unpack
 
@@ -17,6 +18,19 @@ class CWorkerSet(WorkerSet):
     With ``num_workers=0`` the local worker collects (no Ray). With remote workers, they
     collect and the local worker holds the learner's actor, evaluates it on the test
     environments and is the source of the weights sent to the remote ones.
+
+    Preemption (synchronous collection only). With ``fraction_samples`` f and
+    ``fraction_workers`` g both 1.0 (the default) every round waits for every worker. With
+    either below 1, the collectors still running are cut at a step boundary once
+
+    - at least a fraction g of the workers have finished their rollouts (at least one), and
+    - the round holds at least a fraction f of its samples: each straggler is told how
+      many steps it must still keep so that, with the rollouts already in, f is reached.
+
+    A threshold left at 1.0 sets no condition of its own when the other is below 1: f=0.75
+    alone cuts the stragglers once 75 % of the round's samples are in; g=0.5 alone cuts
+    them as soon as half the workers are done. Cut rollouts hold whole transitions and are
+    bootstrapped from the value of their last observation, like full ones.
 
     Parameters
     ----------
@@ -31,14 +45,15 @@ class CWorkerSet(WorkerSet):
     initial_weights : dict or None
         Initial actor weights.
     fraction_samples : float
-        In synchronous collection, once this fraction of the round's samples is in (and
-        ``fraction_workers`` of the workers have answered) the remaining workers are cut off.
+        In (0, 1]: fraction of a synchronous round's samples after which stragglers may be
+        cut (see above).
     fraction_workers : float
-        Fraction of the workers that must have finished before stragglers are cut off.
+        In (0, 1]: fraction of the workers that must have finished before stragglers are
+        cut (see above).
     total_parent_workers : int
         Total number of gradient workers in the scheme.
     compress_data_to_send : bool or "auto"
-        Compress rollouts sent by remote workers.
+        Compress rollouts sent by remote workers (see ``pytorchrl.scheme.transport``).
     train_envs_factory, test_envs_factory : callable
         Environment factories (see CWorker).
     worker_remote_config : dict
@@ -48,10 +63,11 @@ class CWorkerSet(WorkerSet):
         ``prl.ASYNC`` (workers collect continuously; the first ready rollout is handed over).
     max_policy_lag : int or None
         Asynchronous collection: rollouts produced by weights more than this many versions
-        old are dropped (and counted); None accepts any lag.
+        older than the current ones are dropped (and counted); None accepts any lag.
     """
 
     role = "collection workers"
+    parent_role = "gradient worker"
 
     def __init__(self, num_workers, index_parent, algo_factory, actor_factory, storage_factory,
                  local_device=None, initial_weights=None, fraction_samples=1.0, fraction_workers=1.0,
@@ -61,33 +77,42 @@ class CWorkerSet(WorkerSet):
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
-            if not 0.0 < v <= 1.0:
-                raise ValueError(f"{name} must be in (0, 1], got {v}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {v!r}")
+        if compress_data_to_send not in (True, False, "auto"):
+            raise ValueError(f"compress_data_to_send must be True, False or 'auto', got {compress_data_to_send!r}")
+        if max_policy_lag is not None and (isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int)
+                                           or max_policy_lag < 0):
+            raise ValueError(f"max_policy_lag must be None or a non-negative integer, got {max_policy_lag!r}")
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
         self.communication = communication
         self.max_policy_lag = max_policy_lag
         self.total_parent_workers = total_parent_workers
+        self.compress_data_to_send = compress_data_to_send
         params = dict(index_parent=index_parent, algo_factory=algo_factory, actor_factory=actor_factory,
                       storage_factory=storage_factory, compress_data_to_send=compress_data_to_send,
                       fraction_samples=fraction_samples, initial_weights=initial_weights)
+        # The local worker's rollouts never leave this process: nothing to compress. With
+        # remote workers it collects nothing and keeps no training environments.
         self._local_params = dict(train_envs_factory=train_envs_factory if num_workers == 0 else no_envs,
-                                  test_envs_factory=test_envs_factory)
+                                  test_envs_factory=test_envs_factory, compress_data_to_send=False)
         self._remote_params = dict(train_envs_factory=train_envs_factory, test_envs_factory=no_envs)
-        super().__init__(CWorker, params, index_parent, num_workers,
-                         worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device)
         self.version = 0            # version of the local (learner's) weights
         self._weights_ref = None    # object-store copy of the weights, put once per version
         self._weights_ref_version = -1
         self._round = 0
         self._in_flight = {}        # async: ref -> worker
-        self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0}
+        self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0, "weight_puts": 0}
+        super().__init__(CWorker, params, index_parent, num_workers,
+                         worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device)
 
     def _build_local(self, worker_class, worker_params, local_device):
-        return worker_class(index_worker=0, device=local_device, **worker_params, **self._local_params)
+        params = dict(worker_params, **self._local_params)
+        return worker_class(index_worker=0, device=local_device, **params)
 
-    def _build_remote(self, remote_cls, index, worker_params):
-        return remote_cls.remote(index_worker=index, device="cpu", **worker_params, **self._remote_params)
+    def _build_remote(self, remote_cls, index, worker_params, device="cpu"):
+        return remote_cls.remote(index_worker=index, device=device, **worker_params, **self._remote_params)
 
     @classmethod
     def create_factory(cls, num_workers, algo_factory, actor_factory, storage_factory, test_envs_factory=no_envs,
@@ -100,15 +125,13 @@ class CWorkerSet(WorkerSet):
         ``col_fraction_workers`` is ``fraction_workers``, ``col_worker_resources`` is
         ``worker_remote_config``).
         """
-        def collection_worker_set_factory(device, initial_weights=None, index_parent=0):
-            return cls(num_workers=num_workers, index_parent=index_parent, algo_factory=algo_factory,
-                       actor_factory=actor_factory, storage_factory=storage_factory, local_device=device,
-                       initial_weights=initial_weights, fraction_samples=col_fraction_samples,
-                       fraction_workers=col_fraction_workers, total_parent_workers=total_parent_workers,
-                       compress_data_to_send=compress_data_to_send, train_envs_factory=train_envs_factory,
-                       test_envs_factory=test_envs_factory, worker_remote_config=col_worker_resources,
-                       communication=communication, max_policy_lag=max_policy_lag)
-        return collection_worker_set_factory
+        return WorkerSetFactory(cls, {"local_device": None, "initial_weights": None, "index_parent": 0},
+                                num_workers=num_workers, algo_factory=algo_factory, actor_factory=actor_factory,
+                                storage_factory=storage_factory, fraction_samples=col_fraction_samples,
+                                fraction_workers=col_fraction_workers, total_parent_workers=total_parent_workers,
+                                compress_data_to_send=compress_data_to_send, train_envs_factory=train_envs_factory,
+                                test_envs_factory=test_envs_factory, worker_remote_config=col_worker_resources,
+                                communication=communication, max_policy_lag=max_policy_lag)
 
     # ------------------------------------------------------------------ weights
     def set_version(self, version):
@@ -116,12 +139,20 @@ class CWorkerSet(WorkerSet):
         self.version = int(version)
         self.local_worker().actor_version = self.version
 
+    def invalidate_weights(self):
+        """Forget the object-store copy of the weights: the local actor changed without a new
+        version (a restored checkpoint, a replaced actor)."""
+        self._weights_ref = None
+        self._weights_ref_version = -1
+
     def _current_weights(self):
-        """Reference to the current weights in the object store, put once per version."""
+        """Reference to the current weights in the object store, put once per version and
+        shared by every request (Ray reads it once per node)."""
         if self._weights_ref_version != self.version:
             from pytorchrl.scheme.base.ray_runtime import require_ray
             self._weights_ref = require_ray().put(self.local_worker().get_weights())
             self._weights_ref_version = self.version
+            self.stats["weight_puts"] += 1
         return self._weights_ref
 
     # --------------------------------------------------------------- collection
@@ -132,7 +163,8 @@ class CWorkerSet(WorkerSet):
         -------
         rollouts : list of (data dict, info dict)
             Synchronous: one per worker (cut ones included). Asynchronous: the first ready
-            rollout within the policy-lag bound.
+            rollout within the policy-lag bound. Every info has ``policy_lag``: how many
+            versions the weights that produced the rollout are behind the current ones.
         info : dict
             ``TestReward`` if the local worker evaluated, ``collect_wait`` seconds waited.
         """
@@ -160,31 +192,43 @@ class CWorkerSet(WorkerSet):
         ray = require_ray()
         weights = self._current_weights()
         workers = self.remote_workers()
+        n = len(workers)
         round_id = self._round
         refs = [w.collect_data.remote(listen_to=["sync"], weights=weights, version=self.version,
-                                      round_id=round_id) for w in workers]
-        owner = dict(zip(refs, workers))
+                                      round_id=round_id, pack_data=True) for w in workers]
+        slot = {ref: i for i, ref in enumerate(refs)}
+        results = [None] * n
         pending = list(refs)
-        results = {}
-        expected = None
-        samples = 0
         preempting = self.fraction_samples < 1.0 or self.fraction_workers < 1.0
-        interrupted = False
+        # Workers that must have finished before stragglers may be cut (at least one: its
+        # rollout tells how many samples a full one holds).
+        quorum = max(1, math.ceil(self.fraction_workers * n - 1e-9)) if self.fraction_workers < 1.0 else 1
+        sent = {}                   # straggler index -> min_steps last sent
+        done_samples, full_steps, num_envs = 0, None, None
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
-            data, winfo = remote_get(ready[0], what=self.role)
-            results[ready[0]] = (data, winfo)
-            samples += winfo["collected_samples"]
-            if expected is None:
-                # Every worker collects the same amount per round unless cut.
-                expected = winfo["collected_samples"] * len(workers)
-            if preempting and not interrupted and pending and \
-                    samples >= self.fraction_samples * expected and \
-                    len(results) >= self.fraction_workers * len(workers):
-                for ref in pending:
-                    owner[ref].interrupt.options(concurrency_group=Worker.CONTROL).remote(round_id)
-                interrupted = True
-        return [results[r] for r in refs]
+            i = slot[ready[0]]
+            results[i] = remote_get(ready[0], what=self.worker_name(i + 1))
+            winfo = results[i][1]
+            done_samples += winfo["collected_samples"]
+            if full_steps is None and not winfo.get("cut"):
+                full_steps = winfo["steps"]
+                num_envs = winfo["collected_samples"] // max(1, winfo["steps"])
+            if not (preempting and pending and full_steps and n - len(pending) >= quorum):
+                continue
+            stragglers = [slot[r] for r in pending]
+            min_steps = 0
+            if self.fraction_samples < 1.0:
+                target = self.fraction_samples * n * full_steps * num_envs
+                needed = max(0.0, target - done_samples)
+                min_steps = math.ceil(needed / (len(stragglers) * num_envs) - 1e-9)
+            if min_steps >= full_steps:
+                continue  # they must finish anyway: nothing to cut yet
+            for j in stragglers:
+                if sent.get(j, full_steps) > min_steps:
+                    workers[j].interrupt.options(concurrency_group=Worker.CONTROL).remote(round_id, min_steps)
+                    sent[j] = min_steps
+        return results
 
     def _collect_async(self):
         from pytorchrl.scheme.base.ray_runtime import require_ray, remote_get
@@ -195,7 +239,8 @@ class CWorkerSet(WorkerSet):
         while True:
             ready, _ = ray.wait(list(self._in_flight), num_returns=1)
             worker = self._in_flight.pop(ready[0])
-            data, winfo = remote_get(ready[0], what=self.role)
+            index = self.remote_workers().index(worker) + 1
+            data, winfo = remote_get(ready[0], what=self.worker_name(index))
             self._submit(worker)  # back to work at once, with the newest weights
             lag = self.version - winfo["version"]
             if self.max_policy_lag is not None and lag > self.max_policy_lag:
@@ -204,7 +249,7 @@ class CWorkerSet(WorkerSet):
             return [(data, winfo)]
 
     def _submit(self, worker):
-        ref = worker.collect_data.remote(weights=self._current_weights(), version=self.version)
+        ref = worker.collect_data.remote(weights=self._current_weights(), version=self.version, pack_data=True)
         self._in_flight[ref] = worker
 
     # ------------------------------------------------------------------ control
@@ -214,11 +259,26 @@ class CWorkerSet(WorkerSet):
         Remote calls are queued behind the worker's current call, so they apply between
         rollouts; the call returns once every worker has applied it (acknowledged).
         """
-        from_local = getattr(self.local_worker(), method)(*args)
+        local = self.local_worker()
+        remotes = self.remote_workers()
+        if method == "replace_agent_component" and remotes and args[0] == "envs_train":
+            from_local = args[0]  # the local worker collects nothing: it keeps no train envs
+        else:
+            from_local = getattr(local, method)(*args)
+        if method == "replace_agent_component":
+            self.invalidate_weights()
+        if remotes:
+            from pytorchrl.scheme.base.ray_runtime import remote_get
+            remote_get([getattr(w, method).remote(*args) for w in remotes], what=self.role)
+        return from_local
+
+    def get_hyperparameters(self):
+        """``get_hyperparameters()`` of the local worker and of every remote worker, in order."""
+        out = [self.local_worker().get_hyperparameters()]
         if self.remote_workers():
             from pytorchrl.scheme.base.ray_runtime import remote_get
-            remote_get([getattr(w, method).remote(*args) for w in self.remote_workers()], what=self.role)
-        return from_local
+            out += remote_get([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
+        return out
 
     def stop(self):
         """Drop in-flight requests and stop every worker."""
