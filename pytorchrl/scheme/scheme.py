@@ -34,11 +34,15 @@ class Scheme:
     col_workers_communication : str
         ``prl.SYNC`` or ``prl.ASYNC`` collection.
     col_workers_resources : dict
-        Ray resources of each remote collection worker (CPU only by default).
+        Ray resources of each remote collection worker (``Worker.as_remote`` arguments:
+        num_cpus, num_gpus, memory, resources; default one CPU, no GPU). Fractions let
+        several workers share a core, e.g. ``{"num_cpus": 0.5}``.
     col_preemption_thresholds : dict
-        ``{"fraction_samples": f, "fraction_workers": g}``: in synchronous collection, once a
-        fraction f of the round's samples is in and a fraction g of the workers answered,
-        the remaining collectors are cut off.
+        ``{"fraction_samples": f, "fraction_workers": g}``, each in (0, 1], default 1.0 (no
+        preemption). In synchronous collection with either below 1, the collectors still
+        running are cut at a step boundary once a fraction g of the workers have finished
+        and the round holds a fraction f of its samples (a threshold left at 1.0 sets no
+        condition of its own); see ``CWorkerSet``.
     num_grad_workers : int
         Gradient workers.
     grad_compress_data : bool or "auto"
@@ -46,7 +50,7 @@ class Scheme:
     grad_workers_communication : str
         ``prl.SYNC`` or ``prl.ASYNC`` (A3C) gradient application.
     grad_workers_resources : dict
-        Ray resources of each remote gradient worker (CPU only by default).
+        Ray resources of each remote gradient worker (as ``col_workers_resources``).
     local_device : str or None
         Device of the workers in this process.
     decentralized_update_execution : bool
@@ -70,24 +74,45 @@ class Scheme:
         if unknown:
             raise ValueError(f"unknown col_preemption_thresholds keys {sorted(unknown)}; valid: {sorted(thresholds)}")
         thresholds.update(col_preemption_thresholds or {})
+        for name, v in thresholds.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0:
+                raise ValueError(f"col_preemption_thresholds[{name!r}] must be in (0, 1], got {v!r}")
         for name, n in (("num_col_workers", num_col_workers), ("num_grad_workers", num_grad_workers)):
             if not isinstance(n, int) or n < 1:
                 raise ValueError(f"{name} must be a positive integer, got {n!r}")
         if decentralized_update_execution and grad_workers_communication != prl.SYNC:
             raise ValueError("decentralized_update_execution needs grad_workers_communication=prl.SYNC")
-        col_res = dict(col_workers_resources or DEFAULT_COL_RESOURCES)
-        grad_res = dict(grad_workers_resources or DEFAULT_GRAD_RESOURCES)
+        for name, mode in (("col_workers_communication", col_workers_communication),
+                           ("grad_workers_communication", grad_workers_communication)):
+            if mode not in (prl.SYNC, prl.ASYNC):
+                raise ValueError(f"{name} must be prl.SYNC or prl.ASYNC, got {mode!r}")
+        for name, mode in (("col_compress_data", col_compress_data), ("grad_compress_data", grad_compress_data)):
+            if mode not in (True, False, "auto"):
+                raise ValueError(f"{name} must be True, False or 'auto', got {mode!r}")
+        for name, lag in (("max_policy_lag", max_policy_lag), ("max_grad_lag", max_grad_lag)):
+            if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 0):
+                raise ValueError(f"{name} must be None or a non-negative integer, got {lag!r}")
+        from pytorchrl.scheme.base.ray_runtime import validate_resources
+        col_res = validate_resources(col_workers_resources or DEFAULT_COL_RESOURCES, "collection workers")
+        grad_res = validate_resources(grad_workers_resources or DEFAULT_GRAD_RESOURCES, "gradient workers")
         remote_cols = 0 if num_col_workers == 1 else num_col_workers
         remote_grads = 0 if num_grad_workers == 1 else num_grad_workers
         self.num_col_workers, self.num_grad_workers = num_col_workers, num_grad_workers
         self.uses_ray = bool(remote_cols or remote_grads)
+        self._holds_ray = False
+        self.update_worker = None
         if self.uses_ray:
-            from pytorchrl.scheme.base.ray_runtime import check_schedulable, ensure_ray
-            ensure_ray()
+            from pytorchrl.scheme.base.ray_runtime import acquire_ray, check_schedulable
+            acquire_ray()
+            self._holds_ray = True
             # The whole tree is checked before anything starts, so an impossible request
             # fails at once instead of leaving half a scheme waiting for resources.
-            check_schedulable([("gradient workers", remote_grads, grad_res),
-                               ("collection workers", remote_cols * num_grad_workers, col_res)])
+            try:
+                check_schedulable([("gradient workers", remote_grads, grad_res),
+                                   ("collection workers", remote_cols * num_grad_workers, col_res)])
+            except BaseException:
+                self._release_ray()
+                raise
 
         col_kwargs = dict(algo_factory=algo_factory, actor_factory=actor_factory,
                           storage_factory=storage_factory, test_envs_factory=test_envs_factory,
@@ -110,17 +135,30 @@ class Scheme:
                                          decentralized_update_execution=decentralized_update_execution,
                                          local_device=local_device, max_grad_lag=max_grad_lag)
         except BaseException:
-            self._shutdown_ray()
+            # The worker sets stop what they started before failing; what is left is Ray.
+            self._release_ray()
             raise
 
-    def stop(self):
-        """Stop every worker; a local Ray instance started for this scheme is shut down."""
-        try:
-            self.update_worker.stop()
-        finally:
-            self._shutdown_ray()
+    def process_info(self):
+        """(node id, pid) of every remote worker process of the scheme (empty in-process)."""
+        return self.update_worker.process_info() if self.update_worker is not None else []
 
-    def _shutdown_ray(self):
-        if self.uses_ray:
-            from pytorchrl.scheme.base.ray_runtime import shutdown_ray_if_started_here
-            shutdown_ray_if_started_here()
+    def get_hyperparameters(self):
+        """Parameters held by every worker (see ``UWorker.get_hyperparameters``)."""
+        return self.update_worker.get_hyperparameters()
+
+    def stop(self):
+        """Stop every worker (remote ones are killed, and gone when this returns); a local
+        Ray instance started for this scheme is shut down once no other scheme uses it.
+        Calling it again does nothing."""
+        try:
+            if self.update_worker is not None:
+                self.update_worker.stop()
+        finally:
+            self._release_ray()
+
+    def _release_ray(self):
+        if self._holds_ray:
+            self._holds_ray = False
+            from pytorchrl.scheme.base.ray_runtime import release_ray
+            release_ray()

@@ -68,7 +68,7 @@ class GWorker(Worker):
         return self.local_worker.storage
 
     # ----------------------------------------------------------------- gradients
-    def step(self, return_grads=True, weights=None, version=None):
+    def step(self, return_grads=True, weights=None, version=None, pack_grads=None):
         """Compute the gradient of the next mini-batch.
 
         Parameters
@@ -78,6 +78,11 @@ class GWorker(Worker):
             update applied by this same process).
         weights, version : dict/None, int/None
             New actor weights (and their version) to load first, from the update worker.
+        pack_grads : bool or None
+            Pack the gradients for the wire (compressed as ``compress_grads_to_send`` says)
+            and count their bytes (``grad_raw_bytes``, ``grad_sent_bytes`` in the info).
+            None: only when compression is on. The update worker asks for it on remote
+            gradient workers.
 
         Returns
         -------
@@ -100,8 +105,9 @@ class GWorker(Worker):
         if self._round_info is not None:
             info.update(self._round_info)
             self._round_info = None
-        if grads is not None and self.compress_grads_to_send:
+        if grads is not None and (pack_grads or (pack_grads is None and self.compress_grads_to_send)):
             grads = pack(dict(enumerate(grads)), self.compress_grads_to_send)
+            info.update(grad_raw_bytes=grads.raw_bytes, grad_sent_bytes=grads.sent_bytes)
         return grads, info
 
     def _next_batch(self):
@@ -121,20 +127,26 @@ class GWorker(Worker):
     def _collect_round(self):
         rollouts, info = self.col_workers.collect()
         t0 = time.perf_counter()
-        episodes, lags, samples, col_time, raw, sent = [], [], 0, 0.0, 0, 0
+        episodes, lags, samples, col_time, raw, sent, packed = [], [], 0, 0.0, 0, 0, False
         for data, winfo in rollouts:
             self.storage.add_data(data)
             samples += winfo["collected_samples"]
             col_time = max(col_time, winfo["col_time"])
             episodes += winfo["episodes"]
             lags.append(winfo["policy_lag"])
-            raw += winfo.get("raw_bytes", 0)
-            sent += winfo.get("sent_bytes", 0)
+            if "TestReward" in winfo:  # the local collector evaluated (one worker per level)
+                info["TestReward"] = winfo["TestReward"]
+            if "sent_bytes" in winfo:
+                packed = True
+                raw += winfo["raw_bytes"]
+                sent += winfo["sent_bytes"]
         self.storage.before_gradients()
         info.update(collected_samples=samples, col_time=col_time, episodes=episodes,
-                    policy_lag=float(np.mean(lags)) if lags else 0.0, prepare_time=time.perf_counter() - t0,
-                    cut_rollouts=sum(1 for _, w in rollouts if w.get("cut")))
-        if sent:
+                    policy_lag=float(np.mean(lags)) if lags else 0.0, policy_lags=lags,
+                    prepare_time=time.perf_counter() - t0,
+                    cut_rollouts=sum(1 for _, w in rollouts if w.get("cut")),
+                    rollout_steps=[w.get("steps") for _, w in rollouts])
+        if packed:
             info.update(raw_bytes=raw, sent_bytes=sent)
         info.update({f"col_{k}": v for k, v in self.col_workers.stats.items()})
         self._round_info = info
@@ -166,9 +178,11 @@ class GWorker(Worker):
     def setup_distributed(self, master_addr, master_port, rank, world_size, backend=None):
         """Join the torch.distributed group of the gradient workers (gloo on CPU, nccl on GPU)."""
         import torch.distributed as dist
+        import datetime
         backend = backend or ("nccl" if self.device.type == "cuda" else "gloo")
+        # A bounded timeout: a peer that died makes the others fail instead of hang.
         dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
-                                rank=rank, world_size=world_size)
+                                rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120))
         self._dist = True
         return True
 
@@ -189,6 +203,8 @@ class GWorker(Worker):
     def set_weights(self, weights, version=None):
         """Load actor weights and make them the collectors' current version."""
         self.algo.set_weights(weights)
+        if version is not None and int(version) == self.version:
+            self.col_workers.invalidate_weights()  # same version number, new weights
         self.version = self.version + 1 if version is None else int(version)
         self.col_workers.set_version(self.version)
         return self.version
@@ -206,6 +222,7 @@ class GWorker(Worker):
         self.algo.load_state_dict(state["algo"])
         self.version = state["version"]
         self.col_workers.set_version(self.version)
+        self.col_workers.invalidate_weights()
         return True
 
     def update_algorithm_parameter(self, parameter_name, new_parameter_value):
@@ -217,17 +234,32 @@ class GWorker(Worker):
         return self.col_workers.apply_to_all("update_storage_parameter", parameter_name, new_parameter_value)
 
     def replace_agent_component(self, component_name, new_component_factory):
-        """Replace an agent component here and on every collection worker."""
+        """Replace an agent component here and on every collection worker.
+
+        The data of the current round is dropped (it may not fit the new component); the
+        next step collects a new round.
+        """
         self._batches = None
         self.storage.after_gradients()
         return self.col_workers.apply_to_all("replace_agent_component", component_name, new_component_factory)
+
+    def get_hyperparameters(self):
+        """Parameters of this worker's learner components, then of each of its collection
+        workers (local first), each a dict as ``CWorker.get_hyperparameters`` returns."""
+        own = {"role": "gradient", "index_worker": self.index_worker, "version": self.version,
+               "algorithm": dict(self.algo.hyperparameters), "storage": dict(self.storage.hyperparameters)}
+        return [own] + self.col_workers.get_hyperparameters()[1:]
+
+    def process_info_all(self):
+        """(node id, pid) of this worker's process and of its remote collection workers."""
+        return [self.process_info()] + list(self.col_workers.process_info())
 
     def evaluate(self, num_episodes=None):
         """Evaluate the current weights on the local test environments (mean return)."""
         return self.local_worker.evaluate(num_episodes)
 
     def stop(self):
-        """Stop the collection workers and leave the distributed group."""
+        """Stop the collection workers and leave the distributed group (idempotent)."""
         self.col_workers.stop()
         if self._dist:
             import torch.distributed as dist

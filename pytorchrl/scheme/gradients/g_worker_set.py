@@ -1,7 +1,7 @@
 """GWorkerSet: the gradient workers of a scheme."""
 
 from pytorchrl.scheme.base.worker import default_remote_config
-from pytorchrl.scheme.base.worker_set import WorkerSet
+from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
 from pytorchrl.scheme.gradients.g_worker import GWorker
 
 DEFAULT_GRAD_WORKER_RESOURCES = default_remote_config(num_cpus=1)
@@ -49,7 +49,11 @@ class GWorkerSet(WorkerSet):
         super().__init__(GWorker, params, 0, num_workers,
                          worker_remote_config or DEFAULT_GRAD_WORKER_RESOURCES, local_device)
         if decentralized and self.num_workers > 1:
-            self._setup_distributed()
+            try:
+                self._setup_distributed()
+            except BaseException:
+                self.stop()
+                raise
 
     def _build_local(self, worker_class, worker_params, local_device):
         params = dict(worker_params, col_workers_factory=self._local_col_factory, decentralized=False)
@@ -61,19 +65,40 @@ class GWorkerSet(WorkerSet):
         return local
 
     def _setup_distributed(self):
+        """Join the remote gradient workers in one torch.distributed group (rank = order);
+        the first one's node hosts the rendezvous."""
         from pytorchrl.scheme.base.ray_runtime import remote_get
         workers = self.remote_workers()
         addr, port = remote_get(workers[0].get_address.remote(), what=self.role)
         remote_get([w.setup_distributed.remote(addr, port, rank, len(workers))
-                    for rank, w in enumerate(workers)], timeout=120, what=self.role)
+                    for rank, w in enumerate(workers)], timeout=180, what=self.role)
+
+    def get_hyperparameters(self):
+        """``GWorker.get_hyperparameters()`` of the local and of every remote gradient worker:
+        one list per gradient worker (the worker's own parameters, then its collectors')."""
+        out = [self.local_worker().get_hyperparameters()]
+        if self.remote_workers():
+            from pytorchrl.scheme.base.ray_runtime import remote_get
+            out += remote_get([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
+        return out
+
+    def process_info(self):
+        """(node id, pid) of every remote worker process of the scheme below this set:
+        remote gradient workers, their remote collectors, and the local gradient worker's
+        remote collectors."""
+        out = list(self.local_worker().col_workers.process_info())
+        if self.remote_workers():
+            from pytorchrl.scheme.base.ray_runtime import remote_get
+            for infos in remote_get([w.process_info_all.remote() for w in self.remote_workers()], what=self.role):
+                out += infos
+        return out
 
     @classmethod
     def create_factory(cls, num_workers, col_workers_factory, local_col_workers_factory=None,
                        compress_grads_to_send=False, decentralized=False, grad_worker_resources=None):
         """Return ``factory(device, initial_weights=None)`` creating GWorkerSets (parameters as in the class)."""
-        def grad_worker_set_factory(device, initial_weights=None):
-            return cls(num_workers=num_workers, col_workers_factory=col_workers_factory,
-                       local_col_workers_factory=local_col_workers_factory, local_device=device,
-                       initial_weights=initial_weights, compress_grads_to_send=compress_grads_to_send,
-                       decentralized=decentralized, worker_remote_config=grad_worker_resources)
-        return grad_worker_set_factory
+        return WorkerSetFactory(cls, {"local_device": None, "initial_weights": None}, num_workers=num_workers,
+                                col_workers_factory=col_workers_factory,
+                                local_col_workers_factory=local_col_workers_factory,
+                                compress_grads_to_send=compress_grads_to_send, decentralized=decentralized,
+                                worker_remote_config=grad_worker_resources)

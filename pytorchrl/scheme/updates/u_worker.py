@@ -86,7 +86,10 @@ class UWorker(Worker):
             infos = [info]
         elif self.decentralized:
             from pytorchrl.scheme.base.ray_runtime import remote_get
-            infos = [i for _, i in remote_get([w.step.remote() for w in remotes], what="gradient workers")]
+            # Every gradient worker all-reduces its gradient with the others and steps its
+            # own optimizer: nothing comes back but the information.
+            infos = [i for _, i in remote_get([w.step.remote(return_grads=False) for w in remotes],
+                                              what="gradient workers")]
             t1 = time.perf_counter()
             self.local_worker.version += 1
             self._remote_version_known = False
@@ -104,7 +107,7 @@ class UWorker(Worker):
     def _step_sync(self, remotes):
         from pytorchrl.scheme.base.ray_runtime import remote_get
         weights, version = self._weights(), self.version
-        results = remote_get([w.step.remote(weights=weights, version=version) for w in remotes],
+        results = remote_get([w.step.remote(weights=weights, version=version, pack_grads=True) for w in remotes],
                              what="gradient workers")
         t1 = time.perf_counter()
         grads = [self._unpack(g) for g, _ in results]
@@ -133,7 +136,7 @@ class UWorker(Worker):
             return [info], t1
 
     def _submit(self, worker):
-        ref = worker.step.remote(weights=self._weights(), version=self.version)
+        ref = worker.step.remote(weights=self._weights(), version=self.version, pack_grads=True)
         self._in_flight[ref] = worker
 
     @staticmethod
@@ -147,19 +150,21 @@ class UWorker(Worker):
     # ------------------------------------------------------------------ weights
     def sync_local_weights(self):
         """Make the local copy of the weights current (decentralized updates keep the
-        authoritative copy on the remote gradient workers)."""
+        authoritative copy on the remote gradient workers: all hold the same weights and
+        optimizer state, so the first one's full state is fetched, for evaluation,
+        checkpoints and saved models alike)."""
         if not self._remote_version_known:
             from pytorchrl.scheme.base.ray_runtime import remote_get
             remote = self.grad_workers.remote_workers()[0]
-            weights = remote_get(remote.get_weights.remote(), what="gradient workers")
-            self.local_worker.algo.set_weights(weights)
-            self.local_worker.col_workers.set_version(self.version)
+            state = remote_get(remote.get_state.remote(), what="gradient workers")
+            self.local_worker.set_state(state)
             self._remote_version_known = True
 
     def set_state(self, state):
         """Restore a checkpointed state (``GWorker.get_state``) on every gradient worker, so
         that their weights, optimizers and versions agree before the next update."""
         self._in_flight = {}
+        self._weights_version = -1  # same version number, other weights
         self.local_worker.set_state(state)
         remotes = self.grad_workers.remote_workers()
         if remotes:
@@ -193,9 +198,34 @@ class UWorker(Worker):
         return self._apply_everywhere("update_storage_parameter", parameter_name, new_parameter_value)
 
     def replace_agent_component(self, component_name, new_component_factory):
-        """Replace an agent component on every worker of the scheme."""
+        """Replace an agent component on every worker of the scheme.
+
+        A new actor (or algorithm) starts a new weight version: the local worker's weights
+        are sent to every gradient worker (and, with them, to every collector), so that all
+        continue from the same weights. Gradients in flight are discarded.
+        """
+        self.sync_local_weights()
         self._in_flight = {}
-        return self._apply_everywhere("replace_agent_component", component_name, new_component_factory)
+        result = self._apply_everywhere("replace_agent_component", component_name, new_component_factory)
+        if component_name in ("actor", "algo"):
+            self.local_worker.set_weights(self.local_worker.get_weights(), self.version + 1)
+            self._weights_version = -1
+            remotes = self.grad_workers.remote_workers()
+            if remotes:
+                from pytorchrl.scheme.base.ray_runtime import remote_get
+                weights = self._weights()
+                remote_get([w.set_weights.remote(weights, self.version) for w in remotes], what="gradient workers")
+        return result
+
+    def get_hyperparameters(self):
+        """Parameters held by every worker of the scheme, to check that a hot-swap reached
+        them all: one list per gradient worker (local first), each holding the gradient
+        worker's own dict followed by its collection workers' (see ``CWorker.get_hyperparameters``)."""
+        return self.grad_workers.get_hyperparameters()
+
+    def process_info(self):
+        """(node id, pid) of every remote worker process of the scheme (empty in-process)."""
+        return self.grad_workers.process_info()
 
     def evaluate(self, num_episodes=None):
         """Evaluate the current weights on the local test environments."""
@@ -209,6 +239,6 @@ class UWorker(Worker):
         return fname
 
     def stop(self):
-        """Stop every worker of the scheme."""
+        """Stop every worker of the scheme (idempotent)."""
         self._in_flight = {}
         self.grad_workers.stop()
