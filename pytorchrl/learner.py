@@ -52,6 +52,7 @@ class Learner:
         self._algo_info = collections.defaultdict(list)
         self._scheme_info = collections.defaultdict(list)
         self._time_info = collections.defaultdict(float)
+        self._dropped_rollouts = {}
         self.test_reward = None
         self.hot_swaps = []   # (env step, kind, name, value) of every change applied
         self.schedules = list(schedules or [])
@@ -101,13 +102,17 @@ class Learner:
                 self._episode_lengths.append(length)
                 self.num_episodes += 1
             self._scheme_info["PolicyLag"].append(info.get("policy_lag", 0.0))
+            self._scheme_info["MaxPolicyLag"].append(max(info.get("policy_lags") or [0]))
             self._scheme_info["CutRollouts"].append(info.get("cut_rollouts", 0))
             if "sent_bytes" in info:
                 self._scheme_info["BytesSent"].append(info["sent_bytes"])
                 self._scheme_info["BytesRaw"].append(info["raw_bytes"])
-            for key in ("col_dropped_rollouts",):
-                if key in info:
-                    self._scheme_info["DroppedRollouts"] = [info[key]]
+            if "col_dropped_rollouts" in info:
+                # A running count per gradient worker: the metric is their sum.
+                self._dropped_rollouts[info.get("index_worker", 0)] = info["col_dropped_rollouts"]
+        if "grad_sent_bytes" in info:
+            self._scheme_info["GradBytesSent"].append(info["grad_sent_bytes"])
+            self._scheme_info["GradBytesRaw"].append(info["grad_raw_bytes"])
         if info.get("TestReward") is not None:
             self.test_reward = float(info["TestReward"])
 
@@ -136,7 +141,9 @@ class Learner:
             ``Episodes/TrainReward`` (mean return of the last 100 training episodes),
             ``Episodes/TrainLength``, ``Episodes/TestReward`` (latest evaluation).
         add_scheme_metrics : bool
-            Policy lag, gradient asynchrony, bytes moved, compression ratio, cut rollouts.
+            Policy lag (mean and max), gradient asynchrony, bytes moved and compression ratio
+            (rollouts and gradients sent by remote workers), cut rollouts, dropped stale
+            rollouts and gradients.
         add_time_metrics : bool
             Steps per second, elapsed time, seconds spent in each phase.
         """
@@ -163,9 +170,18 @@ class Learner:
             if s.get("BytesSent"):
                 m["Scheme/BytesSent"] = int(np.sum(s["BytesSent"]))
                 m["Scheme/CompressionRatio"] = float(np.sum(s["BytesRaw"]) / max(1, np.sum(s["BytesSent"])))
-            if s.get("DroppedRollouts"):
-                m["Scheme/DroppedRollouts"] = int(s["DroppedRollouts"][-1])
-            for key in ("PolicyLag", "GradAsynchrony", "CutRollouts", "BytesSent", "BytesRaw"):
+            if s.get("MaxPolicyLag"):
+                m["Scheme/MaxPolicyLag"] = int(np.max(s["MaxPolicyLag"]))
+            if s.get("GradBytesSent"):
+                m["Scheme/GradBytesSent"] = int(np.sum(s["GradBytesSent"]))
+                m["Scheme/GradCompressionRatio"] = float(np.sum(s["GradBytesRaw"]) / max(1, np.sum(s["GradBytesSent"])))
+            if self._dropped_rollouts:
+                m["Scheme/DroppedRollouts"] = int(sum(self._dropped_rollouts.values()))
+            dropped_grads = getattr(self.update_worker, "stats", {}).get("dropped_gradients", 0)
+            if dropped_grads:
+                m["Scheme/DroppedGradients"] = int(dropped_grads)
+            for key in ("PolicyLag", "MaxPolicyLag", "GradAsynchrony", "CutRollouts", "BytesSent", "BytesRaw",
+                        "GradBytesSent", "GradBytesRaw"):
                 s.pop(key, None)
         if add_time_metrics:
             m["Time/FPS"] = self.fps
