@@ -34,6 +34,7 @@ from pytorchrl.learner import Learner
 from pytorchrl.schedules import VALID_KINDS, VALID_TARGETS, Schedule
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.worker import Worker
+from pytorchrl.scheme.workflows.presets import PRESETS
 
 
 class _Required:
@@ -294,6 +295,8 @@ SECTIONS = {
                     choices=tuple(STORAGES)),
     },
     "scheme": {
+        "preset": Key("str", None, "Named layout whose values fill this section first; keys written next "
+                                   "to it win ('pytorchrl presets' lists them).", choices=tuple(PRESETS)),
         "num_col_workers": derived(Scheme, "num_col_workers"),
         "col_workers_communication": Key("str", "sync", "Collection: sync (rounds) or async "
                                                         "(whichever rollout is ready first).", choices=_COMM),
@@ -321,8 +324,11 @@ SECTIONS = {
         "target_steps": derived(Learner, "target_steps"),
         "log_every": Key("number", 5.0, "Seconds between progress lines and rows of metrics.csv.",
                          low=0.0, low_inclusive=False),
-        "save_every": Key("number", None, "Seconds between model checkpoints while training "
-                                          "(null: only at the end).", low=0.0, low_inclusive=False),
+        "save_every": Key("number", 300.0, "Seconds between checkpoints (model and full state) while "
+                                           "training; null: only at the end and on Ctrl-C.",
+                          low=0.0, low_inclusive=False),
+        "tensorboard": Key("bool", True, "Write TensorBoard event files under <run_dir>/tensorboard "
+                                         "(skipped with a warning when tensorboard is not installed)."),
         "final_eval": Key("bool", True, "After training, evaluate deterministically on the test "
                                         "environments (when env.test_env is true)."),
         "final_eval_episodes": Key("int", None, "Episodes of the final evaluation (null: the "

@@ -13,6 +13,7 @@ import math
 
 from pytorchrl.config import schema
 from pytorchrl.config.schema import RESOURCE_KEYS, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL, Key
+from pytorchrl.scheme.workflows.presets import resolve_scheme_section
 
 
 class ConfigError(ValueError):
@@ -261,6 +262,14 @@ def _check_schedules(items, config):
     return out
 
 
+def _expand_preset(data):
+    """The ``scheme`` section with the values of its ``preset`` filled in (explicit keys win)."""
+    if not isinstance(data, dict) or data.get("preset") is None:
+        return data
+    check_value(SECTIONS["scheme"]["preset"], data["preset"], "scheme.preset")
+    return resolve_scheme_section(data)
+
+
 def _check_consistency(config):
     scheme_cfg = config["scheme"]
     if scheme_cfg["decentralized_update_execution"] and scheme_cfg["grad_workers_communication"] != "sync":
@@ -321,6 +330,8 @@ def validate_config(raw):
             config[section] = _check_named_section(data, SECTIONS[section]["name"], schema.algorithm_keys, section)
         elif section == "storage":
             config[section] = _check_named_section(data, SECTIONS[section]["name"], schema.storage_keys, section)
+        elif section == "scheme":
+            config[section] = check_mapping(_expand_preset(data), SECTIONS[section], section)
         elif section != "schedules":
             config[section] = check_mapping(data, SECTIONS[section], section)
     config["schedules"] = _check_schedules(raw.get("schedules"), config)

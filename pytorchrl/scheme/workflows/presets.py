@@ -1,0 +1,134 @@
+"""Named scheme layouts: values of the configuration file's ``scheme:`` section.
+
+A configuration picks one with ``scheme: {preset: NAME}`` and may change any of its
+values next to it (``scheme: {preset: dd-ppo, num_grad_workers: 4}``): the preset's
+values are applied first, then the keys written explicitly. ``pytorchrl presets`` lists
+them.
+
+Only layouts that the current :class:`~pytorchrl.scheme.Scheme` runs are listed, each
+proved by a test (tests/test_cli_presets.py). The worker counts are the smallest that
+show the layout; the resources are fractions of a CPU so that every preset runs on a
+2-core machine (Ray packs several workers on a core). On a bigger machine raise the
+counts and the resources, e.g. ``scheme.num_col_workers=8 scheme.col_workers_resources={num_cpus: 1}``.
+"""
+
+#: Resources of a remote worker in the presets: two or four fit on one core.
+HALF_CPU = {"num_cpus": 0.5}
+QUARTER_CPU = {"num_cpus": 0.25}
+
+
+class Preset:
+    """One named layout.
+
+    Parameters
+    ----------
+    name : str
+        Name used in ``scheme: {preset: NAME}``.
+    description : str
+        One line saying what the layout does.
+    scheme : dict
+        Values of the ``scheme:`` section (configuration-file words: "sync", "async").
+    """
+
+    def __init__(self, name, description, scheme):
+        self.name = name
+        self.description = description
+        self.scheme = dict(scheme)
+
+    @property
+    def uses_ray(self):
+        """True when some level has several workers (they run as Ray actors)."""
+        return self.scheme.get("num_col_workers", 1) > 1 or self.scheme.get("num_grad_workers", 1) > 1
+
+    def __repr__(self):
+        return f"Preset({self.name!r})"
+
+
+_PRESETS = [
+    Preset("single-process",
+           "one collector and one gradient worker in this process, no Ray (A2C/PPO)",
+           {"num_col_workers": 1, "col_workers_communication": "sync",
+            "num_grad_workers": 1, "grad_workers_communication": "sync"}),
+    Preset("sync-collectors",
+           "N collectors step together each round; one gradient worker (PPO with parallel collection)",
+           {"num_col_workers": 2, "col_workers_communication": "sync", "col_workers_resources": HALF_CPU,
+            "num_grad_workers": 1, "grad_workers_communication": "sync"}),
+    Preset("sync-collectors-preemptive",
+           "sync collectors; a round ends once 75% of its samples are in (stragglers are cut)",
+           {"num_col_workers": 2, "col_workers_communication": "sync", "col_workers_resources": HALF_CPU,
+            "fraction_samples": 0.75, "fraction_workers": 1.0,
+            "num_grad_workers": 1, "grad_workers_communication": "sync"}),
+    Preset("async-collectors",
+           "collectors run continuously; the first rollout ready is used and its collector gets the newest "
+           "weights (IMPALA-style data flow, without V-trace yet)",
+           # No max_policy_lag: versions count optimizer steps (PPO takes num_epochs x mini-batches
+           # of them per rollout), so a bound that suits one algorithm drops every rollout of another.
+           {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": HALF_CPU,
+            "max_policy_lag": None, "num_grad_workers": 1, "grad_workers_communication": "sync"}),
+    Preset("data-parallel",
+           "M gradient workers, each with its own collector; gradients averaged, one central optimizer step",
+           {"num_col_workers": 1, "col_workers_communication": "sync",
+            "num_grad_workers": 2, "grad_workers_communication": "sync", "grad_workers_resources": HALF_CPU,
+            "decentralized_update_execution": False}),
+    Preset("a3c",
+           "M gradient workers; each gradient is applied as it arrives and fresh weights go back to its sender",
+           {"num_col_workers": 1, "col_workers_communication": "sync",
+            "num_grad_workers": 2, "grad_workers_communication": "async", "grad_workers_resources": HALF_CPU,
+            "decentralized_update_execution": False}),
+    Preset("dd-ppo",
+           "decentralized data-parallel PPO: M gradient workers all-reduce gradients and each steps its own "
+           "optimizer",
+           {"num_col_workers": 1, "col_workers_communication": "sync",
+            "num_grad_workers": 2, "grad_workers_communication": "sync", "grad_workers_resources": HALF_CPU,
+            "decentralized_update_execution": True}),
+    Preset("exarl-sync",
+           "EXARL's SYNC workflow: one actor and one learner in lockstep (act, train, repeat), in one process",
+           {"num_col_workers": 1, "col_workers_communication": "sync",
+            "num_grad_workers": 1, "grad_workers_communication": "sync"}),
+    Preset("exarl-multi-learner-async",
+           "EXARL's multi-learner async: M learners take synchronous all-reduced steps on batches from "
+           "asynchronous actors (here each learner owns its N actors)",
+           {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": QUARTER_CPU,
+            "num_grad_workers": 2, "grad_workers_communication": "sync", "grad_workers_resources": QUARTER_CPU,
+            "decentralized_update_execution": True}),
+]
+
+#: Presets by name, in the order they are listed.
+PRESETS = {p.name: p for p in _PRESETS}
+
+
+def get_preset(name):
+    """The preset called ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A key of ``PRESETS``.
+
+    Raises
+    ------
+    KeyError
+        Naming the valid presets.
+    """
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}") from None
+
+
+def resolve_scheme_section(section):
+    """The ``scheme:`` section with its ``preset`` expanded: the preset's values, then the
+    keys given explicitly (which win). A section without ``preset`` is returned as is.
+
+    Parameters
+    ----------
+    section : dict
+        The section as written (it is not modified).
+    """
+    name = section.get("preset")
+    if name is None:
+        return dict(section)
+    return {**get_preset(name).scheme, **section}
+
+
+__all__ = ["Preset", "PRESETS", "get_preset", "resolve_scheme_section"]
