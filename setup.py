@@ -23,9 +23,17 @@ setup(
         "pyyaml>=6.0",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2"],
+        # The test suite draws plots and reads TensorBoard files back; video tests are
+        # skipped without the "video" extra.
+        "test": ["pytest>=7", "pytest-timeout>=2", "matplotlib>=3.6", "tensorboard>=2.10"],
         "bench": ["psutil>=5"],
-        "plot": ["matplotlib>=3.6"],
+        "plot": ["matplotlib>=3.6"],                 # pytorchrl plot
+        "tensorboard": ["tensorboard>=2.10"],        # TensorBoard event files of every run
+        # pytorchrl evaluate --video: GIF (Pillow), MP4 (imageio-ffmpeg), and pygame, which
+        # gymnasium's classic-control environments render with.
+        "video": ["pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame>=2.1"],
+        "all": ["matplotlib>=3.6", "tensorboard>=2.10", "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4",
+                "pygame>=2.1"],
     },
     entry_points={"console_scripts": ["pytorchrl=pytorchrl.cli:main"]},
 )

@@ -2,16 +2,21 @@
 
 ::
 
-    pytorchrl train CONF [KEY=VALUE ...] [--run-dir DIR] [--dry-run]
-    pytorchrl keys
+    pytorchrl train CONF [KEY=VALUE ...] [--run-dir DIR] [--dry-run] [--progress MODE]
+    pytorchrl resume RUN_DIR [KEY=VALUE ...] [--progress MODE]
+    pytorchrl evaluate RUN_DIR [--episodes N] [--video out.gif|out.mp4]
+    pytorchrl plot RUN_DIR [RUN_DIR ...] [-o curves.png]
+    pytorchrl set RUN_DIR KEY=VALUE [KEY=VALUE ...] [--timeout S]
+    pytorchrl presets [NAME]
+    pytorchrl keys [--markdown]
 
 Subcommands are registered in ``build_parser``; each has a handler ``<name>_command(args)``
 that returns the exit status. Exit statuses: 0 success, 2 an error the user can fix (bad
-configuration, environment, resources, command line), 130 interrupted (Ctrl-C).
+configuration, environment, resources, command line, a refused live change), 130
+interrupted (Ctrl-C or SIGTERM: the run is saved first).
 """
 
 import argparse
-import csv
 import datetime
 import math
 import os
@@ -24,128 +29,45 @@ import time
 import pytorchrl
 from pytorchrl.agent.env import EnvError
 from pytorchrl.config import ConfigError, build_learner, describe_schema, dump_config, load_config
+from pytorchrl.tools import CHECKPOINT, CONFIG, MODEL, SUMMARY
+from pytorchrl.tools.control import ControlError, ControlServer, apply_changes, running_trainer
+from pytorchrl.tools.evaluate import EvaluationError
+from pytorchrl.tools.metrics import MetricsCSV, RunLog  # noqa: F401  (MetricsCSV: public here before)
+from pytorchrl.tools.plot import PlotError
+from pytorchrl.tools.progress import MODES as PROGRESS_MODES
+from pytorchrl.tools.progress import ProgressDisplay, format_progress, format_status  # noqa: F401
 from pytorchrl.scheme.base.ray_runtime import ResourceError, WorkerError
 
 EXIT_OK = 0
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
-#: File names inside a run directory.
-MODEL = "model.state_dict"
-CHECKPOINT = "checkpoint.pt"
+#: Seconds between two redraws of the live status line.
+REDRAW_EVERY_S = 0.5
 
-#: Failures caused by the configuration or the machine rather than by a bug: reported in
-#: one line, without traceback, at any time.
-USER_ERRORS = (ConfigError, EnvError, ResourceError, WorkerError)
+#: Keys a resumed run may not change: the checkpoint's weights and optimizer are tied to them.
+FIXED_ON_RESUME = ("env.id", "env.kwargs", "actor", "algorithm.name", "storage.name")
 
 
 class UsageError(Exception):
     """A problem the user can fix, reported as one line ``error: <message>``."""
 
 
-# ------------------------------------------------------------------------------ progress
-class MetricsCSV:
-    """``metrics.csv``: one row per log interval, one column per metric key.
-
-    Metric keys can appear late (the first test reward, a loss after the first update);
-    the file is then rewritten with the wider header, so every row stays aligned.
-
-    Parameters
-    ----------
-    path : str
-        File to write.
-    """
-
-    def __init__(self, path):
-        self.path = path
-        self.columns = []
-        self.rows = []
-
-    def append(self, metrics):
-        """Add one row (a dict ``key -> value``)."""
-        self.rows.append(dict(metrics))
-        new = [k for k in metrics if k not in self.columns]
-        if new or len(self.rows) == 1:
-            self.columns += new
-            tmp = self.path + ".tmp"
-            with open(tmp, "w", newline="") as f:
-                writer = csv.DictWriter(f, self.columns)
-                writer.writeheader()
-                writer.writerows(self.rows)
-            os.replace(tmp, self.path)
-        else:
-            with open(self.path, "a", newline="") as f:
-                csv.DictWriter(f, self.columns).writerow(metrics)
-
-
-def format_progress(metrics, target_steps):
-    """One progress line from a ``Learner.get_metrics`` dict.
-
-    Parameters
-    ----------
-    metrics : dict
-        ``"Group/Name" -> value`` (with episode and time metrics).
-    target_steps : int
-        Steps of the whole run, for the percentage.
-    """
-    steps = metrics["Scheme/EnvSteps"]
-    parts = [f"[{metrics.get('Time/Elapsed', 0):6.0f}s] steps {steps:,}/{target_steps:,} "
-             f"({100 * steps / target_steps:.0f}%)"]
-    if "Time/FPS" in metrics:
-        parts.append(f"{metrics['Time/FPS']:,.0f} steps/s")
-    for key, label in (("Episodes/TrainReward", "train return"), ("Episodes/TestReward", "test return"),
-                       ("Algorithm/Loss", "loss"), ("Algorithm/Entropy", "entropy"),
-                       ("Scheme/PolicyLag", "policy lag")):
-        value = metrics.get(key)
-        if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            parts.append(f"{label} {value:.4g}")
-    return " | ".join(parts)
-
-
-class ProgressLog:
-    """Prints a progress line and appends a row to ``metrics.csv`` every ``log_every`` seconds.
-
-    Parameters
-    ----------
-    learner : Learner
-        The learner whose metrics are logged.
-    run_dir : str
-        Where ``metrics.csv`` is written.
-    log_every : float
-        Seconds between two log lines.
-    stream : file
-        Where progress lines are printed.
-    """
-
-    def __init__(self, learner, run_dir, log_every, stream=None):
-        self.learner = learner
-        self.csv = MetricsCSV(os.path.join(run_dir, "metrics.csv"))
-        self.log_every = log_every
-        self.stream = stream or sys.stdout
-        self.last = time.monotonic()
-
-    def maybe_log(self, force=False):
-        """Log now if ``log_every`` seconds passed since the last line (or if ``force``)."""
-        now = time.monotonic()
-        if not force and now - self.last < self.log_every:
-            return None
-        self.last = now
-        # One get_metrics call per interval: it consumes the loss statistics.
-        metrics = self.learner.get_metrics(add_algo_metrics=True, add_episodes_metrics=True,
-                                           add_scheme_metrics=True, add_time_metrics=True)
-        self.csv.append(metrics)
-        print(format_progress(metrics, self.learner.target_steps), file=self.stream, flush=True)
-        return metrics
+#: Failures caused by the configuration or the machine rather than by a bug: reported in
+#: one line, without traceback, at any time.
+USER_ERRORS = (ConfigError, EnvError, ResourceError, WorkerError, ControlError, EvaluationError, PlotError)
 
 
 # ----------------------------------------------------------------------------- training
 class StopOnInterrupt:
-    """Context manager turning the first Ctrl-C into a request to stop between updates.
+    """Context manager turning the first Ctrl-C (or SIGTERM) into a request to stop between updates.
 
     Stopping at an update boundary leaves the weights and optimizer consistent for the
-    model saved on the way out; a second Ctrl-C raises KeyboardInterrupt at once. Outside
-    the main thread, or where SIGINT is not Python's default handler (ignored by a
-    background shell job, or handled by the embedding program), nothing is changed.
+    model and checkpoint saved on the way out; a second signal raises KeyboardInterrupt at
+    once. SIGTERM is what cluster schedulers and ``kill`` send: the run is saved and can be
+    resumed. Outside the main thread, or where a signal does not have Python's default
+    handler (SIGINT ignored by a background shell job, or handled by the embedding
+    program), nothing is changed for it.
 
     The handler only sets ``requested``: printing from it could re-enter a write to the
     same stream that the signal interrupted.
@@ -153,7 +75,7 @@ class StopOnInterrupt:
 
     def __init__(self):
         self.requested = False
-        self._previous = None
+        self._previous = {}
 
     def _handler(self, signum, frame):
         if self.requested:
@@ -161,15 +83,38 @@ class StopOnInterrupt:
         self.requested = True
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._handler)
+        if threading.current_thread() is threading.main_thread():
+            for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+                if signal.getsignal(signum) is default:
+                    self._previous[signum] = signal.signal(signum, self._handler)
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
         return False
+
+
+def write_config(run_dir, config, note):
+    """Write the resolved configuration to ``<run_dir>/config.yaml`` atomically.
+
+    Parameters
+    ----------
+    run_dir : str
+        Run directory.
+    config : dict
+        Resolved configuration.
+    note : str
+        End of the header comment (where the configuration came from).
+    """
+    path = os.path.join(run_dir, CONFIG)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"# Resolved configuration of this run, written by pytorchrl {pytorchrl.__version__} "
+                f"on {datetime.datetime.now():%Y-%m-%d %H:%M:%S} {note}\n")
+        f.write(dump_config(config))
+    os.replace(tmp, path)
 
 
 def make_run_dir(config, conf_path):
@@ -196,19 +141,16 @@ def make_run_dir(config, conf_path):
         while os.path.exists(run_dir):
             n += 1
             run_dir = f"{base}-{n}"
-    if os.path.exists(os.path.join(run_dir, "config.yaml")):
-        raise UsageError(f"run directory {run_dir} already holds a run (config.yaml); "
-                         f"choose another with --run-dir")
+    if os.path.exists(os.path.join(run_dir, CONFIG)):
+        raise UsageError(f"run directory {run_dir} already holds a run ({CONFIG}); "
+                         f"choose another with --run-dir, or continue it with 'pytorchrl resume {run_dir}'")
     created = not os.path.exists(run_dir)
     try:
         os.makedirs(run_dir, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create run directory {run_dir}: {exc.strerror or exc}") from None
     config["run_dir"] = run_dir
-    with open(os.path.join(run_dir, "config.yaml"), "w") as f:
-        f.write(f"# Resolved configuration of this run, written by pytorchrl {pytorchrl.__version__} "
-                f"on {datetime.datetime.now():%Y-%m-%d %H:%M:%S} from {conf_path}\n")
-        f.write(dump_config(config))
+    write_config(run_dir, config, f"from {conf_path}")
     return run_dir, created
 
 
@@ -224,13 +166,69 @@ def _build(config, run_dir, remove_run_dir_on_failure):
         raise
 
 
-def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False):
+class _StoppedSchedule:
+    """Stands in for a schedule whose parameter was set live: the user took it over.
+
+    It keeps the place (and ``last_sent``) of the schedule in ``learner.schedules``, whose
+    order the checkpoint relies on."""
+
+    def __init__(self, schedule):
+        self.schedule = schedule
+        self.name, self.target = schedule.name, schedule.target
+        self.last_sent = schedule.last_sent
+
+    def due(self, step, total_steps):
+        return None
+
+
+def _stop_schedules(learner, target, name):
+    """Stop the schedules of parameter ``target.name``; returns their indices."""
+    stopped = []
+    for i, sched in enumerate(learner.schedules):
+        if sched.target == target and sched.name == name and not isinstance(sched, _StoppedSchedule):
+            learner.schedules[i] = _StoppedSchedule(sched)
+            stopped.append(i)
+    return stopped
+
+
+def _schema_check(config):
+    """``check(target, name, value)`` validating a live change against the configuration
+    schema (type and range of the parameter, as in the configuration file)."""
+    from pytorchrl.config.schema import Key, algorithm_keys, storage_keys
+    from pytorchrl.config.validate import check_value
+
+    keys = {"algorithm": algorithm_keys(config["algorithm"]["name"]),
+            "storage": storage_keys(config["storage"]["name"])}
+
+    def check(target, name, value):
+        key = keys[target].get(name)
+        if key is None:
+            return value
+        # null is never a value to switch to while training.
+        key = Key(key.kind, doc=key.doc, choices=key.choices, low=key.low, high=key.high,
+                  low_inclusive=key.low_inclusive)
+        try:
+            return check_value(key, value, f"{target}.{name}")
+        except ConfigError as exc:
+            raise ValueError(f"{exc.path}: {exc.problem}") from None
+    return check
+
+
+def _config_differences(old, new, section):
+    """Keys of ``section`` (other than ``name``) whose value differs between two configs."""
+    return [(k, v) for k, v in new[section].items() if k != "name" and old[section].get(k) != v]
+
+
+def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False, progress="auto",
+                 resume=None):
     """Train the Learner of ``config`` in ``run_dir`` and return the exit status.
 
-    Logs progress and metrics every ``learner.log_every`` seconds, saves the model (and a
-    full checkpoint) every ``learner.save_every`` seconds and at the end, evaluates it on
-    the test environments if any, writes ``summary.yaml`` and always stops the scheme.
-    Ctrl-C saves the model and the checkpoint and returns ``EXIT_INTERRUPTED``.
+    Shows progress (see ``pytorchrl.tools.progress``), logs metrics to metrics.csv and
+    TensorBoard every ``learner.log_every`` seconds, answers live-control requests between
+    updates (``pytorchrl set``), saves the model and a full checkpoint every
+    ``learner.save_every`` seconds and at the end, evaluates on the test environments if
+    any, writes ``summary.yaml`` and always stops the scheme. Ctrl-C saves the model and
+    the checkpoint and returns ``EXIT_INTERRUPTED``.
 
     Parameters
     ----------
@@ -243,53 +241,154 @@ def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False):
     remove_run_dir_on_failure : bool
         Delete ``run_dir`` if the scheme cannot be built (set when it was created for
         this run: a directory holding only the configuration would pose as a run).
+    progress : str
+        Progress display: "auto", "live", "plain" or "quiet" (see ``ProgressDisplay``).
+    resume : dict or None
+        Continue from ``<run_dir>/checkpoint.pt``: ``{"previous": config the checkpoint
+        was made with}``. Algorithm and storage values that differ in ``config`` are
+        applied as hot-swaps after loading.
     """
     stream = stream or sys.stdout
     learner = _build(config, run_dir, remove_run_dir_on_failure)
     opts = config["learner"]
+    display = log = control = None
+    stopped_schedules = []
 
     def save():
         # The weights for users, and the full state for resuming the run.
-        learner.save_checkpoint(CHECKPOINT, extra={"config": config})
+        learner.save_checkpoint(CHECKPOINT, extra={"config": config, "stopped_schedules": stopped_schedules})
         return learner.save_model(MODEL)
 
     try:
-        progress = ProgressLog(learner, run_dir, opts["log_every"], stream)
-        last_save = time.monotonic()
-        print(f"training {config['algorithm']['name']} on {config['env']['id']} for "
-              f"{opts['target_steps']:,} env steps; run directory {run_dir}", file=stream, flush=True)
+        if resume is not None:
+            try:
+                extra = learner.load_checkpoint(os.path.join(run_dir, CHECKPOINT)) or {}
+            except (RuntimeError, KeyError, ValueError) as exc:
+                # A config.yaml edited since (another network) or a damaged file.
+                raise UsageError(f"cannot resume from {os.path.join(run_dir, CHECKPOINT)}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            for i in extra.get("stopped_schedules", []):
+                if i < len(learner.schedules):
+                    stopped_schedules.append(i)
+                    learner.schedules[i] = _StoppedSchedule(learner.schedules[i])
+            if learner.done():
+                raise UsageError(f"the run already has {learner.num_samples_collected:,} env steps, "
+                                 f"learner.target_steps is {learner.target_steps:,}: raise it, e.g. "
+                                 f"'pytorchrl resume {run_dir} learner.target_steps={2 * learner.target_steps}'")
+            write_config(run_dir, config, f"(resumed at {learner.num_samples_collected} env steps)")
+        display = ProgressDisplay(learner.target_steps, stream, progress)
+        log = RunLog(run_dir, learner, tensorboard=opts["tensorboard"],
+                     continue_from_step=learner.num_samples_collected if resume is not None else None)
+        what = "resuming" if resume is not None else "training"
+        display.message(f"{what} {config['algorithm']['name']} on {config['env']['id']}: "
+                        f"{learner.num_samples_collected:,}/{opts['target_steps']:,} env steps; "
+                        f"run directory {run_dir}")
+        if resume is not None:
+            for target in ("algorithm", "storage"):
+                for name, value in _config_differences(resume["previous"], config, target):
+                    if target == "algorithm":
+                        learner.update_algorithm_parameter(name, value)
+                    else:
+                        learner.update_storage_parameter(name, value)
+                    # A value set on resume wins over the schedule of the same parameter.
+                    stopped_schedules.extend(_stop_schedules(learner, target, name))
+            for step, kind, name, value in log.record_hot_swaps("resume"):
+                display.message(f"changed on resume: {kind}.{name} = {value!r}")
+        check = _schema_check(config)
+
+        def handle(request_id, assignments):
+            step = learner.num_samples_collected
+            try:
+                changes = apply_changes(learner, assignments, check)
+            except (ValueError, TypeError) as exc:
+                reason = " ".join(str(exc).split())
+                log.record_refusal(", ".join(k for k, _ in assignments),
+                                   ", ".join(repr(v) for _, v in assignments), reason, request_id)
+                display.message(f"live change refused at step {step:,}: {reason}")
+                return {"status": "refused", "step": step, "reason": reason}
+            log.record_hot_swaps("live", request_id)
+            notes = []
+            for target, name, _ in changes:
+                stopped = _stop_schedules(learner, target, name)
+                if stopped:
+                    # Saved in the checkpoint: a resumed run keeps them stopped.
+                    stopped_schedules.extend(stopped)
+                    notes.append(f"the schedule of {target}.{name} is stopped")
+            text = ", ".join(f"{t}.{n} = {v!r}" for t, n, v in changes)
+            display.message(f"live change at step {step:,}: {text}" + (f" ({'; '.join(notes)})" if notes else ""))
+            return {"status": "applied", "step": step, "changes": [[t, n, v] for t, n, v in changes],
+                    "notes": notes}
+
+        control = ControlServer(run_dir, handle)
+        last_log = last_save = next_redraw = time.monotonic()
+        metrics = {}
+        lag = None
+
+        def log_interval():
+            nonlocal metrics
+            metrics = learner.get_metrics(add_algo_metrics=True, add_episodes_metrics=True,
+                                          add_scheme_metrics=True, add_time_metrics=True)
+            log.write_metrics(metrics)
+            display.log(metrics, status_line())
+            return metrics
+
+        def status_line():
+            nonlocal lag
+            recent = log.timings.pop_recent_policy_lag()
+            lag = recent if recent is not None else lag
+            episodes = learner.get_metrics(add_algo_metrics=False, add_episodes_metrics=True)
+            return format_status(learner.num_samples_collected, learner.target_steps, learner.fps,
+                                 time.time() - learner.start_time, episodes.get("Episodes/TrainReward"),
+                                 episodes.get("Episodes/TestReward"), lag, width=display.width)
+
         try:
             with StopOnInterrupt() as stop:
                 while not learner.done() and not stop.requested:
-                    learner.step()
-                    progress.maybe_log()
-                    if opts["save_every"] and time.monotonic() - last_save >= opts["save_every"]:
+                    log.timings.observe(learner.step())
+                    log.record_hot_swaps("schedule")
+                    now = time.monotonic()
+                    control.poll(now)
+                    if now - last_log >= opts["log_every"]:
+                        log_interval()
+                        last_log = now
+                    elif display.live and now >= next_redraw:
+                        display.status(status_line())
+                        next_redraw = now + REDRAW_EVERY_S
+                    if opts["save_every"] and now - last_save >= opts["save_every"]:
                         save()
                         last_save = time.monotonic()
                 if stop.requested:
                     raise KeyboardInterrupt
         except KeyboardInterrupt:
-            progress.maybe_log(force=True)
+            log_interval()
+            display.close()
             path = save()
-            print(f"interrupted at {learner.num_samples_collected:,} env steps; model saved to {path}",
-                  file=stream, flush=True)
+            display.message(f"interrupted at {learner.num_samples_collected:,} env steps; model saved to {path}; "
+                            f"continue with: pytorchrl resume {run_dir}")
             return EXIT_INTERRUPTED
-        metrics = progress.maybe_log(force=True)
+        metrics = log_interval()
+        display.close()
         summary = {"env_steps": learner.num_samples_collected, "updates": learner.num_updates,
                    "seconds": round(metrics["Time/Elapsed"], 2),
                    "train_return": _finite(metrics.get("Episodes/TrainReward")), "model": save()}
-        print(f"done: {summary['env_steps']:,} env steps, {summary['updates']:,} updates in "
-              f"{summary['seconds']:.1f} s; model saved to {summary['model']}", file=stream, flush=True)
+        display.message(f"done: {summary['env_steps']:,} env steps, {summary['updates']:,} updates in "
+                        f"{summary['seconds']:.1f} s; model saved to {summary['model']}")
         if config["env"]["test_env"] and opts["final_eval"]:
             episodes = opts["final_eval_episodes"] or config["algorithm"].get("num_test_episodes")
             summary["test_return"] = float(learner.evaluate(episodes))
             summary["test_episodes"] = episodes
-            print(f"evaluation: mean return {summary['test_return']:.1f} over {episodes} episodes "
-                  f"(deterministic)", file=stream, flush=True)
-        with open(os.path.join(run_dir, "summary.yaml"), "w") as f:
+            display.message(f"evaluation: mean return {summary['test_return']:.1f} over {episodes} episodes "
+                            f"(deterministic)")
+        with open(os.path.join(run_dir, SUMMARY), "w") as f:
             f.write(dump_config(summary))
         return EXIT_OK
     finally:
+        if display is not None:
+            display.close()
+        if control is not None:
+            control.close()
+        if log is not None:
+            log.close()
         learner.stop()
 
 
@@ -297,6 +396,7 @@ def _finite(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
+# --------------------------------------------------------------------------- commands
 def train_command(args):
     """Handler of `train`: validate, make the run directory, train; returns the exit status."""
     config = load_config(args.conf, args.overrides)
@@ -306,37 +406,258 @@ def train_command(args):
         sys.stdout.write(dump_config(config))
         return EXIT_OK
     run_dir, created = make_run_dir(config, args.conf)
-    return run_training(config, run_dir, remove_run_dir_on_failure=created)
+    return run_training(config, run_dir, remove_run_dir_on_failure=created, progress=args.progress)
+
+
+def _check_run_dir(run_dir, *needed):
+    if not os.path.isdir(run_dir):
+        raise UsageError(f"no such run directory: {run_dir}")
+    for name in needed:
+        if not os.path.isfile(os.path.join(run_dir, name)):
+            raise UsageError(f"{run_dir} has no {name}: not a run directory, or the run saved nothing yet")
+
+
+def _prefix_of(key):
+    """The FIXED_ON_RESUME entry covering dotted ``key``, or None."""
+    for fixed in FIXED_ON_RESUME:
+        if key == fixed or key.startswith(fixed + "."):
+            return fixed
+    return None
+
+
+def resume_command(args):
+    """Handler of `resume`: continue a run from its checkpoint; returns the exit status."""
+    run_dir = args.run_dir
+    _check_run_dir(run_dir, CONFIG, CHECKPOINT)
+    trainer = running_trainer(run_dir)
+    if trainer is not None:
+        raise UsageError(f"a job is training in {run_dir} already (pid {trainer.get('pid')} on "
+                         f"{trainer.get('host')}); stop it first")
+    path = os.path.join(run_dir, CONFIG)
+    previous = load_config(path)
+    config = load_config(path, args.overrides)
+    for text in args.overrides:
+        key = text.partition("=")[0].strip()
+        if key == "run_dir":
+            raise UsageError("cannot change run_dir when resuming: the run continues in its directory")
+        fixed = _prefix_of(key)
+        if fixed is not None:
+            raise UsageError(f"cannot change {key} when resuming: the checkpoint's model depends on "
+                             f"{fixed}; start a new run with 'pytorchrl train'")
+    config["run_dir"] = run_dir
+    return run_training(config, run_dir, progress=args.progress, resume={"previous": previous})
+
+
+def evaluate_command(args):
+    """Handler of `evaluate`: deterministic episodes of a run's model; returns the exit status."""
+    from pytorchrl.tools.evaluate import evaluate_run
+    _check_run_dir(args.run_dir, CONFIG)
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be at least 1, got {args.episodes}")
+
+    def on_episode(i, ret, length):
+        print(f"episode {i + 1}/{args.episodes}: return {ret:.1f} ({length} steps)", flush=True)
+
+    result = evaluate_run(args.run_dir, episodes=args.episodes, video=args.video,
+                          video_episodes=args.video_episodes, seed=args.seed, model=args.model,
+                          on_episode=on_episode)
+    returns = result["returns"]
+    print(f"mean return {result['mean']:.2f} ± {result['std']:.2f} (std) over {len(returns)} episodes, "
+          f"min {min(returns):.1f}, max {max(returns):.1f} (deterministic policy, seed {result['seed']})",
+          flush=True)
+    if result["video"]:
+        print(f"video: {result['video']} ({result['frames']} frames, first {min(args.video_episodes, len(returns))} "
+              f"episode(s))", flush=True)
+    return EXIT_OK
+
+
+def _parse_size(text):
+    try:
+        w, h = (float(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT in inches, e.g. 10x4, got {text!r}") from None
+    if w <= 0 or h <= 0:
+        raise argparse.ArgumentTypeError(f"sizes must be positive, got {text!r}")
+    return w, h
+
+
+def plot_command(args):
+    """Handler of `plot`: learning curves of runs into an image; returns the exit status."""
+    from pytorchrl.tools.plot import plot_runs
+    drawn = plot_runs(args.run_dirs, args.output, metric=args.metric, labels=args.label or None,
+                      band=args.band, size=args.size, dpi=args.dpi, title=args.title)
+    curves = "; ".join(f"{label} ({n} run{'s' if n > 1 else ''})" for label, n in drawn)
+    print(f"wrote {args.output}: {curves}", flush=True)
+    return EXIT_OK
+
+
+def set_command(args):
+    """Handler of `set`: send a live change to a running job and wait for its answer."""
+    from pytorchrl.config.loader import parse_override
+    from pytorchrl.tools.control import send_request, wait_for_ack
+    _check_run_dir(args.run_dir)
+    if not args.assignments:
+        raise UsageError("nothing to set: give KEY=VALUE, e.g. lr=1e-4")
+    assignments = []
+    for text in args.assignments:
+        parts, value = parse_override(text)
+        assignments.append((".".join(parts), value))
+    trainer = running_trainer(args.run_dir)
+    if trainer is None:
+        raise UsageError(f"no job is training in {args.run_dir}: live changes go to a running "
+                         f"'pytorchrl train' or 'pytorchrl resume'")
+    request_id = send_request(args.run_dir, assignments)
+    ack = wait_for_ack(args.run_dir, request_id, args.timeout)
+    if ack.get("status") == "applied":
+        changes = ", ".join(f"{t}.{n} = {v!r}" for t, n, v in ack.get("changes", []))
+        notes = "; ".join(ack.get("notes") or [])
+        print(f"applied at env step {ack.get('step', '?'):,}: {changes}" + (f" ({notes})" if notes else ""),
+              flush=True)
+        return EXIT_OK
+    raise UsageError(f"refused by the job: {ack.get('reason', 'no reason given')}")
+
+
+def presets_command(args):
+    """Handler of `presets`: list the named scheme layouts; returns the exit status."""
+    from pytorchrl.scheme.workflows.presets import PRESETS, get_preset
+    if args.name:
+        try:
+            presets = [get_preset(args.name)]
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None
+    else:
+        presets = list(PRESETS.values())
+    for i, preset in enumerate(presets):
+        if i:
+            print()
+        ray = "Ray" if preset.uses_ray else "one process"
+        print(f"{preset.name}  ({ray})\n  {preset.description}")
+        values = ", ".join(f"{k}: {_yaml_inline(v)}" for k, v in preset.scheme.items())
+        print(f"  scheme: {{{values}}}")
+    if not args.name:
+        print("\nuse one with  scheme: {preset: NAME}  in the configuration file (keys next to it win), "
+              "or  scheme.preset=NAME  on the command line")
+    return EXIT_OK
+
+
+def _yaml_inline(value):
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml_inline(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
 
 
 def keys_command(args):
     """Handler of `keys`: print every configuration key; returns the exit status."""
-    print(describe_schema())
+    if args.markdown:
+        from pytorchrl.config.docgen import configuration_reference
+        sys.stdout.write(configuration_reference())
+    else:
+        print(describe_schema())
     return EXIT_OK
 
 
 # ------------------------------------------------------------------------ command line
 TRAIN_DESCRIPTION = """\
 Train an agent described by a YAML configuration file. The configuration is validated
-before anything starts; a progress line is printed every learner.log_every seconds;
-Ctrl-C stops at the end of the current update and saves the model."""
+before anything starts. On a terminal one status line shows the progress (env steps,
+steps per second, recent return, policy lag, elapsed and remaining time); elsewhere a line
+is printed every learner.log_every seconds. Ctrl-C stops at the end of the current update
+and saves the model and a checkpoint ('pytorchrl resume RUN_DIR' continues it)."""
 
-TRAIN_EPILOG = """\
+RUN_DIR_HELP = """\
+run directory (default runs/<CONF stem>-<timestamp>, or run_dir in the file):
+  config.yaml       the resolved configuration (every default filled in)
+  metrics.csv       one row every learner.log_every seconds, one column per metric
+  tensorboard/      the same metrics as TensorBoard event files (tensorboard --logdir runs)
+  hot_swaps.csv     every parameter change: schedules, 'pytorchrl set', resume overrides
+  model.state_dict  the actor's weights (at the end, on Ctrl-C, every learner.save_every s)
+  checkpoint.pt     the full training state, saved with the model (for 'pytorchrl resume')
+  summary.yaml      steps, time, final train return and deterministic test return
+  monitor/          one CSV line per finished episode (env.monitor)
+  control/          requests of 'pytorchrl set' and their answers"""
+
+TRAIN_EPILOG = f"""\
 overrides:
   KEY=VALUE pairs change the configuration after it is loaded; KEY is a dotted path
   (section.key, schedules.0.end) and VALUE is read as YAML:
     pytorchrl train conf.yaml algorithm.lr=1e-4 scheme.num_col_workers=4 actor.hidden_sizes=[128,128]
+    pytorchrl train conf.yaml scheme.preset=dd-ppo     ('pytorchrl presets' lists the layouts)
   'pytorchrl keys' lists every key with its type, default and meaning.
 
-run directory (default runs/<CONF stem>-<timestamp>, or run_dir in the file):
-  config.yaml       the resolved configuration (every default filled in)
-  metrics.csv       one row every learner.log_every seconds, one column per metric
-  model.state_dict  the actor's weights (at the end, on Ctrl-C, every learner.save_every s)
-  checkpoint.pt     the full training state, saved with the model
-  summary.yaml      steps, time, final train return and deterministic test return
-  monitor/          one CSV line per finished episode (env.monitor)
+while it runs:
+  pytorchrl set RUN_DIR lr=1e-4      change a parameter on every worker, between updates
 
-exit status: 0 done, 2 error (configuration, environment, resources), 130 interrupted"""
+{RUN_DIR_HELP}
+
+exit status: 0 done, 2 error (configuration, environment, resources), 130 interrupted (Ctrl-C, SIGTERM)"""
+
+RESUME_DESCRIPTION = """\
+Continue a run from RUN_DIR/checkpoint.pt with the configuration in RUN_DIR/config.yaml:
+weights, optimizer, step counters, recent returns, schedules, hot-swapped values and
+random states are restored; metrics.csv, hot_swaps.csv and the TensorBoard curves continue
+from the checkpoint's step (rows written after it, by a run that crashed, are dropped).
+Environments start new episodes."""
+
+RESUME_EPILOG = """\
+overrides:
+  KEY=VALUE pairs change the run's configuration (config.yaml is rewritten with them):
+    pytorchrl resume runs/ppo learner.target_steps=200000     train further
+    pytorchrl resume runs/ppo algorithm.lr=1e-4               applied as a hot-swap, logged
+  The environment (env.id, env.kwargs), the actor and the algorithm and storage names
+  cannot change: the checkpoint's model depends on them.
+
+exit status: 0 done, 2 error (no checkpoint, target already reached, ...), 130 interrupted (Ctrl-C, SIGTERM)"""
+
+EVALUATE_DESCRIPTION = """\
+Run deterministic episodes (the mode of the policy) with the model saved in RUN_DIR
+(model.state_dict, rebuilt from RUN_DIR/config.yaml) in one environment, print each
+episode's return and the mean and standard deviation, and optionally film them."""
+
+EVALUATE_EPILOG = """\
+videos (gymnasium's rgb_array rendering; classic-control envs need pygame):
+  --video out.gif   needs Pillow (installed with matplotlib) or imageio; frames at most 480 px wide
+  --video out.mp4   needs imageio and imageio-ffmpeg: pip install 'pytorchrl[video]'
+
+exit status: 0 done, 2 error (no model, missing video dependency, ...)"""
+
+PLOT_DESCRIPTION = """\
+Draw learning curves from the metrics.csv of one or more runs: the return against
+environment steps (left) and against wall-clock time (right). Runs with the same --label,
+or without labels runs whose configurations differ only in the seed (and run_dir and the
+learner section), are one curve: their mean, with a band from min to max (or +-1 std)
+over the steps all of them reached."""
+
+PLOT_EPILOG = """\
+examples:
+  pytorchrl plot runs/ppo_cartpole-20250101-120000 -o curves.png
+  pytorchrl plot runs/ -o curves.png                   every run under runs/
+  pytorchrl plot runs/a-* runs/b-* --label A --label A --label B --label B -o ab.pdf
+  pytorchrl plot runs/ --metric TestReward --band std --size 6x3 --dpi 300 -o test.png
+
+A PNG is WIDTH x DPI by HEIGHT x DPI pixels (10x4 at 150: 1500 x 600); .pdf and .svg
+give vector files.
+
+exit status: 0 done, 2 error (no run, no such metric, ...)"""
+
+SET_DESCRIPTION = """\
+Change algorithm or storage parameters of a running job (pytorchrl train / resume in
+RUN_DIR). The request is written to RUN_DIR/control/; the job picks it up between two
+updates (it looks every 0.5 s), validates it, applies it on every worker and answers;
+this command waits for the answer and prints it. An invalid request is refused with the
+reason and the run goes on unchanged. Every change is logged in the job's output,
+hot_swaps.csv and TensorBoard. Changing a parameter that a schedule drives stops that
+schedule."""
+
+SET_EPILOG = """\
+keys:
+  lr=1e-4                  a parameter of the algorithm or of the storage, by name
+  algorithm.clip_param=0.1 an algorithm parameter
+  storage.gae_lambda=0.9   a storage parameter
+  Several KEY=VALUE pairs are applied together, or none of them.
+
+exit status: 0 applied, 2 refused (with the reason), no job running, or no answer in time"""
 
 
 def add_train_arguments(parser):
@@ -351,26 +672,101 @@ def add_train_arguments(parser):
                         help="directory of the run (must not hold a run already); overrides run_dir")
     parser.add_argument("--dry-run", action="store_true",
                         help="validate, print the resolved configuration and exit without training")
+    _add_progress_argument(parser)
+    _add_debug_argument(parser)
+
+
+def _add_progress_argument(parser):
+    parser.add_argument("--progress", choices=PROGRESS_MODES, default="auto",
+                        help="progress display: live (one line redrawn), plain (a line every "
+                             "learner.log_every s), quiet, or auto (live on a terminal, plain otherwise)")
+
+
+def _add_debug_argument(parser):
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of errors instead of one line")
 
 
 def build_parser():
     """The argument parser of the ``pytorchrl`` command, one subparser per subcommand."""
+    raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="pytorchrl", description="pytorchrl: distributed reinforcement learning in PyTorch.",
         epilog="Run 'pytorchrl COMMAND --help' for the options of a command.")
     parser.add_argument("--version", action="version", version=f"pytorchrl {pytorchrl.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    train = sub.add_parser(
-        "train", help="train an agent described by a YAML configuration file",
-        description=TRAIN_DESCRIPTION,
-        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    train = sub.add_parser("train", help="train an agent described by a YAML configuration file",
+                           description=TRAIN_DESCRIPTION, epilog=TRAIN_EPILOG, formatter_class=raw)
     train.add_argument("conf", metavar="CONF", help="YAML configuration file (e.g. examples/configs/ppo_cartpole.yaml)")
     add_train_arguments(train)
     train.set_defaults(handler=train_command)
+
+    resume = sub.add_parser("resume", help="continue a run from its checkpoint",
+                            description=RESUME_DESCRIPTION, epilog=RESUME_EPILOG, formatter_class=raw)
+    resume.add_argument("run_dir", metavar="RUN_DIR", help="run directory with config.yaml and checkpoint.pt")
+    resume.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="configuration changes, e.g. learner.target_steps=200000 (see below)")
+    _add_progress_argument(resume)
+    _add_debug_argument(resume)
+    resume.set_defaults(handler=resume_command)
+
+    evaluate = sub.add_parser("evaluate", help="run deterministic episodes with a run's saved model",
+                              description=EVALUATE_DESCRIPTION, epilog=EVALUATE_EPILOG, formatter_class=raw)
+    evaluate.add_argument("run_dir", metavar="RUN_DIR", help="run directory with config.yaml and model.state_dict")
+    evaluate.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to run (default 10)")
+    evaluate.add_argument("--video", metavar="FILE", default=None,
+                          help="film the first episode(s) into FILE (.gif or .mp4)")
+    evaluate.add_argument("--video-episodes", type=int, default=1, metavar="K",
+                          help="episodes filmed with --video (default 1)")
+    evaluate.add_argument("--seed", type=int, default=None,
+                          help="seed of the environment (default: the run's seed + 1000)")
+    evaluate.add_argument("--model", metavar="FILE", default=None,
+                          help="weights to load instead of RUN_DIR/model.state_dict")
+    _add_debug_argument(evaluate)
+    evaluate.set_defaults(handler=evaluate_command)
+
+    plot = sub.add_parser("plot", help="draw learning curves of runs into an image",
+                          description=PLOT_DESCRIPTION, epilog=PLOT_EPILOG, formatter_class=raw)
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                      help="run directories, or directories holding runs")
+    plot.add_argument("-o", "--output", default="curves.png", metavar="FILE",
+                      help="image file, .png, .pdf or .svg (default curves.png)")
+    plot.add_argument("--metric", default="Episodes/TrainReward",
+                      help="column of metrics.csv to draw, or its last part, e.g. TestReward "
+                           "(default Episodes/TrainReward)")
+    plot.add_argument("--label", action="append", metavar="LABEL",
+                      help="label of a run, once per run in order; runs with equal labels are averaged")
+    plot.add_argument("--band", choices=("minmax", "std", "none"), default="minmax",
+                      help="spread drawn around the mean of several runs (default minmax)")
+    plot.add_argument("--size", type=_parse_size, default=(10.0, 4.0), metavar="WxH",
+                      help="figure size in inches (default 10x4)")
+    plot.add_argument("--dpi", type=int, default=150, help="pixels per inch of a PNG (default 150)")
+    plot.add_argument("--title", default=None, help="title above the panels")
+    _add_debug_argument(plot)
+    plot.set_defaults(handler=plot_command)
+
+    setp = sub.add_parser("set", help="change a parameter of a running job (e.g. lr=1e-4)",
+                          description=SET_DESCRIPTION, epilog=SET_EPILOG, formatter_class=raw)
+    setp.add_argument("run_dir", metavar="RUN_DIR", help="run directory of the running job")
+    setp.add_argument("assignments", nargs="+", metavar="KEY=VALUE", help="parameters to change (see below)")
+    setp.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                      help="seconds to wait for the job's answer (default 30)")
+    _add_debug_argument(setp)
+    setp.set_defaults(handler=set_command)
+
+    presets = sub.add_parser("presets", help="list the named scheme layouts (scheme.preset)",
+                             description="List the named scheme layouts: name, what it does, and the scheme "
+                                         "values it sets. Use one with 'scheme: {preset: NAME}' in a "
+                                         "configuration file; keys written next to it win.")
+    presets.add_argument("name", nargs="?", default=None, help="show only this preset")
+    _add_debug_argument(presets)
+    presets.set_defaults(handler=presets_command)
+
     keys = sub.add_parser("keys", help="list every configuration key with its type, default and meaning",
                           description="List every section and key of the configuration file.")
+    keys.add_argument("--markdown", action="store_true",
+                      help="print the reference as Markdown (docs/configuration.md is this output)")
     keys.set_defaults(handler=keys_command, debug=False)
     return parser
 
@@ -382,11 +778,12 @@ def parse_args(parser, argv):
     been consumed (``train c.yaml --run-dir d a=1``); such words are collected here.
     """
     args, extra = parser.parse_known_args(argv)
-    stray = [w for w in extra if w.startswith("-") or "=" not in w or not hasattr(args, "overrides")]
+    target = "overrides" if hasattr(args, "overrides") else "assignments" if hasattr(args, "assignments") else None
+    stray = [w for w in extra if w.startswith("-") or "=" not in w or target is None]
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
-        args.overrides = list(args.overrides) + extra
+        setattr(args, target, list(getattr(args, target)) + extra)
     return args
 
 
@@ -398,7 +795,7 @@ def run_command(args):
         print("interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     except (UsageError,) + USER_ERRORS as exc:
-        if args.debug:
+        if getattr(args, "debug", False):
             raise
         message = " ".join(str(exc).split())
         if not isinstance(exc, ConfigError):  # its message starts with "config error:"

@@ -1,0 +1,142 @@
+"""The configuration reference (docs/configuration.md), generated from the schema.
+
+::
+
+    python -m pytorchrl.config.docgen > docs/configuration.md
+    pytorchrl keys --markdown            # the same text
+
+Every key's kind, default, range and meaning comes from :mod:`pytorchrl.config.schema`,
+which reads them from the components' signatures and docstrings; a test checks that the
+committed file is this output.
+"""
+
+import sys
+
+from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.storages import STORAGES
+from pytorchrl.config.schema import (REQUIRED, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL,
+                                     algorithm_keys, storage_keys)
+from pytorchrl.scheme.workflows.presets import PRESETS
+
+INTRO = """\
+# Configuration reference
+
+<!-- Generated from the schema by `python -m pytorchrl.config.docgen > docs/configuration.md`
+     (the same text as `pytorchrl keys --markdown`). Do not edit by hand: change the
+     components' docstrings or pytorchrl/config/schema.py and generate it again. -->
+
+A configuration file is YAML with two top-level keys and seven sections. Every key is
+optional unless marked *required*; a missing key takes its default, and the run directory
+receives the resolved file (`config.yaml`) with every default filled in. The file is
+validated before anything starts: an unknown key, a wrong type or a value out of range is
+one line naming the key and the value, and exit status 2.
+
+```yaml
+seed: 0
+env: {id: CartPole-v1, vec_env_size: 8, test_env: true}
+algorithm: {name: PPO, lr: 1.0e-3, num_epochs: 20, mini_batch_size: 256}
+storage: {name: GAEBuffer, size: 32, gae_lambda: 0.8}
+scheme: {preset: single-process}
+learner: {target_steps: 100000}
+schedules:
+  - {name: lr, target: algorithm, kind: linear, start: 1.0e-3, end: 0.0}
+```
+
+Any key can be overridden on the command line with a dotted path and a YAML value:
+`pytorchrl train conf.yaml algorithm.lr=1e-4 scheme.num_col_workers=4 schedules.0.end=1e-5`.
+Numbers such as `1e-4` are read as numbers (YAML 1.1 would read a string).
+"""
+
+
+def _value(value):
+    """A default as it is written in YAML."""
+    if value is REQUIRED:
+        return "*required*"
+    if value is None:
+        return "`null`"
+    if isinstance(value, bool):
+        return f"`{'true' if value else 'false'}`"
+    if isinstance(value, dict):
+        return "`{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}`"
+    if isinstance(value, list):
+        return "`[" + ", ".join(str(v) for v in value) + "]`"
+    return f"`{value}`"
+
+
+def _cell(text):
+    # "<run_dir>" would be read as an HTML tag by Markdown renderers.
+    return str(text).replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+
+
+def _table(keys):
+    rows = ["| key | value | default | meaning |", "| --- | --- | --- | --- |"]
+    for name, key in keys.items():
+        value = key.expected
+        if key.range_text:
+            value += f", {key.range_text}"
+        rows.append(f"| `{name}` | {_cell(value)} | {_value(key.default)} | {_cell(key.doc)} |")
+    return "\n".join(rows)
+
+
+def _presets_table():
+    rows = ["| preset | what it does | scheme values |", "| --- | --- | --- |"]
+    for preset in PRESETS.values():
+        values = ", ".join(f"{k}: {_value(v).strip('`')}" for k, v in preset.scheme.items())
+        rows.append(f"| `{preset.name}` | {_cell(preset.description)} | {_cell(values)} |")
+    return "\n".join(rows)
+
+
+SECTION_TEXT = {
+    "env": "The environments: a gymnasium id, its arguments, and how many run side by side.",
+    "algorithm": "The algorithm (`name`) and its hyperparameters; the valid keys depend on the name. "
+                 "Every hyperparameter can change while training (`pytorchrl set RUN_DIR lr=1e-4`, "
+                 "`schedules`).",
+    "actor": "The policy and value networks.",
+    "storage": "Where rollouts are kept and prepared (advantages, returns); the valid keys depend on "
+               "the name. Parameters can change while training like the algorithm's.",
+    "scheme": "How the work is spread: collection workers (`col_*`) per gradient worker, gradient "
+              "workers (`grad_*`), synchronous or asynchronous at each level, central or decentralized "
+              "updates. With one worker at every level everything runs in one process without Ray. "
+              "`preset` fills the section from a named layout (below); keys written next to it win.",
+    "learner": "The training loop: its length, logging and checkpoints.",
+}
+
+
+def configuration_reference():
+    """The whole reference as Markdown text."""
+    out = [INTRO, "## Top level\n", _table(TOP_LEVEL), ""]
+    for section in SECTION_ORDER:
+        if section == "schedules":
+            out += ["## schedules\n",
+                    "A list of planned hot-swaps, applied by the learner between updates at the env step "
+                    "they are due (each change is logged in `hot_swaps.csv` and TensorBoard). `start` and "
+                    "`end` obey the type and range of the parameter they schedule.\n",
+                    "```yaml\nschedules:\n"
+                    "  - {name: lr, target: algorithm, kind: linear, start: 1.0e-3, end: 0.0}\n"
+                    "  - {name: gae_lambda, target: storage, kind: step, start: 0.95, end: 0.9, "
+                    "start_step: 50000}\n```\n",
+                    _table(SCHEDULE_KEYS), ""]
+            continue
+        out += [f"## {section}\n", SECTION_TEXT[section] + "\n", _table(SECTIONS[section]), ""]
+        if section == "algorithm":
+            for name in ALGORITHMS:
+                out += [f"### algorithm `name: {name}`\n", _table(algorithm_keys(name)), ""]
+        elif section == "storage":
+            for name in STORAGES:
+                out += [f"### storage `name: {name}`\n", _table(storage_keys(name)), ""]
+        elif section == "scheme":
+            out += ["### presets\n",
+                    "`scheme: {preset: NAME}` (or `scheme.preset=NAME` on the command line); "
+                    "`pytorchrl presets` prints this list. Resources are fractions of a CPU so that "
+                    "every preset runs on a 2-core machine; raise them (and the worker counts) on "
+                    "bigger ones.\n", _presets_table(), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main():
+    """Print the reference to stdout."""
+    sys.stdout.write(configuration_reference())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Tools for run directories: what a training run writes, and the commands that read it back.
+
+A run directory (``pytorchrl train`` makes one) holds:
+
+=====================  ==============================================================
+``config.yaml``        the resolved configuration (every default filled in)
+``metrics.csv``        one row every ``learner.log_every`` seconds, one column per metric
+``tensorboard/``       the same metrics as TensorBoard event files, plus the hot-swaps
+``hot_swaps.csv``      every parameter change (schedule, live ``pytorchrl set``, resume)
+``model.state_dict``   the actor's weights
+``checkpoint.pt``      the full training state (for ``pytorchrl resume``)
+``summary.yaml``       steps, time, final returns (at the end of a run)
+``monitor/``           one CSV line per finished episode
+``control/``           live-control requests and their acknowledgements
+=====================  ==============================================================
+
+Modules: :mod:`~pytorchrl.tools.metrics` (CSV and TensorBoard logs),
+:mod:`~pytorchrl.tools.progress` (the progress line), :mod:`~pytorchrl.tools.control`
+(live control of a running job), :mod:`~pytorchrl.tools.evaluate` and
+:mod:`~pytorchrl.tools.plot` (what ``pytorchrl evaluate`` and ``pytorchrl plot`` do).
+"""
+
+#: File names inside a run directory.
+CONFIG = "config.yaml"
+METRICS = "metrics.csv"
+HOT_SWAPS = "hot_swaps.csv"
+TENSORBOARD = "tensorboard"
+MODEL = "model.state_dict"
+CHECKPOINT = "checkpoint.pt"
+SUMMARY = "summary.yaml"
+CONTROL = "control"
+
+__all__ = ["CONFIG", "METRICS", "HOT_SWAPS", "TENSORBOARD", "MODEL", "CHECKPOINT", "SUMMARY", "CONTROL"]
