@@ -36,6 +36,20 @@ class Algorithm(ABC):
         self.actor = actor
         self.envs = envs
         self.num_updates = 0
+        self._optimizer = None
+
+    # The optimizer is built on first use: collection workers act but never train, and the
+    # first torch.optim optimizer of a process costs seconds (it imports torch._dynamo).
+    @property
+    def optimizer(self):
+        """The optimizer over the actor's parameters (built by ``make_optimizer`` on first use)."""
+        if self._optimizer is None:
+            self._optimizer = self.make_optimizer()
+        return self._optimizer
+
+    def make_optimizer(self):
+        """Build the optimizer over ``self.actor``'s parameters (current hyperparameters)."""
+        raise NotImplementedError
 
     # ----------------------------------------------------------------- factories
     @classmethod
@@ -82,8 +96,8 @@ class Algorithm(ABC):
         except (ValueError, TypeError):
             setattr(self, parameter_name, old)  # a refused change leaves nothing changed
             raise
-        if parameter_name == "lr":
-            for group in self.optimizer.param_groups:
+        if parameter_name == "lr" and self._optimizer is not None:
+            for group in self._optimizer.param_groups:
                 group["lr"] = float(new_parameter_value)
 
     def check_hyperparameters(self):
@@ -133,7 +147,8 @@ class Algorithm(ABC):
             Loss components and statistics of this mini-batch.
         """
         loss, info = self.compute_loss(batch)
-        self.optimizer.zero_grad(set_to_none=True)
+        for p in self.actor.parameters():  # not optimizer.zero_grad: no optimizer is needed here
+            p.grad = None
         loss.backward()
         if not return_grads:
             return None, info

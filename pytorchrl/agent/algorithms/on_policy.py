@@ -71,7 +71,9 @@ class OnPolicyAlgorithm(Algorithm):
         self.test_every = int(test_every)
         self.num_test_episodes = int(num_test_episodes)
         self.check_hyperparameters()
-        self.optimizer = make_adam(actor.parameters(), lr=self.lr, eps=self.eps)
+
+    def make_optimizer(self):
+        return make_adam(self.actor.parameters(), lr=self.lr, eps=self.eps)
 
     def check_hyperparameters(self):
         for name in ("num_epochs", "num_mini_batch", "test_every", "num_test_episodes"):
