@@ -174,7 +174,7 @@ class Algorithm(ABC):
             for p, g in zip(self.actor.parameters(), gradients):
                 p.grad = None if g is None else g.to(p.device)
         if self.max_grad_norm is not None and self.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm, foreach=True)
+            clip_grad_norm(self.actor.parameters(), self.max_grad_norm)
         self.optimizer.step()
         self.num_updates += 1
 
@@ -200,6 +200,32 @@ class Algorithm(ABC):
             if hasattr(self, name):
                 setattr(self, name, value)
         self.num_updates = state.get("num_updates", 0)
+
+
+def clip_grad_norm(parameters, max_norm):
+    """Scale gradients in place so that their global L2 norm is at most ``max_norm``.
+
+    Same result as ``torch.nn.utils.clip_grad_norm_`` for the gradients of one device and
+    dtype, in four operators (no grouping or checks): it runs after every mini-batch.
+
+    Parameters
+    ----------
+    parameters : iterable of torch.nn.Parameter
+        Parameters whose ``.grad`` is clipped (those without a gradient are skipped).
+    max_norm : float
+        Largest global norm allowed.
+
+    Returns
+    -------
+    torch.Tensor
+        The global norm before clipping.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp_(max=1.0))
+    return total
 
 
 def check_parameter(current, name, value, what):

@@ -252,6 +252,12 @@ class VanillaOnPolicyBuffer:
         n = self.num_samples
         if n == 0:
             return
+        if (mini_batch_size or 0) >= n or (mini_batch_size is None and num_mini_batch == 1):
+            # One mini-batch holds every sample: its gradient does not depend on the order,
+            # so there is nothing to shuffle or gather.
+            for _ in range(num_epochs):
+                yield self.flat
+            return
         for _ in range(num_epochs):
             perm = torch.randperm(n, generator=generator, device=self.device)
             parts = perm.split(mini_batch_size) if mini_batch_size else perm.tensor_split(min(num_mini_batch, n))
