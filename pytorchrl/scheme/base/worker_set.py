@@ -91,11 +91,13 @@ class WorkerSet:
         remote_cls = worker_class.as_remote(**self.remote_config)
         # A GPU reserved for a remote worker is the only one it sees (CUDA_VISIBLE_DEVICES).
         device = "cuda" if self.remote_config.get("num_gpus") else "cpu"
-        # Distinct seeds drawn from this process's generator: reproducible, never shared.
-        seeds = torch.randint(0, 2 ** 31 - 1, (self.num_workers,)).tolist()
+        # Distinct, reproducible seeds: from this process's seed and the owner's index (two
+        # remote gradient workers start from the same default seed, but own different sets).
+        gen = torch.Generator().manual_seed((torch.initial_seed() + 7919 * self.index_parent) % 2 ** 63)
+        seeds = torch.randint(0, 2 ** 31 - 1, (self.num_workers,), generator=gen).tolist()
         pings = []
         for i in range(self.num_workers):
-            w = self._build_remote(remote_cls, i + 1, worker_params, device)
+            w = self._build_remote(remote_cls, i + 1, worker_params, device, seeds[i])
             self._remote_workers.append(w)
             w.set_seed.remote(seeds[i])  # ordered before any other call of this actor
             pings.append(w.ping.remote())
@@ -113,8 +115,9 @@ class WorkerSet:
         """Build the local worker (subclasses may give it different parameters)."""
         return worker_class(index_worker=0, device=local_device, **worker_params)
 
-    def _build_remote(self, remote_cls, index, worker_params, device="cpu"):
-        """Start remote worker number ``index`` (subclasses may give it different parameters)."""
+    def _build_remote(self, remote_cls, index, worker_params, device="cpu", seed=None):
+        """Start remote worker number ``index`` (subclasses may give it different parameters;
+        ``seed`` is also sent with ``set_seed`` right after, before any other call)."""
         return remote_cls.remote(index_worker=index, device=device, **worker_params)
 
     def local_worker(self):

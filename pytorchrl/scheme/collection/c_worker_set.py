@@ -111,7 +111,7 @@ class CWorkerSet(WorkerSet):
         params = dict(worker_params, **self._local_params)
         return worker_class(index_worker=0, device=local_device, **params)
 
-    def _build_remote(self, remote_cls, index, worker_params, device="cpu"):
+    def _build_remote(self, remote_cls, index, worker_params, device="cpu", seed=None):
         return remote_cls.remote(index_worker=index, device=device, **worker_params, **self._remote_params)
 
     @classmethod

@@ -33,10 +33,15 @@ class GWorker(Worker):
     decentralized : bool
         DD-PPO style: gradients are all-reduced among the gradient workers with
         torch.distributed and every worker steps its own optimizer.
+    seed : int or None
+        Seed of this process's random generators, set before anything is built (None:
+        leave them as they are).
     """
 
     def __init__(self, index_worker, col_workers_factory, compress_grads_to_send=False, device=None,
-                 initial_weights=None, decentralized=False):
+                 initial_weights=None, decentralized=False, seed=None):
+        if seed is not None:
+            self.set_seed(seed)
         torch.set_num_threads(1)
         self.index_worker = index_worker
         self.device = self.resolve_device(device)

@@ -64,6 +64,10 @@ class GWorkerSet(WorkerSet):
             worker_params["initial_weights"] = ensure_ray().put(local.get_weights())
         return local
 
+    def _build_remote(self, remote_cls, index, worker_params, device="cpu", seed=None):
+        # Seeded in its constructor: it draws its collectors' seeds while being built.
+        return remote_cls.remote(index_worker=index, device=device, seed=seed, **worker_params)
+
     def _setup_distributed(self):
         """Join the remote gradient workers in one torch.distributed group (rank = order);
         the first one's node hosts the rendezvous."""

@@ -55,7 +55,7 @@ class UWorker(Worker):
         self._weights_version = -1
         self._in_flight = {}
         self._remote_version_known = True
-        self.stats = {"dropped_gradients": 0}
+        self.stats = {"dropped_gradients": 0, "weight_puts": 0}
 
     @property
     def version(self):
@@ -67,6 +67,7 @@ class UWorker(Worker):
             from pytorchrl.scheme.base.ray_runtime import require_ray
             self._weights_ref = require_ray().put(self.local_worker.get_weights())
             self._weights_version = self.version
+            self.stats["weight_puts"] += 1
         return self._weights_ref
 
     def step(self):
