@@ -1,0 +1,149 @@
+"""Helpers of the distributed-scheme tests: factories, test environments, process checks.
+
+Imported by the distributed test modules (not a conftest: the session's ``ray_session``
+fixture lives in tests/conftest.py). The environment functions here run inside Ray
+workers, which cannot import the tests package, so this module registers itself to be
+pickled by value (see ``register_for_ray``).
+"""
+
+import sys
+import time
+
+import gymnasium as gym
+
+import pytorchrl as prl
+from pytorchrl.agent.actors import OnPolicyActor
+from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+from pytorchrl.agent.algorithms import PPO
+from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.storages import GAEBuffer
+from pytorchrl.envs import make_gym_env
+
+#: Resources of every remote worker in the tests: six workers fit in the 2 CPUs of the
+#: session's Ray instance.
+SMALL = {"num_cpus": 0.25}
+
+#: PPO hyperparameters that learn CartPole within ~20k steps in every layout.
+PPO_KWARGS = dict(lr=2e-3, num_epochs=10, clip_param=0.2, entropy_coef=0.0, value_loss_coef=0.5,
+                  max_grad_norm=0.5, mini_batch_size=256, gamma=0.98, test_every=10_000, num_test_episodes=5)
+
+
+def register_for_ray():
+    """Let Ray workers unpickle the functions of this module (and of the calling test
+    module): they are sent by value, since the workers cannot import ``tests``."""
+    from ray import cloudpickle
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def factories(env_fn=make_gym_env, env_kwargs=None, vec_env_size=8, rollout_size=32, seed=0, **ppo):
+    """Scheme keyword arguments (algo/actor/storage/train env factories) for PPO on CartPole.
+
+    Parameters
+    ----------
+    env_fn, env_kwargs : callable, dict
+        Environment function and its arguments (default: gymnasium CartPole-v1).
+    vec_env_size : int
+        Environments per collection worker.
+    rollout_size : int
+        Steps per environment in one rollout (the storage size).
+    seed : int
+        Base seed of the environments.
+    **ppo
+        Overrides of ``PPO_KWARGS``.
+    """
+    train, action_space, obs_space = VecEnv.create_factory(
+        env_fn=env_fn, env_kwargs=env_kwargs or {"env_id": "CartPole-v1"}, vec_env_size=vec_env_size, seed=seed)
+    algo, name = PPO.create_factory(**{**PPO_KWARGS, **ppo})
+    actor = OnPolicyActor.create_factory(obs_space, action_space, name, feature_extractor_network=MLP,
+                                         feature_extractor_kwargs={"hidden_sizes": [64, 64], "activation": "tanh"})
+    storage = GAEBuffer.create_factory(size=rollout_size, gae_lambda=0.8)
+    return dict(algo_factory=algo, actor_factory=actor, storage_factory=storage, train_envs_factory=train)
+
+
+class SleepyStep(gym.Wrapper):
+    """Sleeps ``delay`` seconds in every step: a straggling environment."""
+
+    def __init__(self, env, delay):
+        super().__init__(env)
+        self.delay = delay
+
+    def step(self, action):
+        time.sleep(self.delay)
+        return self.env.step(action)
+
+
+def slow_cartpole(env_id="CartPole-v1", delay=0.03, slow_worker=2, index_col_worker=0, index_env=0):
+    """CartPole whose first environment sleeps ``delay`` s per step in collection worker
+    ``slow_worker`` only (every vector step of that worker takes ``delay``)."""
+    env = gym.make(env_id)
+    if index_col_worker == slow_worker and index_env == 0:
+        env = SleepyStep(env, delay)
+    return env
+
+
+class FailingStep(gym.Wrapper):
+    """Raises after ``fail_after`` steps: an environment that breaks mid-run."""
+
+    def __init__(self, env, fail_after):
+        super().__init__(env)
+        self.fail_after = fail_after
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.fail_after:
+            raise RuntimeError(f"simulator crashed after {self.fail_after} steps")
+        return self.env.step(action)
+
+
+def broken_cartpole(env_id="CartPole-v1", broken_worker=2, when="build", index_col_worker=0):
+    """CartPole that fails in collection worker ``broken_worker``: at construction
+    (``when="build"``) or after 100 steps (``when="step"``); collection worker 0 (the
+    probe made by ``VecEnv.create_factory``) always works."""
+    if index_col_worker == broken_worker and when == "build":
+        raise FileNotFoundError("simulator licence file /opt/sim/licence.key not found")
+    env = gym.make(env_id)
+    if index_col_worker == broken_worker:
+        env = FailingStep(env, 100)
+    return env
+
+
+def wait_gone(pids, timeout=15.0):
+    """Return the pids among ``pids`` still running after waiting up to ``timeout`` s."""
+    import psutil
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    # A zombie has ended; only its parent (the raylet) has not collected it yet.
+    return [p.pid for p in alive if _status(p) != psutil.STATUS_ZOMBIE]
+
+
+def _status(proc):
+    import psutil
+    try:
+        return proc.status()
+    except psutil.NoSuchProcess:
+        return psutil.STATUS_ZOMBIE
+
+
+__all__ = ["SMALL", "PPO_KWARGS", "register_for_ray", "factories", "slow_cartpole", "broken_cartpole",
+           "wait_gone", "prl"]
+
+
+def resources_released(timeout=15.0):
+    """Wait until every CPU of the Ray cluster is free again (the actors of a stopped or
+    failed scheme give theirs back shortly after they die); True if that happened."""
+    import ray
+    total = ray.cluster_resources().get("CPU", 0.0)
+    deadline = time.monotonic() + timeout
+    while True:
+        # Polled: Ray offers no event for resources coming back.
+        if abs(ray.available_resources().get("CPU", 0.0) - total) < 1e-6:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
