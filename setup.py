@@ -21,6 +21,7 @@ setup(
         "numpy>=1.24",
         "lz4>=4.0",
         "pyyaml>=6.0",
+        "threadpoolctl>=3.0",
     ],
     extras_require={
         # The test suite draws plots and reads TensorBoard files back; video tests are

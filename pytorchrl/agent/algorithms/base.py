@@ -3,6 +3,7 @@
 import inspect
 from abc import ABC, abstractmethod
 
+import numpy as np
 import torch
 
 from pytorchrl.agent.factory import ComponentFactory
@@ -51,6 +52,14 @@ class Algorithm(ABC):
         """Build the optimizer over ``self.actor``'s parameters (current hyperparameters)."""
         raise NotImplementedError
 
+    #: Hyperparameters fixed at construction: a hot-swap may only repeat their value.
+    fixed_hyperparameters = ()
+
+    @property
+    def numpy_update_engine(self):
+        """The numpy update of this algorithm (see ``numpy_update.py``), or None: torch path."""
+        return None
+
     # ----------------------------------------------------------------- factories
     @classmethod
     def hyperparameter_names(cls):
@@ -90,6 +99,11 @@ class Algorithm(ABC):
         value = check_parameter(self.hyperparameters, parameter_name, new_parameter_value,
                                 f"{self.name} hyperparameter")
         old = getattr(self, parameter_name)
+        if parameter_name in self.fixed_hyperparameters:
+            if value != old:
+                raise ValueError(f"{self.name} hyperparameter {parameter_name!r} is fixed once the "
+                                 f"algorithm is built (it is {old!r})")
+            return
         setattr(self, parameter_name, value)
         try:
             self.check_hyperparameters()
@@ -146,10 +160,14 @@ class Algorithm(ABC):
         info : dict
             Loss components and statistics of this mini-batch.
         """
-        loss, info = self.compute_loss(batch)
-        for p in self.actor.parameters():  # not optimizer.zero_grad: no optimizer is needed here
-            p.grad = None
-        loss.backward()
+        fast = self.numpy_update_engine
+        if fast is not None:
+            info = fast(batch)  # fills every parameter's .grad
+        else:
+            loss, info = self.compute_loss(batch)
+            for p in self.actor.parameters():  # not optimizer.zero_grad: no optimizer is needed here
+                p.grad = None
+            loss.backward()
         if not return_grads:
             return None, info
         grads = []
@@ -173,9 +191,19 @@ class Algorithm(ABC):
         if gradients is not None:
             for p, g in zip(self.actor.parameters(), gradients):
                 p.grad = None if g is None else g.to(p.device)
-        if self.max_grad_norm is not None and self.max_grad_norm > 0:
-            clip_grad_norm(self.actor.parameters(), self.max_grad_norm)
-        self.optimizer.step()
+        if self.numpy_update_engine is not None:
+            grads = [p.grad.numpy() for p in self.actor.parameters()]
+            if self.max_grad_norm is not None and self.max_grad_norm > 0:
+                total = np.sqrt(sum(float(np.vdot(g, g)) for g in grads))
+                coef = min(1.0, self.max_grad_norm / (total + 1e-6))
+                if coef < 1.0:
+                    for g in grads:
+                        g *= coef
+            self.optimizer.step(grads)
+        else:
+            if self.max_grad_norm is not None and self.max_grad_norm > 0:
+                clip_grad_norm(self.actor.parameters(), self.max_grad_norm)
+            self.optimizer.step()
         self.num_updates += 1
 
     # ------------------------------------------------------------------ weights

@@ -1,0 +1,288 @@
+"""Actor-critic updates of small MLP networks computed in numpy, in place on the torch weights.
+
+For the networks typical of control tasks (two hidden layers of 64 units, mini-batches of a
+few hundred samples) a torch update is dominated by per-operator dispatch: about 150
+operators for forward, backward, clipping and Adam, each costing more than its arithmetic.
+The same update written out in numpy is about three times cheaper (benchmarks/RESULTS.md).
+
+``NumpyActorCriticUpdate`` computes exactly what ``OnPolicyAlgorithm.compute_loss``,
+``loss.backward()``, gradient clipping and ``torch.optim.Adam`` compute, for
+``OnPolicyActor`` with MLP feature extractors (tanh or ReLU), a categorical policy and the
+PPO or A2C loss, on the CPU. The arrays it reads and writes are views of the actor's torch
+parameters and gradients, so the actor is always current and nothing is copied back.
+tests/test_numpy_update.py checks losses, gradients and Adam steps against torch.
+Any other actor, policy or device keeps the torch path.
+"""
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+import pytorchrl as prl
+from pytorchrl.agent.actors.distributions import CategoricalHead
+from pytorchrl.agent.actors.feature_extractors.mlp import MLP, Tanh
+
+_ACTIVATIONS = {Tanh: "tanh", nn.Tanh: "tanh", nn.ReLU: "relu"}
+
+
+def limit_blas_threads():
+    """Make numpy's BLAS single-threaded in this process.
+
+    Workers are one process per core: BLAS threads would only contend with the other
+    workers (with other processes busy, multithreaded OpenBLAS is 3x slower than one thread).
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(1, user_api="blas")
+    except ImportError:  # optional: without it numpy keeps its default
+        pass
+
+
+def _act(x, kind):
+    return np.tanh(x, out=x) if kind == "tanh" else np.maximum(x, 0.0, out=x)
+
+
+def _act_grad(grad, h, kind):
+    """Gradient through the activation, given its output ``h`` (in place on ``grad``)."""
+    if kind == "tanh":
+        grad *= 1.0 - h * h
+    else:
+        grad *= h > 0
+    return grad
+
+
+class NumpyAdam:
+    """Adam with torch.optim.Adam's arithmetic, on numpy views of torch parameters.
+
+    ``state_dict`` and ``load_state_dict`` use torch.optim.Adam's format, so checkpoints
+    move between this optimizer and torch's.
+
+    Parameters
+    ----------
+    params : list of torch.nn.Parameter
+        Parameters, in the actor's order.
+    algo : Algorithm
+        Source of the learning rate (read at every step, so hot-swaps apply at once).
+    eps : float
+        Adam's epsilon.
+    betas : tuple of float
+        Adam's decay rates.
+    """
+
+    def __init__(self, params, algo, eps, betas=(0.9, 0.999)):
+        self.params = list(params)
+        self.views = [p.detach().numpy() for p in self.params]
+        self.algo = algo
+        self.eps = eps
+        self.betas = betas
+        self.step_count = 0
+        self.exp_avg = [np.zeros_like(v) for v in self.views]
+        self.exp_avg_sq = [np.zeros_like(v) for v in self.views]
+
+    @property
+    def param_groups(self):
+        """torch.optim-style view of the hyper-parameters (the learning rate lives in the algorithm)."""
+        return [{"lr": self.algo.lr, "betas": self.betas, "eps": self.eps}]
+
+    def step(self, grads):
+        """One Adam step with ``grads`` (numpy arrays, parameter order)."""
+        b1, b2 = self.betas
+        self.step_count += 1
+        bc1 = 1.0 - b1 ** self.step_count
+        bc2_sqrt = np.sqrt(1.0 - b2 ** self.step_count)
+        step_size = self.algo.lr / bc1
+        for p, g, m, v in zip(self.views, grads, self.exp_avg, self.exp_avg_sq):
+            m *= b1
+            m += (1.0 - b1) * g
+            v *= b2
+            v += (1.0 - b2) * g * g
+            denom = np.sqrt(v)
+            denom /= bc2_sqrt
+            denom += self.eps
+            p -= step_size * m / denom
+
+    def zero_grad(self, set_to_none=True):
+        """Drop the parameters' gradients."""
+        for p in self.params:
+            p.grad = None
+
+    def state_dict(self):
+        """State in torch.optim.Adam's format."""
+        state = {i: {"step": torch.tensor(float(self.step_count)), "exp_avg": torch.from_numpy(m.copy()),
+                     "exp_avg_sq": torch.from_numpy(v.copy())}
+                 for i, (m, v) in enumerate(zip(self.exp_avg, self.exp_avg_sq))}
+        group = {"lr": self.algo.lr, "betas": self.betas, "eps": self.eps, "weight_decay": 0,
+                 "amsgrad": False, "params": list(range(len(self.params)))}
+        return {"state": state, "param_groups": [group]}
+
+    def load_state_dict(self, state_dict):
+        """Restore a state in torch.optim.Adam's format (from this class or from torch)."""
+        state = state_dict["state"]
+        if not state:
+            self.step_count = 0
+            return
+        self.step_count = int(float(state[0]["step"]))
+        for i, (m, v) in enumerate(zip(self.exp_avg, self.exp_avg_sq)):
+            m[...] = state[i]["exp_avg"].numpy()
+            v[...] = state[i]["exp_avg_sq"].numpy()
+
+
+class NumpyActorCriticUpdate:
+    """Loss and gradients of a categorical MLP actor-critic, in numpy.
+
+    Built by ``build``; calling it with a mini-batch fills the parameters' ``.grad`` (numpy
+    arrays viewed as tensors) and returns the loss statistics, like ``compute_loss`` followed
+    by ``backward``.
+    """
+
+    def __init__(self, algo, trunk, shared):
+        actor = algo.actor
+        self.algo = algo
+        self.trunk = trunk          # see build()
+        self.shared = shared
+        self.w_pi = actor.dist.linear.weight.detach().numpy()
+        self.b_pi = actor.dist.linear.bias.detach().numpy()
+        self.w_v = actor.value_head.weight.detach().numpy()
+        self.b_v = actor.value_head.bias.detach().numpy()
+        self.params = list(actor.parameters())
+
+    @classmethod
+    def build(cls, algo):
+        """The numpy update of ``algo``, or None when its actor or loss is not supported."""
+        actor = algo.actor
+        if (algo.device.type != "cpu" or not getattr(algo, "has_fused_loss", False)
+                or not isinstance(getattr(actor, "dist", None), CategoricalHead)):
+            return None
+        if getattr(actor, "twin_net", None) is not None:
+            net = actor.twin_net
+            kind = _ACTIVATIONS.get(type(net.act))
+            if kind is None:
+                return None
+            trunk = ("twin", kind, net)
+            covered = [net.first.weight, net.first.bias, *net.weights, *net.biases]
+            shared = False
+        elif isinstance(actor.policy_net, MLP) and actor.value_net is None:
+            layers = [m for m in actor.policy_net.net if not isinstance(m, nn.Flatten)]
+            pairs = list(zip(layers[0::2], layers[1::2]))
+            kinds = [_ACTIVATIONS.get(type(a)) for _, a in pairs]
+            if None in kinds or not all(isinstance(lin, nn.Linear) for lin, _ in pairs):
+                return None
+            trunk = ("chain", [(lin, kind) for (lin, _), kind in zip(pairs, kinds)])
+            covered = [t for lin, _ in pairs for t in (lin.weight, lin.bias)]
+            shared = True
+        else:
+            return None
+        heads = [actor.dist.linear.weight, actor.dist.linear.bias, actor.value_head.weight, actor.value_head.bias]
+        if {id(p) for p in covered + heads} != {id(p) for p in actor.parameters()}:
+            return None  # parameters this update would not train
+        return cls(algo, trunk, shared)
+
+    # ---------------------------------------------------------------- forward
+    def _forward(self, x):
+        if self.trunk[0] == "twin":
+            _, kind, net = self.trunk
+            w1 = net.first.weight.detach().numpy()
+            h0 = _act(x @ w1.T + net.first.bias.detach().numpy(), kind)
+            size = net.hidden_sizes[0]
+            outs = [h0[:, :size], h0[:, size:]]
+            cache = [[o] for o in outs]
+            for w, b in zip(net.weights, net.biases):
+                w, b = w.detach().numpy(), b.detach().numpy()
+                for k in range(2):
+                    outs[k] = _act(outs[k] @ w[k] + b[k], kind)
+                    cache[k].append(outs[k])
+            return outs[0], outs[1], (h0, cache)
+        h, cache = x, [x]
+        for lin, kind in self.trunk[1]:
+            h = _act(h @ lin.weight.detach().numpy().T + lin.bias.detach().numpy(), kind)
+            cache.append(h)
+        return h, h, cache
+
+    # --------------------------------------------------------------- backward
+    def _backward(self, x, d_pf, d_vf, cache, grads):
+        if self.trunk[0] == "twin":
+            _, kind, net = self.trunk
+            h0, per_copy = cache
+            ds = [d_pf, d_vf]
+            g_ws = [np.empty_like(w.detach().numpy()) for w in net.weights]
+            g_bs = [np.empty_like(b.detach().numpy()) for b in net.biases]
+            for k in range(2):
+                d = ds[k]
+                for layer in range(len(net.weights) - 1, -1, -1):
+                    h_out, h_in = per_copy[k][layer + 1], per_copy[k][layer]
+                    dz = _act_grad(d, h_out, kind)
+                    g_ws[layer][k] = h_in.T @ dz
+                    g_bs[layer][k, 0] = dz.sum(0)
+                    d = dz @ net.weights[layer].detach().numpy()[k].T
+                ds[k] = d
+            dz0 = _act_grad(np.concatenate(ds, axis=1), h0, kind)
+            grads[id(net.first.weight)] = dz0.T @ x
+            grads[id(net.first.bias)] = dz0.sum(0)
+            for w, b, gw, gb in zip(net.weights, net.biases, g_ws, g_bs):
+                grads[id(w)] = gw
+                grads[id(b)] = gb
+            return
+        d = d_pf + d_vf
+        layers = self.trunk[1]
+        for i in range(len(layers) - 1, -1, -1):
+            lin, kind = layers[i]
+            dz = _act_grad(d, cache[i + 1], kind)
+            grads[id(lin.weight)] = dz.T @ cache[i]
+            grads[id(lin.bias)] = dz.sum(0)
+            d = dz @ lin.weight.detach().numpy()
+
+    # ------------------------------------------------------------------- call
+    def __call__(self, batch):
+        """Fill every parameter's ``.grad`` with the loss gradient of ``batch``; return the statistics."""
+        algo = self.algo
+        x = batch[prl.OBS].numpy().reshape(batch[prl.OBS].shape[0], -1).astype(np.float32, copy=False)
+        act = batch[prl.ACT].numpy().astype(np.int64, copy=False)
+        old_logp, ret = batch[prl.LOGP].numpy(), batch[prl.RET].numpy()
+        adv = batch[prl.ADV].numpy()
+        n = x.shape[0]
+        if algo.normalize_advantages and n > 1:
+            adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
+        pf, vf, cache = self._forward(x)
+        logits = pf @ self.w_pi.T + self.b_pi
+        value = vf @ self.w_v.T + self.b_v
+
+        z = logits - logits.max(axis=1, keepdims=True)
+        lp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        p = np.exp(lp)
+        logp = np.take_along_axis(lp, act, axis=1)
+        ent = -(p * lp).sum(axis=1, keepdims=True)
+        clip = algo.fused_clip
+        stats = {}
+        if clip is None:
+            pi_loss = -float((logp * adv).mean())
+            g_logp = adv / -n
+        else:
+            log_ratio = logp - old_logp
+            ratio = np.exp(log_ratio)
+            surr1 = ratio * adv
+            clipped = np.clip(ratio, 1.0 - clip, 1.0 + clip)
+            surr2 = clipped * adv
+            pi_loss = -float(np.minimum(surr1, surr2).mean())
+            active = (surr1 <= surr2) | (clipped == ratio)
+            g_logp = np.where(active, surr1, 0.0).astype(np.float32) / -n
+            stats["ApproxKL"] = float(((ratio - 1) - log_ratio).mean())
+            stats["ClipFraction"] = float((np.abs(ratio - 1) > clip).mean())
+        diff = value - ret
+        value_loss = 0.5 * float((diff * diff).mean())
+        entropy = float(ent.mean())
+        loss = pi_loss + algo.value_loss_coef * value_loss - algo.entropy_coef * entropy
+
+        g_logits = p * -g_logp
+        g_logits[np.arange(n), act[:, 0]] += g_logp[:, 0]
+        if algo.entropy_coef != 0.0:
+            g_logits += p * (lp + ent) * (algo.entropy_coef / n)
+        g_value = diff * (algo.value_loss_coef / n)
+
+        actor = algo.actor
+        grads = {id(actor.dist.linear.weight): g_logits.T @ pf, id(actor.dist.linear.bias): g_logits.sum(0),
+                 id(actor.value_head.weight): g_value.T @ vf, id(actor.value_head.bias): g_value.sum(0)}
+        self._backward(x, g_logits @ self.w_pi, g_value @ self.w_v, cache, grads)
+        for param in self.params:
+            param.grad = torch.from_numpy(np.ascontiguousarray(grads[id(param)], dtype=np.float32)
+                                          .reshape(param.shape))
+        return {"PolicyLoss": pi_loss, "ValueLoss": value_loss, "Entropy": entropy, "Loss": loss, **stats}
