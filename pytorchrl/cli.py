@@ -326,6 +326,8 @@ def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False, 
 
         def log_interval():
             nonlocal metrics
+            if metrics and metrics["Scheme/EnvSteps"] == learner.num_samples_collected:
+                return metrics   # the last row is current (a final log right after a periodic one)
             metrics = learner.get_metrics(add_algo_metrics=True, add_episodes_metrics=True,
                                           add_scheme_metrics=True, add_time_metrics=True)
             log.write_metrics(metrics)

@@ -1,0 +1,83 @@
+"""Helpers of the command-line tests (tests/test_cli_*.py): a tiny configuration and
+running ``pytorchrl`` as a separate process, the way a user does."""
+
+import copy
+import csv
+import os
+import subprocess
+import sys
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: A valid configuration that trains PPO on CartPole in about a second: 2 envs x 16 steps
+#: = 32 env steps per update round.
+TINY = {
+    "seed": 0,
+    "env": {"id": "CartPole-v1", "vec_env_size": 2, "test_env": True, "test_vec_env_size": 2},
+    "algorithm": {"name": "PPO", "num_epochs": 2, "num_mini_batch": 2, "num_test_episodes": 2, "test_every": 5},
+    "storage": {"name": "GAEBuffer", "size": 16},
+    "learner": {"target_steps": 1000, "log_every": 0.1},
+}
+ROUND = 32
+
+
+def tiny(**sections):
+    """A copy of TINY with sections updated (dicts merged) or replaced."""
+    config = copy.deepcopy(TINY)
+    for name, value in sections.items():
+        if isinstance(value, dict) and isinstance(config.get(name), dict):
+            config[name].update(value)
+        else:
+            config[name] = value
+    return config
+
+
+def write_config(directory, config=None, name="tiny.yaml"):
+    """Write ``config`` (default TINY) as YAML into ``directory``; returns the path."""
+    path = os.path.join(str(directory), name)
+    with open(path, "w") as f:
+        yaml.safe_dump(config or TINY, f)
+    return path
+
+
+def env():
+    """Environment of a child process: this checkout first on the path."""
+    return dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def pytorchrl(*args, cwd, timeout=180):
+    """Run ``python -m pytorchrl.cli ARGS``; returns the CompletedProcess (text output)."""
+    return subprocess.run([sys.executable, "-m", "pytorchrl.cli", *map(str, args)], cwd=str(cwd),
+                          capture_output=True, text=True, timeout=timeout, env=env())
+
+
+def start_pytorchrl(*args, cwd):
+    """Start ``python -m pytorchrl.cli ARGS`` in the background (stdout and stderr piped)."""
+    return subprocess.Popen([sys.executable, "-m", "pytorchrl.cli", *map(str, args)], cwd=str(cwd),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+
+
+def read_csv(path):
+    """Rows of a CSV file as dicts."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def assert_one_line_error(result, expected):
+    """Exit status 2, one line on stderr containing ``expected``, no traceback."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "error: " in lines[0] and expected in lines[0], lines[0]
+
+
+def png_size(path):
+    """(width, height) of a PNG file, read from its header; asserts that it is a PNG."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
+    assert head[12:16] == b"IHDR"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
