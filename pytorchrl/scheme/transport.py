@@ -14,6 +14,8 @@ Compression modes:
   is not worth the time, and 37-100x on Atari frames: see ANCHORS.md).
 """
 
+import warnings
+
 import lz4.frame
 import numpy as np
 import torch
@@ -107,4 +109,44 @@ def unpack(packed, to_torch=True):
             out[key] = payload
             continue
         out[key] = torch.from_numpy(arr) if to_torch else arr
+    return out
+
+
+def weights_to_wire(state_dict):
+    """Actor weights as a dict of numpy arrays, the form in which they are ``ray.put``.
+
+    Ray stores numpy buffers as they are and hands readers zero-copy views, where a dict of
+    torch tensors is pickled on the way in and out: 2.5x cheaper to put and 10x cheaper to
+    get (measured on the PPO CartPole actor). Tensors numpy cannot hold (bfloat16) stay
+    tensors.
+
+    Parameters
+    ----------
+    state_dict : dict of torch.Tensor
+        Actor weights (on any device).
+    """
+    out = {}
+    for key, value in state_dict.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu()
+            try:
+                value = value.numpy()
+            except TypeError:  # a dtype numpy lacks
+                pass
+        out[key] = value
+    return out
+
+
+def weights_from_wire(weights):
+    """Inverse of ``weights_to_wire``: a dict of tensors ready for ``load_state_dict``.
+
+    Arrays read from Ray's object store are read-only views; the tensors wrapping them are
+    only copied from (``load_state_dict`` copies into the parameters), so no copy is made
+    here. Dicts of tensors pass through unchanged.
+    """
+    out = {}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        for key, value in weights.items():
+            out[key] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
     return out

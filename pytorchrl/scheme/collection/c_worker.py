@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from pytorchrl.scheme.base.worker import Worker
-from pytorchrl.scheme.transport import pack
+from pytorchrl.scheme.transport import pack, weights_from_wire
 
 
 def no_envs(*args, **kwargs):
@@ -268,12 +268,12 @@ class CWorker(Worker):
 
         Parameters
         ----------
-        actor_weights : dict of tensors
-            Actor state dict.
+        actor_weights : dict of tensors or numpy arrays
+            Actor state dict (numpy arrays: as sent by ``transport.weights_to_wire``).
         version : int or None
             Version of these weights (None: one more than the current version).
         """
-        self.actor.load_state_dict(actor_weights)
+        self.actor.load_state_dict(weights_from_wire(actor_weights))
         self.actor_version = self.actor_version + 1 if version is None else int(version)
 
     def get_weights(self):

@@ -7,7 +7,7 @@ import pytorchrl as prl
 from pytorchrl.scheme.base.worker import Worker, default_remote_config
 from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
 from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
-from pytorchrl.scheme.transport import unpack
+from pytorchrl.scheme.transport import unpack, weights_to_wire
 
 DEFAULT_COL_WORKER_RESOURCES = default_remote_config(num_cpus=1)
 
@@ -150,7 +150,7 @@ class CWorkerSet(WorkerSet):
         shared by every request (Ray reads it once per node)."""
         if self._weights_ref_version != self.version:
             from pytorchrl.scheme.base.ray_runtime import require_ray
-            self._weights_ref = require_ray().put(self.local_worker().get_weights())
+            self._weights_ref = require_ray().put(weights_to_wire(self.local_worker().get_weights()))
             self._weights_ref_version = self.version
             self.stats["weight_puts"] += 1
         return self._weights_ref

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from pytorchrl.scheme.base.worker import Worker
-from pytorchrl.scheme.transport import pack, unpack
+from pytorchrl.scheme.transport import pack, unpack, weights_from_wire
 
 
 class GWorker(Worker):
@@ -206,8 +206,9 @@ class GWorker(Worker):
 
     # ------------------------------------------------------------------ control
     def set_weights(self, weights, version=None):
-        """Load actor weights and make them the collectors' current version."""
-        self.algo.set_weights(weights)
+        """Load actor weights (tensors, or numpy arrays as sent by ``transport.weights_to_wire``)
+        and make them the collectors' current version."""
+        self.algo.set_weights(weights_from_wire(weights))
         if version is not None and int(version) == self.version:
             self.col_workers.invalidate_weights()  # same version number, new weights
         self.version = self.version + 1 if version is None else int(version)

@@ -61,7 +61,8 @@ class GWorkerSet(WorkerSet):
         if self._initial_weights is None and self.num_workers > 0:
             # Every remote gradient worker starts from the local worker's weights.
             from pytorchrl.scheme.base.ray_runtime import ensure_ray
-            worker_params["initial_weights"] = ensure_ray().put(local.get_weights())
+            from pytorchrl.scheme.transport import weights_to_wire
+            worker_params["initial_weights"] = ensure_ray().put(weights_to_wire(local.get_weights()))
         return local
 
     def _build_remote(self, remote_cls, index, worker_params, device="cpu", seed=None):

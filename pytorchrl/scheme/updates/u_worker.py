@@ -6,6 +6,7 @@ import torch
 
 import pytorchrl as prl
 from pytorchrl.scheme.base.worker import Worker
+from pytorchrl.scheme.transport import weights_to_wire
 
 
 class UWorker(Worker):
@@ -65,7 +66,7 @@ class UWorker(Worker):
     def _weights(self):
         if self._weights_version != self.version:
             from pytorchrl.scheme.base.ray_runtime import require_ray
-            self._weights_ref = require_ray().put(self.local_worker.get_weights())
+            self._weights_ref = require_ray().put(weights_to_wire(self.local_worker.get_weights()))
             self._weights_version = self.version
             self.stats["weight_puts"] += 1
         return self._weights_ref
