@@ -89,3 +89,24 @@ def test_bad_mode_is_refused():
 
 def test_packed_ratio_of_empty_payload():
     assert Packed({}, 0, 0).ratio == 1.0
+
+
+def test_weights_travel_as_numpy_and_come_back_bit_exact():
+    from pytorchrl.scheme.transport import weights_from_wire, weights_to_wire
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    state = net.state_dict()
+    state["steps"] = torch.tensor(7)                       # an integer buffer
+    state["half"] = torch.ones(3, dtype=torch.bfloat16)    # numpy has no bfloat16: stays a tensor
+    wire = pickle.loads(pickle.dumps(weights_to_wire(state), protocol=5))
+    assert all(isinstance(v, np.ndarray) for k, v in wire.items() if k != "half")
+    assert isinstance(wire["half"], torch.Tensor)
+    for arr in wire.values():  # what Ray hands a reader: read-only views
+        if isinstance(arr, np.ndarray):
+            arr.flags.writeable = False
+    back = weights_from_wire(wire)
+    for k, v in state.items():
+        assert back[k].dtype == v.dtype and torch.equal(back[k], v), k
+    other = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    other.load_state_dict({k: v for k, v in back.items() if k not in ("steps", "half")})
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), other.parameters()))
+    assert weights_from_wire(state)["steps"] is state["steps"]  # tensors pass through
