@@ -197,24 +197,27 @@ def test_preemption_cuts_the_straggler(thresholds):
 
 
 # ------------------------------------------------------------------------ policy lag
-def test_max_policy_lag_bounds_the_lag():
-    """Asynchronous collection with max_policy_lag: stale rollouts are dropped, counted,
-    and every rollout used is within the bound."""
+def test_max_policy_lag_and_max_grad_lag_bound_the_lags():
+    """Asynchronous collection and gradients with both bounds: stale rollouts and stale
+    gradients are dropped and counted, and everything used is within its bound."""
     torch.manual_seed(0)
-    bound = 4  # one round is 2 updates (2 epochs x 1 mini-batch): the stale rollouts lag more
-    scheme = Scheme(**factories(num_epochs=2), num_col_workers=3, col_workers_communication=ASYNC,
-                    col_workers_resources=SMALL, max_policy_lag=bound)
+    # A round is 2 epochs x 1 mini-batch per gradient worker, and versions count the
+    # updates of both gradient workers: rollouts kept from an earlier round lag more than 3.
+    scheme = Scheme(**factories(num_epochs=2), num_col_workers=2, col_workers_communication=ASYNC,
+                    col_workers_resources=SMALL, max_policy_lag=3, num_grad_workers=2,
+                    grad_workers_communication=ASYNC, grad_workers_resources=SMALL, max_grad_lag=0)
     learner = Learner(scheme, target_steps=8_000)
     try:
-        lags = []
+        lags, asynchrony = [], []
         while not learner.done():
             for info in learner.step():
                 lags += info.get("policy_lags", [])
+                asynchrony.append(info["grad_asynchrony"])
         m = learner.get_metrics(add_scheme_metrics=True)
-        assert lags and max(lags) <= bound
-        assert m["Scheme/MaxPolicyLag"] <= bound
+        assert lags and max(lags) <= 3 and m["Scheme/MaxPolicyLag"] <= 3
         assert m["Scheme/DroppedRollouts"] > 0
-        assert scheme.update_worker.local_worker.col_workers.stats["dropped_rollouts"] == m["Scheme/DroppedRollouts"]
+        assert asynchrony and max(asynchrony) == 0
+        assert m["Scheme/DroppedGradients"] == scheme.update_worker.stats["dropped_gradients"] > 0
     finally:
         learner.stop()
 

@@ -49,7 +49,7 @@ def ensure_ray(address=None, num_cpus=None):
         Address of an existing cluster ("auto", "ray://host:10001", "host:6379"). None uses
         the ``RAY_ADDRESS`` environment variable if set, else starts a local instance.
     num_cpus : int or None
-        CPUs of a local instance started here (default: all of this machine's).
+        CPUs of a local instance started here (default: all this machine lets us use).
 
     Returns
     -------
@@ -64,8 +64,8 @@ def ensure_ray(address=None, num_cpus=None):
         if address:
             ray.init(address=address, include_dashboard=False, log_to_driver=True)
         else:
-            ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=True,
-                     configure_logging=False)
+            # num_cpus None lets Ray count the CPUs, container limits included.
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, configure_logging=False)
             _started_here = True
     return ray
 
