@@ -24,18 +24,19 @@ import datetime
 import json
 import os
 import platform
-import resource
 import statistics
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-DEFAULT_PEERS_PYTHON = os.path.join(HERE, ".venv-peers", "bin", "python")
+sys.path.insert(0, HERE)
+import _common  # noqa: E402
+from _common import (REPO, DEFAULT_PEERS_PYTHON, children_cpu_s, cpu_jiffies, export_head,  # noqa: E402,F401
+                     others_share)
+
 WORKERS = {"ours": os.path.join(HERE, "_ours_ppo.py"), "sb3": os.path.join(HERE, "_sb3_ppo.py")}
 TARGET_RATIO = 3.0
 
@@ -112,52 +113,9 @@ def worker_env(system, args):
     return env
 
 
-def export_head(repo):
-    """Copy HEAD's pytorchrl/ into a new temporary directory; return (directory, short hash)."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
-                            check=True).stdout.strip()
-    dest = tempfile.mkdtemp(prefix=f"pytorchrl-{commit}-")
-    archive = subprocess.run(["git", "archive", "--format=tar", "HEAD", "pytorchrl"], cwd=repo,
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
-    return dest, commit
-
-
-def cpu_jiffies():
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat (None elsewhere)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    hz = os.sysconf("SC_CLK_TCK")
-    total = sum(fields[:8])          # user nice system idle iowait irq softirq steal
-    idle = fields[3] + fields[4]
-    return (total - idle) / hz, total / hz
-
-
-def children_cpu_s():
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def others_share(window=3.0):
-    """Share of the machine's CPU used by other processes over the next ``window`` seconds."""
-    a = cpu_jiffies()
-    time.sleep(window)
-    b = cpu_jiffies()
-    if a is None or b is None or b[1] <= a[1]:
-        return None
-    return min(1.0, max(0.0, (b[0] - a[0]) / (b[1] - a[1])))  # counters tick apart: clamp
-
-
 def wait_idle(args):
     """Wait until the machine is quiet enough (see --wait-idle); return (share, seconds waited)."""
-    t = time.perf_counter()
-    share = others_share()
-    while share is not None and share >= args.wait_idle and time.perf_counter() - t < args.wait_max:
-        share = others_share()
-    return share, time.perf_counter() - t
+    return _common.wait_idle(args.wait_idle, args.wait_max)
 
 
 def run_worker(system, seed, steps, args, eval_episodes=10):

@@ -103,3 +103,153 @@ def test_machine_load_probe():
     assert 0 <= busy <= total
     share = mod.others_share(window=0.2)
     assert share is None or 0.0 <= share <= 1.0
+
+
+# ------------------------------------------------ distributed benchmarks (issue 3)
+# Our side only, on tiny budgets, in this process with the session's Ray instance (2 CPUs):
+# the benchmark functions join an initialised Ray instead of starting one.
+def _load_bench(name):
+    """A benchmark script as a fresh module; helper modules (``_envs``...) imported by name,
+    as the scripts import them."""
+    if BENCH not in sys.path:
+        sys.path.insert(0, BENCH)
+    if name.startswith("_"):
+        return importlib.import_module(name)
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def bench_ray(ray_session):
+    _load_bench("_envs").register_with_ray()   # env functions reach the Ray workers by value
+    return ray_session
+
+
+def _declared_hyperparameters(name):
+    import ast
+    tree = ast.parse(open(os.path.join(BENCH, name)).read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "HYPERPARAMETERS":
+            return {kw.arg: ast.literal_eval(kw.value) for kw in node.value.keywords}
+    raise AssertionError(f"no HYPERPARAMETERS in {name}")
+
+
+def test_rllib_worker_shares_the_hyperparameters():
+    hp = _declared_hyperparameters("_ours_dist_ppo.py")
+    assert hp == _declared_hyperparameters("_rllib_ppo.py")
+    assert (hp["train_batch_size"], hp["minibatch_size"], hp["num_epochs"], hp["lr"]) == (4000, 128, 6, 3e-4)
+
+
+@pytest.mark.timeout(300)
+def test_distributed_cartpole_ours_record(bench_ray):
+    import time
+    mod = _load_bench("_ours_dist_ppo")
+    args = mod.parse_args(["--steps", "4000", "--envs-per-collector", "8", "--cpus-per-collector", "0.25",
+                           "--eval-episodes", "1", "--seed", "3"])
+    t0 = time.time()
+    rec = mod.run(args, t_start=t0)
+    assert rec["system"] == "ours" and rec["collectors"] == 2 and rec["rollout_steps_per_env"] == 250
+    assert rec["env_steps"] == 4000 and rec["rounds"] == 1
+    # The first env step happened after the start and before training ended.
+    assert 0 < rec["first_sample_s"] <= rec["total_wall_s"]
+    assert rec["env_steps_per_s"] == pytest.approx(rec["env_steps"] / rec["train_wall_s"], rel=0.01)
+    assert rec["bytes_sent"] > 0 and len(rec["eval_returns"]) == 1
+    # RLlib's objective: vf coef 0.01 on the plain MSE, whatever the form of our loss.
+    assert rec["value_loss_coef_passed"] * rec["value_loss_form_scale"] == pytest.approx(0.01)
+
+
+def test_distributed_cartpole_report():
+    mod = _load_bench("distributed_cartpole")
+
+    def rec(system, seed, envs, fps, first, ev):
+        return {"system": system, "seed": seed, "envs_per_collector": envs, "env_steps": 100_000,
+                "env_steps_per_s": fps, "first_sample_from_launch_s": first, "first_sample_s": first - 0.1,
+                "import_s": 1.0, "ray_init_s": 2.0, "build_s": 5.0, "workers_start_s": 3.0,
+                "train_wall_s": 100_000 / fps, "total_wall_s": 100_000 / fps + first, "eval_mean": ev,
+                "train_return_last100": 400.0, "peak_rss_tree_MB": 900.0}
+
+    records = [rec("ours", 0, 8, 12000, 4.0, 500), rec("rllib", 0, 8, 2000, 11.0, 500),
+               rec("ours", 1, 8, 11000, 4.5, 480), rec("rllib", 1, 8, 2400, 10.0, 500),
+               {"system": "rllib", "seed": 2, "envs_per_collector": 8, "error": "exit 1"}]
+    summary = mod.summarize(records)
+    assert summary[("ours", 8)]["env_steps_per_s"] == 11500 and summary[("rllib", 8)]["runs"] == 2
+    assert summary[("ours", 8)]["build_s"] == 3.0     # after ray.init, like RLlib's build_algo
+    assert mod.paired(records, 8, "env_steps_per_s") == [pytest.approx(6.0), pytest.approx(11000 / 2400)]
+    table = mod.render(summary, records, {"steps": 100_000, "seeds": 2, "collectors": 2})
+    assert "env steps/s 5.23x RLlib's (goal >= 5x: MET)" in table
+    assert "time to first sample 0.40 of RLlib's (goal < 0.5: MET)" in table
+    assert "Failed runs: rllib seed 2 envs 8: exit 1" in table
+    assert mod.parse_args(["--quick"]).envs == [8]
+
+
+@pytest.mark.timeout(300)
+def test_scaling_latency_measures_sync_and_async(bench_ray):
+    mod = _load_bench("scaling_latency")
+    args = mod.parse_args(["--rounds", "2", "--warmup", "1", "--rollout", "16"])
+    records = []
+    for mode in ("sync", "async"):
+        for n in (1, 2):
+            r = mod.measure(n, mode, args)
+            records.append(r)
+            assert r["env_steps"] >= 2 * n * 16 and r["env_steps_per_s"] > 0
+            assert r["remote"] == (n > 1)
+    sync2, async2 = records[1], records[3]
+    assert sync2["policy_lag_max"] == 0                 # sync: always the current weights
+    assert async2["policy_lag_mean"] is not None and async2["samples_per_round"] == 16   # one rollout per step
+    summary = mod.summarize(records, step_latency=0.002)
+    assert summary[("sync", 1)]["efficiency"] == pytest.approx(1.0)
+    table = mod.render(summary, records, {"latency": 0.002, "rollout": 16, "cpus_per_collector": 0.25,
+                                          "repeats": 1, "step_latency_s": 0.0021})
+    assert "| sync | 2 |" in table and "Goal: sync at 2" in table
+
+
+@pytest.mark.timeout(300)
+def test_straggler_is_cut_with_preemption(bench_ray):
+    mod = _load_bench("straggler")
+    args = mod.parse_args(["--collectors", "2", "--rollout", "32", "--rounds", "2", "--warmup", "1",
+                           "--cpus-per-collector", "0.25"])
+    assert args.slow_worker == 2
+    r = mod.measure("straggler, fraction_samples=0.75", True, 0.75, args)
+    # The slow collector is cut every round: the round holds 75-100% of 2 x 32 samples.
+    assert r["rounds"] >= 2 and r["cut_rollouts_per_round"] >= 1
+    assert 48 <= r["samples_per_round"] < 64
+    records = [dict(r, config="straggler, fraction_samples=0.75", **{"pass": 0}),
+               dict(r, config="no straggler", round_s=r["round_s"] / 1.1, **{"pass": 0})]
+    summary = mod.summarize(records)
+    assert summary["straggler, fraction_samples=0.75"]["vs_no_straggler"] == pytest.approx(1.1)
+    table = mod.render(summary, records, {"collectors": 2, "slow_worker": 2, "cpus_per_collector": 0.25,
+                                          "latency": 0.002, "rollout": 32, "slow_factor": 5.0, "repeats": 1})
+    assert "1.10x" in table and ": MET." in table
+
+
+@pytest.mark.timeout(300)
+def test_compression_images_counts_bytes(bench_ray):
+    mod = _load_bench("compression_images")
+    args = mod.parse_args(["--envs", "1", "--rollout", "8", "--rounds", "1", "--warmup", "1", "--hidden", "8",
+                           "--cpus-per-collector", "0.25"])
+    records = [dict(mod.measure(mode, args), **{"pass": 0}) for mode in (False, "auto")]
+    by = {r["compress"]: r for r in records}
+    raw = by["False"]["bytes_sent_per_round"]
+    assert raw >= 2 * 8 * 4 * 84 * 84 and by["False"]["compression_ratio"] == pytest.approx(1.0)
+    # uint8 frames: lz4 pays off, and "auto" picks them.
+    assert by['"auto"']["compression_ratio"] > 5 and by['"auto"']["bytes_sent_per_round"] < raw / 5
+    summary = mod.summarize(records)
+    table = mod.render(summary, records, {"collectors": 2, "envs": 1, "rollout": 8, "hidden": 8, "repeats": 1})
+    assert '| "auto" |' in table
+
+
+def test_common_snapshot_and_load_probe():
+    C = _load_bench("_common")
+    dest, facts = C.snapshot_tree()
+    try:
+        assert os.path.isfile(os.path.join(dest, "pytorchrl", "__init__.py"))
+        assert facts["git_commit"] and facts["git_dirty"] in (True, False)
+    finally:
+        import shutil
+        shutil.rmtree(dest, ignore_errors=True)
+    with C.LoadProbe() as probe:
+        sum(i * i for i in range(200_000))
+    rep = probe.report()
+    assert rep["ours_cpu_s"] > 0 and (rep["others_cpu_share_during"] is None or 0 <= rep["others_cpu_share_during"] <= 1)

@@ -1,0 +1,228 @@
+"""Benchmark worker: pytorchrl PPO on CartPole-v1 with remote collection workers (Ray).
+
+Run by distributed_cartpole.py with the interpreter where pytorchrl is installed. The PPO
+set-up is RLlib's tuned CartPole example (see HYPERPARAMETERS, shared with _rllib_ppo.py);
+collection runs in ``--collectors`` Ray actors (synchronous, ``--envs-per-collector``
+CartPoles each), the learner in this process. Prints ONE JSON line (the last line of stdout).
+
+Time to first sample: every CartPole writes the wall-clock time of its first step
+(``_envs.stamped_cartpole``); the earliest one, minus this script's first line, is
+``first_sample_s``.
+
+Usage: python _ours_dist_ppo.py [--steps 100000] [--seed 0] [--collectors 2] [--envs-per-collector 1]
+"""
+
+import time
+
+T0 = time.time()   # wall clock: compared with the first-step stamps written by other processes
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _memsampler import PeakRSS  # noqa: E402
+
+# RLlib's tuned CartPole PPO (rllib/tuned_examples/ppo/cartpole_ppo.py, as in
+# shared/peer-bench/b4_rllib_ppo.py with MODEL=64) plus RLlib's PPO defaults for what it
+# does not set. Shared names with _rllib_ppo.py (a test checks that they are identical).
+HYPERPARAMETERS = dict(train_batch_size=4000, minibatch_size=128, num_epochs=6, lr=3e-4, gamma=0.99,
+                       gae_lambda=1.0, clip_param=0.3, vf_coef_on_mse=0.01, entropy_coef=0.0, grad_clip=None,
+                       adam_eps=1e-8, net="pi 64x64 tanh, vf 64x64 tanh (separate)", normalize_advantages=True)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--collectors", type=int, default=2, help="remote collection workers (>= 2)")
+    ap.add_argument("--envs-per-collector", type=int, default=1)
+    ap.add_argument("--cpus-per-collector", type=float, default=1.0,
+                    help="Ray num_cpus of each collection worker (default 1: 2 collectors fill 2 CPUs)")
+    ap.add_argument("--eval-episodes", type=int, default=10)
+    return ap.parse_args(argv)
+
+
+def value_loss_scale(algo_factory, actor_factory):
+    """How our algorithm's value loss relates to the plain MSE (0.5 for 0.5*MSE), measured
+    on a synthetic batch (so the worker passes the coefficient giving RLlib's objective)."""
+    import torch
+    import pytorchrl as prl
+
+    actor = actor_factory("cpu")
+    algo = algo_factory("cpu", actor, None)
+    g = torch.Generator().manual_seed(12345)
+    n = 16
+    batch = {prl.OBS: torch.randn(n, 4, generator=g), prl.ACT: torch.randint(0, 2, (n, 1), generator=g),
+             prl.ADV: torch.randn(n, 1, generator=g), prl.LOGP: torch.full((n, 1), -0.69),
+             prl.RET: torch.randn(n, 1, generator=g) * 3}
+    with torch.no_grad():
+        _, info = algo.compute_loss(batch)
+        mse = float((batch[prl.RET] - actor.get_value(batch[prl.OBS])).pow(2).mean())
+    return info["ValueLoss"] / mse
+
+
+def run(args, t_start=None):
+    """Train and evaluate; return the record (a dict). ``t_start``: time.time() the
+    start-up clock counts from (default: this script's first line). Uses the Ray instance
+    already initialised in this process if there is one (the smoke test's), else the
+    scheme starts its own."""
+    t_start = T0 if t_start is None else t_start
+    if args.collectors < 2:
+        raise SystemExit("_ours_dist_ppo: --collectors must be >= 2 (one collector runs in-process)")
+    stamp_dir = tempfile.mkdtemp(prefix="prl-first-step-")
+    try:
+        with PeakRSS() as mem:
+            rec = _run(args, t_start, stamp_dir)
+        rec.update(mem.report())
+    finally:
+        shutil.rmtree(stamp_dir, ignore_errors=True)
+    return rec
+
+
+def _run(args, t_start, stamp_dir):
+    import numpy as np
+    import torch
+    import gymnasium as gym
+
+    import pytorchrl
+    import pytorchrl as prl
+    from pytorchrl.agent.actors import OnPolicyActor
+    from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+    from pytorchrl.agent.algorithms import PPO
+    from pytorchrl.agent.env import VecEnv
+    from pytorchrl.agent.storages import GAEBuffer
+    from pytorchrl.learner import Learner
+    from pytorchrl.scheme import Scheme
+    import pytorchrl.scheme.base.ray_runtime as ray_runtime
+    import _envs
+    t_imported = time.time()
+
+    hp = HYPERPARAMETERS
+    n_col, n_env = args.collectors, args.envs_per_collector
+    if hp["train_batch_size"] % (n_col * n_env):
+        raise SystemExit(f"_ours_dist_ppo: {hp['train_batch_size']} samples per iteration do not split into "
+                         f"{n_col} collectors x {n_env} envs")
+    rollout = hp["train_batch_size"] // (n_col * n_env)   # steps per env per round (RLlib: fragment length)
+    train_envs, action_space, obs_space = VecEnv.create_factory(
+        env_fn=_envs.stamped_cartpole, env_kwargs={"stamp_dir": stamp_dir}, vec_env_size=n_env, seed=args.seed)
+    actor_factory = OnPolicyActor.create_factory(
+        obs_space, action_space, "PPO", feature_extractor_network=MLP,
+        feature_extractor_kwargs={"hidden_sizes": [64, 64], "activation": "tanh"}, shared_policy_value_network=False)
+
+    def make_algo(value_loss_coef):
+        return PPO.create_factory(
+            lr=hp["lr"], eps=hp["adam_eps"], gamma=hp["gamma"], num_epochs=hp["num_epochs"],
+            mini_batch_size=hp["minibatch_size"], clip_param=hp["clip_param"], entropy_coef=hp["entropy_coef"],
+            value_loss_coef=value_loss_coef, max_grad_norm=hp["grad_clip"],
+            normalize_advantages=hp["normalize_advantages"])[0]
+
+    scale = value_loss_scale(make_algo(1.0), actor_factory)
+    value_loss_coef = hp["vf_coef_on_mse"] / scale
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)
+
+    # Ray's start-up, timed from outside the library: the scheme calls acquire_ray.
+    ray_s = []
+    original = ray_runtime.acquire_ray
+
+    def timed_acquire(*a, **k):
+        t = time.time()
+        try:
+            return original(*a, **k)
+        finally:
+            ray_s.append(time.time() - t)
+
+    import ray
+    _envs.register_with_ray()   # remote collectors get the env function by value
+    ray_runtime.acquire_ray = timed_acquire
+    try:
+        t_scheme = time.time()
+        scheme = Scheme(algo_factory=make_algo(value_loss_coef), actor_factory=actor_factory,
+                        storage_factory=GAEBuffer.create_factory(size=rollout, gae_lambda=hp["gae_lambda"]),
+                        train_envs_factory=train_envs, num_col_workers=n_col,
+                        col_workers_communication=prl.SYNC,
+                        col_workers_resources={"num_cpus": args.cpus_per_collector})
+    finally:
+        ray_runtime.acquire_ray = original
+    t_built = time.time()
+    learner = Learner(scheme, target_steps=args.steps)
+    try:
+        # ------------------------------------------------------------ training (timed)
+        t0, c0 = time.time(), time.process_time()
+        first_update_s = None
+        rounds = []
+        while not learner.done():
+            infos = learner.step()
+            if first_update_s is None:
+                first_update_s = time.time() - t_start
+            for info in infos:
+                if "collected_samples" in info:
+                    rounds.append({"t": round(time.time() - t0, 3), "samples": int(info["collected_samples"]),
+                                   "collect_wait": round(info.get("collect_wait", float("nan")), 4)})
+        t1, c1 = time.time(), time.process_time()
+        steps = int(learner.num_samples_collected)
+        metrics = learner.get_metrics(add_algo_metrics=False, add_episodes_metrics=True, add_scheme_metrics=True,
+                                      add_time_metrics=True)
+        first_step = _envs.first_stamp(stamp_dir)
+
+        # ------------------------------------------- greedy evaluation (timed apart)
+        actor = learner.update_worker.local_worker.actor
+        eval_env = gym.make("CartPole-v1")
+        returns = []
+        with torch.inference_mode():
+            for ep in range(args.eval_episodes):
+                obs, _ = eval_env.reset(seed=1000 + ep)
+                done, ret = False, 0.0
+                while not done:
+                    _, env_action, _, _ = actor.get_action(
+                        torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), deterministic=True)
+                    obs, r, term, trunc, _ = eval_env.step(int(env_action.reshape(-1)[0]))
+                    ret += float(r)
+                    done = term or trunc
+                returns.append(ret)
+        t_eval = time.time()
+    finally:
+        t_stop0 = time.time()
+        learner.stop()
+        stop_s = time.time() - t_stop0
+
+    return {
+        "system": "ours", "framework_version": pytorchrl.__version__, "seed": args.seed,
+        "collectors": n_col, "envs_per_collector": n_env, "cpus_per_collector": args.cpus_per_collector,
+        "rollout_steps_per_env": rollout, "target_steps": args.steps, "env_steps": steps, "rounds": len(rounds),
+        "import_s": round(t_imported - t_start, 3),
+        "ray_init_s": round(sum(ray_s), 3) if ray_s else None,
+        "build_s": round(t_built - t_scheme, 3),                       # Scheme(...): Ray + remote workers
+        "workers_start_s": round(t_built - t_scheme - sum(ray_s), 3) if ray_s else None,
+        "first_sample_s": None if first_step is None else round(first_step - t_start, 3),
+        "first_update_s": round(first_update_s, 3) if first_update_s is not None else None,
+        "train_wall_s": round(t1 - t0, 3),
+        "env_steps_per_s": round(steps / (t1 - t0), 1),
+        "train_driver_cpu_s": round(c1 - c0, 3),
+        "total_wall_s": round(t1 - t_start, 3),                        # script start -> end of training
+        "eval_wall_s": round(t_eval - t1, 3), "stop_s": round(stop_s, 3),
+        "first_step_time": first_step, "script_start_time": t_start,
+        "train_return_last100": metrics.get("Episodes/TrainReward"),
+        "eval_mean": float(np.mean(returns)) if returns else None, "eval_returns": returns,
+        "time_metrics": {k: round(v, 3) for k, v in metrics.items() if k.startswith("Time/")},
+        "bytes_sent": metrics.get("Scheme/BytesSent"), "per_round": rounds,
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "gymnasium": gym.__version__,
+        "ray": ray.__version__, "python": platform.python_version(), "hyperparameters": HYPERPARAMETERS,
+        "value_loss_coef_passed": value_loss_coef, "value_loss_form_scale": round(scale, 6),
+        "updates": learner.num_updates, "pytorchrl_path": os.path.dirname(pytorchrl.__file__),
+    }
+
+
+def main(argv=None):
+    rec = run(parse_args(argv))
+    print(json.dumps(rec), flush=True)
+
+
+if __name__ == "__main__":
+    main()
