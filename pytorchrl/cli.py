@@ -44,6 +44,9 @@ EXIT_INTERRUPTED = 130
 
 #: Seconds between two redraws of the live status line.
 REDRAW_EVERY_S = 0.5
+#: metrics.csv and TensorBoard get a row at least every target_steps / CURVE_POINTS env
+#: steps (besides every learner.log_every seconds), so that short runs draw smooth curves.
+CURVE_POINTS = 200
 
 #: Keys a resumed run may not change: the checkpoint's weights and optimizer are tied to them.
 FIXED_ON_RESUME = ("env.id", "env.kwargs", "actor", "algorithm.name", "storage.name")
@@ -321,18 +324,27 @@ def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False, 
 
         control = ControlServer(run_dir, handle)
         last_log = last_save = next_redraw = time.monotonic()
+        start_steps = learner.num_samples_collected
         metrics = {}
         lag = None
 
-        def log_interval():
+        def log_interval(show=True):
+            """A row of metrics.csv and TensorBoard; with ``show``, a progress line too."""
             nonlocal metrics
             if metrics and metrics["Scheme/EnvSteps"] == learner.num_samples_collected:
                 return metrics   # the last row is current (a final log right after a periodic one)
             metrics = learner.get_metrics(add_algo_metrics=True, add_episodes_metrics=True,
                                           add_scheme_metrics=True, add_time_metrics=True)
             log.write_metrics(metrics)
-            display.log(metrics, status_line())
+            if show:
+                display.log(metrics, status_line())
             return metrics
+
+        def rows_due():
+            # Short runs would get a handful of rows from the clock alone: a curve also
+            # gets a point every 1/CURVE_POINTS of the run.
+            logged = metrics["Scheme/EnvSteps"] if metrics else start_steps
+            return learner.num_samples_collected - logged >= learner.target_steps / CURVE_POINTS
 
         def status_line():
             nonlocal lag
@@ -351,9 +363,12 @@ def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False, 
                     now = time.monotonic()
                     control.poll(now)
                     if now - last_log >= opts["log_every"]:
-                        log_interval()
+                        log_interval()      # (draws the status line in live mode)
                         last_log = now
-                    elif display.live and now >= next_redraw:
+                        next_redraw = now + REDRAW_EVERY_S
+                    elif rows_due():
+                        log_interval(show=False)
+                    if display.live and now >= next_redraw:
                         display.status(status_line())
                         next_redraw = now + REDRAW_EVERY_S
                     if opts["save_every"] and now - last_save >= opts["save_every"]:
@@ -571,7 +586,7 @@ and saves the model and a checkpoint ('pytorchrl resume RUN_DIR' continues it)."
 RUN_DIR_HELP = """\
 run directory (default runs/<CONF stem>-<timestamp>, or run_dir in the file):
   config.yaml       the resolved configuration (every default filled in)
-  metrics.csv       one row every learner.log_every seconds, one column per metric
+  metrics.csv       one row every learner.log_every s (and every 1/200 of the run), a column per metric
   tensorboard/      the same metrics as TensorBoard event files (tensorboard --logdir runs)
   hot_swaps.csv     every parameter change: schedules, 'pytorchrl set', resume overrides
   model.state_dict  the actor's weights (at the end, on Ctrl-C, every learner.save_every s)

@@ -322,7 +322,9 @@ SECTIONS = {
     },
     "learner": {
         "target_steps": derived(Learner, "target_steps"),
-        "log_every": Key("number", 5.0, "Seconds between progress lines and rows of metrics.csv.",
+        "log_every": Key("number", 5.0, "Seconds between progress lines and rows of metrics.csv "
+                                        "and TensorBoard (which also get a row every 1/200 of "
+                                        "target_steps, so that short runs draw smooth curves).",
                          low=0.0, low_inclusive=False),
         "save_every": Key("number", 300.0, "Seconds between checkpoints (model and full state) while "
                                            "training; null: only at the end and on Ctrl-C.",

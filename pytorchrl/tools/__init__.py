@@ -4,7 +4,7 @@ A run directory (``pytorchrl train`` makes one) holds:
 
 =====================  ==============================================================
 ``config.yaml``        the resolved configuration (every default filled in)
-``metrics.csv``        one row every ``learner.log_every`` seconds, one column per metric
+``metrics.csv``        one row every ``learner.log_every`` s and 1/200 of the run, a column per metric
 ``tensorboard/``       the same metrics as TensorBoard event files, plus the hot-swaps
 ``hot_swaps.csv``      every parameter change (schedule, live ``pytorchrl set``, resume)
 ``model.state_dict``   the actor's weights
