@@ -258,3 +258,17 @@ def test_plot_errors_are_one_line(trained, tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["plot", str(trained[0]), "--size", "big"])
     assert "expected WIDTHxHEIGHT" in capsys.readouterr().err
+
+
+def test_without_tensorboard_a_run_warns_once_and_goes_on(tmp_path, monkeypatch, capsys):
+    import sys
+    import pytorchrl.tools.metrics as metrics
+    # None in sys.modules makes the import fail as if the package were not installed.
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    monkeypatch.setattr(metrics, "_warned_no_tensorboard", False)
+    conf = write_config(tmp_path, tiny(learner={"target_steps": 200}, env={"test_env": False}))
+    assert cli.main(["train", conf, "--run-dir", str(tmp_path / "run")]) == 0
+    assert metrics.tensorboard_writer(str(tmp_path / "tb")) is None
+    err = capsys.readouterr().err
+    assert err.count("warning: tensorboard is not installed") == 1 and "pip install tensorboard" in err
+    assert not (tmp_path / "run" / "tensorboard").exists() and (tmp_path / "run" / "metrics.csv").is_file()
