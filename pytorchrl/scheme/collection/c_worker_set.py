@@ -212,6 +212,8 @@ class CWorkerSet(WorkerSet):
             winfo = results[i][1]
             done_samples += winfo["collected_samples"]
             if full_steps is None and not winfo.get("cut"):
+                # Collectors are built by the same factories: a full rollout of one is the
+                # size of everyone's.
                 full_steps = winfo["steps"]
                 num_envs = winfo["collected_samples"] // max(1, winfo["steps"])
             if not (preempting and pending and full_steps and n - len(pending) >= quorum):
@@ -237,6 +239,8 @@ class CWorkerSet(WorkerSet):
             for w in self.remote_workers():
                 self._submit(w)
         while True:
+            # In submission order: of several ready rollouts the oldest is handed over first,
+            # which keeps the largest policy lag smallest.
             ready, _ = ray.wait(list(self._in_flight), num_returns=1)
             worker = self._in_flight.pop(ready[0])
             index = self.remote_workers().index(worker) + 1
