@@ -325,18 +325,20 @@ def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False, 
         control = ControlServer(run_dir, handle)
         last_log = last_save = next_redraw = time.monotonic()
         start_steps = learner.num_samples_collected
+        shown_step = None     # env step of the last progress line shown
         metrics = {}
         lag = None
 
         def log_interval(show=True):
             """A row of metrics.csv and TensorBoard; with ``show``, a progress line too."""
-            nonlocal metrics
-            if metrics and metrics["Scheme/EnvSteps"] == learner.num_samples_collected:
-                return metrics   # the last row is current (a final log right after a periodic one)
-            metrics = learner.get_metrics(add_algo_metrics=True, add_episodes_metrics=True,
-                                          add_scheme_metrics=True, add_time_metrics=True)
-            log.write_metrics(metrics)
-            if show:
+            nonlocal metrics, shown_step
+            # No second row for the same step (a final log right after a periodic one).
+            if not (metrics and metrics["Scheme/EnvSteps"] == learner.num_samples_collected):
+                metrics = learner.get_metrics(add_algo_metrics=True, add_episodes_metrics=True,
+                                              add_scheme_metrics=True, add_time_metrics=True)
+                log.write_metrics(metrics)
+            if show and shown_step != metrics["Scheme/EnvSteps"]:
+                shown_step = metrics["Scheme/EnvSteps"]
                 display.log(metrics, status_line())
             return metrics
 
@@ -808,6 +810,11 @@ def run_command(args):
     """Run the handler of parsed ``args``, turning user errors into one line and a status."""
     try:
         return args.handler(args)
+    except BrokenPipeError:
+        # The reader of stdout went away (`pytorchrl presets | head`): not an error. Point
+        # stdout at /dev/null so that flushing it at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED

@@ -103,3 +103,15 @@ def test_train_on_a_terminal_redraws_its_status_line(tmp_path):
     assert len(redraws) >= 2, text
     assert "elapsed" in redraws[-1] and "left" in redraws[-1]
     assert "done: " in text and "[" not in text.split("done: ")[0].replace("[K", "")   # no plain lines
+
+
+def test_a_closed_pipe_silences_the_display_but_not_the_run():
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    display = ProgressDisplay(10_000, ClosedPipe())
+    display.message("first")          # `pytorchrl train ... | head -1`: the reader is gone
+    display.log(METRICS)
+    display.close()
+    assert display.mode == "quiet"

@@ -124,6 +124,16 @@ def wait_for_ack(run_dir, request_id, timeout, poll_s=0.1):
         Seconds between two looks.
     """
     directory = control_dir(run_dir)
+    request = os.path.join(directory, request_id + REQUEST_SUFFIX)
+    try:
+        return _wait(run_dir, request_id, timeout, poll_s)
+    except KeyboardInterrupt:
+        _withdraw(request)   # the user gave up on it: the job must not apply it later
+        raise
+
+
+def _wait(run_dir, request_id, timeout, poll_s):
+    directory = control_dir(run_dir)
     ack = os.path.join(directory, request_id + ACK_SUFFIX)
     request = os.path.join(directory, request_id + REQUEST_SUFFIX)
     deadline = time.monotonic() + timeout

@@ -129,8 +129,15 @@ class ProgressDisplay:
         return self.mode == "live"
 
     def _write(self, text):
-        self.stream.write(text)
-        self.stream.flush()
+        if self.stream is None:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except BrokenPipeError:
+            # Whoever read the output is gone (`pytorchrl train ... | head`): training goes
+            # on, silently; the run directory still gets everything.
+            self.stream, self.mode = None, "quiet"
 
     @property
     def width(self):
