@@ -502,6 +502,9 @@ def _parse_size(text):
 
 def plot_command(args):
     """Handler of `plot`: learning curves of runs into an image; returns the exit status."""
+    import importlib.util
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("pytorchrl plot needs matplotlib: pip install matplotlib (or pip install 'pytorchrl[plot]')")
     from pytorchrl.tools.plot import plot_runs
     drawn = plot_runs(args.run_dirs, args.output, metric=args.metric, labels=args.label or None,
                       band=args.band, size=args.size, dpi=args.dpi, title=args.title)

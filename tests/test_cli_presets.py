@@ -8,6 +8,7 @@ import pytorchrl as prl
 from pytorchrl import cli
 from pytorchrl.config import ConfigError, build_learner, validate_config
 from pytorchrl.scheme.workflows.presets import PRESETS, get_preset
+from pytorchrl.tools.metrics import WorkerTimings
 
 from cli_helpers import tiny
 
@@ -59,11 +60,13 @@ def _train(name, steps):
     config = validate_config(tiny(scheme={"preset": name}, learner={"target_steps": steps},
                                   env={"test_env": False}))
     learner = build_learner(config)
+    timings = WorkerTimings()    # what the command line adds to each row of metrics.csv
     try:
         processes = learner.scheme.process_info()
         while not learner.done():
-            learner.step()
+            timings.observe(learner.step())
         metrics = learner.get_metrics(add_episodes_metrics=True, add_scheme_metrics=True)
+        metrics.update(timings.metrics())
         return learner, metrics, processes
     finally:
         learner.stop()
@@ -96,5 +99,10 @@ def test_ray_preset_trains(name, ray_session):
     # gradient worker has several, gradient workers when there are several.
     cols, grads = preset.scheme["num_col_workers"], preset.scheme["num_grad_workers"]
     assert len(processes) == (grads if grads > 1 else 0) + (cols * grads if cols > 1 else 0)
+    per_worker = sorted(k for k in metrics if k.startswith("Workers/"))
+    if grads > 1:     # per-gradient-worker timings and samples
+        assert len(per_worker) == 4 * grads and all(metrics[k] > 0 for k in per_worker), per_worker
+    else:
+        assert per_worker == []
     if preset.scheme["col_workers_communication"] == "sync" and preset.scheme["num_col_workers"] > 1:
         assert metrics["Scheme/MaxPolicyLag"] == 0

@@ -195,8 +195,13 @@ def test_evaluate_films_an_mp4(trained, tmp_path):
 
 def test_evaluate_errors_are_one_line(trained, tmp_path, capsys, monkeypatch):
     import pytorchrl.tools.evaluate as evaluate
+    import torch
+    (tmp_path / "garbage.pt").write_text("not a model")
+    torch.save({"x": torch.zeros(2)}, tmp_path / "other.pt")
     cases = [(["--video", str(tmp_path / "a.avi")], "unsupported video format '.avi'"),
              (["--model", str(tmp_path / "none.pt")], "no model at"),
+             (["--model", str(tmp_path / "garbage.pt")], "garbage.pt: not a saved model"),
+             (["--model", str(tmp_path / "other.pt")], "does not match the actor of config.yaml: "),
              (["--episodes", "0"], "--episodes must be at least 1")]
     for extra, expected in cases:
         assert cli.main(["evaluate", str(trained[0]), *extra]) == 2

@@ -9,6 +9,7 @@ Pillow (or imageio), MP4 with imageio and imageio-ffmpeg.
 import importlib
 import importlib.util
 import os
+import pickle
 
 import numpy as np
 import torch
@@ -151,11 +152,18 @@ def build_policy(config, model_path, render=False):
     _, algorithm_name = build_algorithm_factory(config)
     actor = build_actor_factory(config, env.observation_space, env.action_space, algorithm_name)("cpu")
     try:
-        actor.load_state_dict(torch.load(model_path, map_location="cpu", weights_only=True))
-    except (RuntimeError, KeyError) as exc:
+        weights = torch.load(model_path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
         env.close()
+        raise EvaluationError(f"cannot read {model_path}: not a saved model (or damaged): "
+                              f"{type(exc).__name__}") from None
+    try:
+        actor.load_state_dict(weights)
+    except (RuntimeError, KeyError, TypeError, AttributeError) as exc:
+        env.close()
+        detail = " ".join(str(exc).split())
         raise EvaluationError(f"{model_path} does not match the actor of {CONFIG}: "
-                              f"{str(exc).splitlines()[0]}") from None
+                              f"{detail[:300] + ('...' if len(detail) > 300 else '')}") from None
     actor.eval()
     return env, actor
 
