@@ -24,9 +24,10 @@ setup(
         "threadpoolctl>=3.0",
     ],
     extras_require={
-        # The test suite draws plots and reads TensorBoard files back; video tests are
-        # skipped without the "video" extra.
-        "test": ["pytest>=7", "pytest-timeout>=2", "matplotlib>=3.6", "tensorboard>=2.10"],
+        # The test suite draws plots, reads TensorBoard files back, writes videos and checks
+        # that no worker process outlives a run (psutil).
+        "test": ["pytest>=7", "pytest-timeout>=2", "psutil>=5", "matplotlib>=3.6", "tensorboard>=2.10",
+                 "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame>=2.1"],
         "bench": ["psutil>=5"],
         "plot": ["matplotlib>=3.6"],                 # pytorchrl plot
         "tensorboard": ["tensorboard>=2.10"],        # TensorBoard event files of every run
