@@ -69,7 +69,10 @@ def run(args, stamp_dir):
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     import _envs
     t_import = time.time()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": always a new local instance. b4's plain ray.init(num_cpus=2) joins (and
+    # fails on, since num_cpus is given) a cluster another user started on this machine with
+    # `ray start` or ray.cluster_utils.Cluster (its address is in /tmp/ray/ray_current_cluster).
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     t_init = time.time()
     _envs.register_with_ray()
     tune.register_env("StampedCartPole-v1", lambda cfg: _envs.stamped_cartpole(stamp_dir=cfg.get("stamp_dir")))

@@ -64,7 +64,10 @@ class OwnedRay:
     def __enter__(self):
         import ray
         if not ray.is_initialized():
-            ray.init(num_cpus=self.num_cpus, include_dashboard=False, configure_logging=False, log_to_driver=True)
+            # address="local": a new instance even if another user's cluster on this machine
+            # is recorded in /tmp/ray/ray_current_cluster (a plain ray.init() would join it).
+            ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, configure_logging=False,
+                     log_to_driver=True)
             self.started = True
         import _envs
         _envs.register_with_ray()
