@@ -367,6 +367,7 @@ def reexec_in_source(args, argv, flag="--_in-source"):
     """
     env = ours_env(args, threads=args.torch_threads)
     env["PYTORCHRL_BENCH_SOURCE"] = json.dumps({k: v for k, v in args.source.items() if not k.startswith("_")})
+    env["PYTORCHRL_BENCH_COMMAND"] = command_line()
     diff = args.source.get("_diff_bytes")
     if diff and getattr(args, "ours_src", None):
         path = os.path.join(args.ours_src, "measured-pytorchrl.diff")   # removed with the snapshot
@@ -404,6 +405,9 @@ def mem_total_gib():
 
 
 def command_line():
+    """The command that started this run (in a child of ``reexec_in_source``: the parent's)."""
+    if os.environ.get("PYTORCHRL_BENCH_COMMAND"):
+        return os.environ["PYTORCHRL_BENCH_COMMAND"]
     exe = sys.executable
     return " ".join([os.path.relpath(exe, REPO) if exe.startswith(REPO) else exe] + sys.argv)
 
