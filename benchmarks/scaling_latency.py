@@ -38,7 +38,8 @@ GOAL_EFFICIENCY = 0.85
 
 def parse_args(argv=None):
     ap = S.base_parser("Scaling of collection on a latency-bound env: 1-8 collectors, sync and async.")
-    ap.add_argument("--collectors", default="1,2,4,8", help="comma-separated collector counts (default 1,2,4,8)")
+    ap.add_argument("--collectors", default=None,
+                    help="comma-separated collector counts (default 1,2,4,8; with --quick 1,2,8)")
     ap.add_argument("--modes", default="sync,async", help="comma-separated: sync,async")
     ap.add_argument("--latency", type=float, default=0.002, help="seconds each env step waits (default 0.002)")
     ap.add_argument("--rollout", type=int, default=128, help="steps per collector per rollout (default 128)")
@@ -48,7 +49,9 @@ def parse_args(argv=None):
     ap.add_argument("--cpus-per-collector", type=float, default=0.25)
     args = ap.parse_args(argv)
     if args.quick:
-        args.repeats, args.rounds, args.collectors = 1, 4, "1,2,8"
+        args.repeats, args.rounds = 1, 4
+    if args.collectors is None:
+        args.collectors = "1,2,8" if args.quick else "1,2,4,8"
     args.ns = [int(n) for n in args.collectors.split(",") if n.strip()]
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not set(args.mode_list) <= {"sync", "async"}:
@@ -110,7 +113,7 @@ def render(summary, records, meta):
         ns = sorted(n for m, n in summary if m == mode)
         if ns and ns[-1] > 1 and summary[(mode, ns[-1])]["efficiency"] is not None:
             e = summary[(mode, ns[-1])]["efficiency"]
-            verdicts.append(f"{mode} at {ns[-1]}: {100 * e:.0f}% of linear (goal >= {100 * GOAL_EFFICIENCY:.0f}% at 8: "
+            verdicts.append(f"{mode} at {ns[-1]}: {100 * e:.1f}% of linear (goal >= {100 * GOAL_EFFICIENCY:.0f}% at 8: "
                             f"{'MET' if e >= GOAL_EFFICIENCY else 'NOT MET'}{'' if ns[-1] == 8 else ', not measured at 8'}).")
     if verdicts:
         lines += ["", "Goal: " + " ".join(verdicts)]
