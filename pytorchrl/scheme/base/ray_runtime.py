@@ -65,7 +65,9 @@ def ensure_ray(address=None, num_cpus=None):
             ray.init(address=address, include_dashboard=False, log_to_driver=True)
         else:
             # num_cpus None lets Ray count the CPUs, container limits included.
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, configure_logging=False)
+            # address="local": always a new instance, never a cluster someone else started here.
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                     configure_logging=False)
             _started_here = True
     return ray
 
