@@ -110,3 +110,44 @@ def test_weights_travel_as_numpy_and_come_back_bit_exact():
     other.load_state_dict({k: v for k, v in back.items() if k not in ("steps", "half")})
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), other.parameters()))
     assert weights_from_wire(state)["steps"] is state["steps"]  # tensors pass through
+
+
+def _linear_net(width):
+    return torch.nn.Sequential(torch.nn.Linear(4, width), torch.nn.Tanh(), torch.nn.Linear(width, 2))
+
+
+def test_small_weights_ride_inside_requests_and_are_detached_from_the_parameters():
+    from pytorchrl.scheme.transport import WeightBroadcast
+    net = _linear_net(8)
+    stats = {"other": 1}
+    broadcast = WeightBroadcast(net.state_dict, stats=stats)
+    sent = broadcast.current(0)
+    assert isinstance(sent, dict) and all(isinstance(v, np.ndarray) for v in sent.values())
+    assert broadcast.current(0) is sent                   # one copy per version
+    before = {k: v.copy() for k, v in sent.items()}
+    with torch.no_grad():                                 # an optimizer step, in place
+        for p in net.parameters():
+            p.add_(1.0)
+    for k, v in before.items():                           # the prepared copy did not move
+        assert np.array_equal(sent[k], v), k
+    newer = broadcast.current(1)
+    assert newer is not sent and np.array_equal(newer["0.bias"], net[0].bias.detach().numpy())
+    broadcast.invalidate()
+    assert broadcast.current(1) is not newer              # same number, rebuilt after invalidate
+    assert stats == {"other": 1, "weight_versions_sent": 3, "weight_puts": 0}
+
+
+def test_large_weights_are_put_once_per_version(ray_session):
+    from pytorchrl.scheme.transport import WeightBroadcast, weights_from_wire
+    net = _linear_net(8192)                               # 4 x 8192 + 8192 x 2 floats: 224 KiB
+    broadcast = WeightBroadcast(net.state_dict)
+    ref = broadcast.current(5)
+    assert isinstance(ref, ray_session.ObjectRef)
+    assert broadcast.current(5) is ref
+    got = weights_from_wire(ray_session.get(ref))
+    assert all(torch.equal(got[k], v) for k, v in net.state_dict().items())
+    assert broadcast.current(6) is not ref
+    assert broadcast.stats == {"weight_versions_sent": 2, "weight_puts": 2}
+    # The threshold is the owner's choice: 0 puts even the smallest weights.
+    assert isinstance(WeightBroadcast(_linear_net(2).state_dict, inline_max_bytes=0).current(0),
+                      ray_session.ObjectRef)

@@ -150,3 +150,62 @@ def weights_from_wire(weights):
         for key, value in weights.items():
             out[key] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
     return out
+
+
+class WeightBroadcast:
+    """The weights a worker set sends with its requests, prepared once per version.
+
+    Large weights are ``ray.put`` once per version and the same reference goes with every
+    request made with that version, so Ray reads them once per node. Weights of at most
+    ``inline_max_bytes`` ride inside the requests instead: Ray copies small arguments into
+    the task itself, while a put costs an object-store round trip on the sending side and
+    a fetch on every receiving side. On CartPole-sized actors with 8 asynchronous
+    collectors on 2 cores that round trip cost 10-15 % of the env steps/s
+    (benchmarks/scaling_latency.py).
+
+    Parameters
+    ----------
+    get_weights : callable
+        ``get_weights()`` -> the current actor state dict (tensors).
+    inline_max_bytes : int
+        Largest weights (in bytes) sent inside the requests; Ray's own limit for arguments
+        it copies into a task is 100 KiB. 0 always puts.
+    stats : dict or None
+        Where to count ``weight_versions_sent`` and ``weight_puts`` (the owner's statistics
+        dict; None: a dict of its own, ``self.stats``).
+    """
+
+    INLINE_MAX_BYTES = 100 * 1024
+
+    def __init__(self, get_weights, inline_max_bytes=None, stats=None):
+        self.get_weights = get_weights
+        self.inline_max_bytes = self.INLINE_MAX_BYTES if inline_max_bytes is None else int(inline_max_bytes)
+        self.stats = {} if stats is None else stats
+        self.stats.update(weight_versions_sent=0, weight_puts=0)
+        self._payload = None
+        self._version = None
+
+    def current(self, version):
+        """What to send as ``weights`` with a request made at ``version``: a dict of numpy
+        arrays (small weights) or an ObjectRef to one (large weights; Ray hands the actor
+        the dict either way)."""
+        if self._version != version:
+            wire = weights_to_wire(self.get_weights())
+            size = sum(v.nbytes for v in wire.values() if isinstance(v, np.ndarray))
+            if size <= self.inline_max_bytes:
+                # Copies: the arrays of weights_to_wire may share memory with parameters
+                # an optimizer will change in place before the request is serialized.
+                self._payload = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in wire.items()}
+            else:
+                from pytorchrl.scheme.base.ray_runtime import require_ray
+                self._payload = require_ray().put(wire)
+                self.stats["weight_puts"] += 1
+            self._version = version
+            self.stats["weight_versions_sent"] += 1
+        return self._payload
+
+    def invalidate(self):
+        """Forget the prepared weights: the actor changed without a new version number (a
+        restored checkpoint, a replaced actor)."""
+        self._payload = None
+        self._version = None

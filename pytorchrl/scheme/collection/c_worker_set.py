@@ -7,7 +7,7 @@ import pytorchrl as prl
 from pytorchrl.scheme.base.worker import Worker, default_remote_config
 from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
 from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
-from pytorchrl.scheme.transport import unpack, weights_to_wire
+from pytorchrl.scheme.transport import WeightBroadcast, unpack
 
 DEFAULT_COL_WORKER_RESOURCES = default_remote_config(num_cpus=1)
 
@@ -99,13 +99,12 @@ class CWorkerSet(WorkerSet):
                                   test_envs_factory=test_envs_factory, compress_data_to_send=False)
         self._remote_params = dict(train_envs_factory=train_envs_factory, test_envs_factory=no_envs)
         self.version = 0            # version of the local (learner's) weights
-        self._weights_ref = None    # object-store copy of the weights, put once per version
-        self._weights_ref_version = -1
         self._round = 0
         self._in_flight = {}        # async: ref -> worker
-        self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0, "weight_puts": 0}
+        self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0}
         super().__init__(CWorker, params, index_parent, num_workers,
                          worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device)
+        self.broadcast = WeightBroadcast(self.local_worker().get_weights, stats=self.stats)
 
     def _build_local(self, worker_class, worker_params, local_device):
         params = dict(worker_params, **self._local_params)
@@ -140,20 +139,14 @@ class CWorkerSet(WorkerSet):
         self.local_worker().actor_version = self.version
 
     def invalidate_weights(self):
-        """Forget the object-store copy of the weights: the local actor changed without a new
+        """Forget the prepared copy of the weights: the local actor changed without a new
         version (a restored checkpoint, a replaced actor)."""
-        self._weights_ref = None
-        self._weights_ref_version = -1
+        self.broadcast.invalidate()
 
     def _current_weights(self):
-        """Reference to the current weights in the object store, put once per version and
-        shared by every request (Ray reads it once per node)."""
-        if self._weights_ref_version != self.version:
-            from pytorchrl.scheme.base.ray_runtime import require_ray
-            self._weights_ref = require_ray().put(weights_to_wire(self.local_worker().get_weights()))
-            self._weights_ref_version = self.version
-            self.stats["weight_puts"] += 1
-        return self._weights_ref
+        """The current weights as sent with requests, prepared once per version (see
+        ``WeightBroadcast``)."""
+        return self.broadcast.current(self.version)
 
     # --------------------------------------------------------------- collection
     def collect(self):

@@ -6,7 +6,7 @@ import torch
 
 import pytorchrl as prl
 from pytorchrl.scheme.base.worker import Worker
-from pytorchrl.scheme.transport import weights_to_wire
+from pytorchrl.scheme.transport import WeightBroadcast
 
 
 class UWorker(Worker):
@@ -52,11 +52,10 @@ class UWorker(Worker):
         self.max_grad_lag = max_grad_lag
         self.grad_workers = grad_workers_factory(local_device)
         self.local_worker = self.grad_workers.local_worker()
-        self._weights_ref = None
-        self._weights_version = -1
         self._in_flight = {}
         self._remote_version_known = True
-        self.stats = {"dropped_gradients": 0, "weight_puts": 0}
+        self.stats = {"dropped_gradients": 0}
+        self.broadcast = WeightBroadcast(self.local_worker.get_weights, stats=self.stats)
 
     @property
     def version(self):
@@ -64,12 +63,7 @@ class UWorker(Worker):
         return self.local_worker.version
 
     def _weights(self):
-        if self._weights_version != self.version:
-            from pytorchrl.scheme.base.ray_runtime import require_ray
-            self._weights_ref = require_ray().put(weights_to_wire(self.local_worker.get_weights()))
-            self._weights_version = self.version
-            self.stats["weight_puts"] += 1
-        return self._weights_ref
+        return self.broadcast.current(self.version)
 
     def step(self):
         """Perform one policy update.
@@ -211,7 +205,7 @@ class UWorker(Worker):
         result = self._apply_everywhere("replace_agent_component", component_name, new_component_factory)
         if component_name in ("actor", "algo"):
             self.local_worker.set_weights(self.local_worker.get_weights(), self.version + 1)
-            self._weights_version = -1
+            self.broadcast.invalidate()
             remotes = self.grad_workers.remote_workers()
             if remotes:
                 from pytorchrl.scheme.base.ray_runtime import remote_get
