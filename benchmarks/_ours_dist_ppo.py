@@ -48,6 +48,10 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+#: Our PPO value loss as a multiple of the plain MSE (checked by ``value_loss_scale`` after each run).
+VALUE_LOSS_FORM = 0.5
+
+
 def value_loss_scale(algo_factory, actor_factory):
     """How our algorithm's value loss relates to the plain MSE (0.5 for 0.5*MSE), measured
     on a synthetic batch (so the worker passes the coefficient giving RLlib's objective)."""
@@ -122,7 +126,10 @@ def _run(args, t_start, stamp_dir):
             value_loss_coef=value_loss_coef, max_grad_norm=hp["grad_clip"],
             normalize_advantages=hp["normalize_advantages"])[0]
 
-    scale = value_loss_scale(make_algo(1.0), actor_factory)
+    # Our value loss is 0.5 * MSE; the form is measured again after training (off the
+    # start-up path, where its first autograd call would cost ~0.4 s) and the run refused
+    # if it changed.
+    scale = VALUE_LOSS_FORM
     value_loss_coef = hp["vf_coef_on_mse"] / scale
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
@@ -187,6 +194,10 @@ def _run(args, t_start, stamp_dir):
                     done = term or trunc
                 returns.append(ret)
         t_eval = time.time()
+        measured = value_loss_scale(make_algo(1.0), actor_factory)
+        if abs(measured - VALUE_LOSS_FORM) > 1e-6:
+            raise SystemExit(f"_ours_dist_ppo: the value loss is {measured:.6f} x MSE, not {VALUE_LOSS_FORM}: "
+                             f"update VALUE_LOSS_FORM (this run used the wrong coefficient)")
     finally:
         t_stop0 = time.time()
         learner.stop()
