@@ -111,6 +111,7 @@ ERRORS = [
     ("bad list", minimal(actor={"hidden_sizes": [64, "x"]}), "actor.hidden_sizes.1: expected an integer, got 'x'"),
     ("bad resource", minimal(scheme={"col_workers_resources": {"num_cpu": 1}}), "scheme.col_workers_resources.num_cpu: unknown resource (did you mean 'num_cpus'?)"),
     ("inconsistent scheme", minimal(scheme={"decentralized_update_execution": True, "grad_workers_communication": "async"}), "scheme.decentralized_update_execution: true needs"),
+    ("queued requests in sync collection", minimal(scheme={"col_requests_in_flight": 2}), "scheme.col_requests_in_flight: 2 needs scheme.col_workers_communication: async"),
     ("env_id in kwargs", minimal(env={"kwargs": {"env_id": "x"}}), "env.kwargs.env_id: the environment is set by env.id"),
     ("bad device", minimal(scheme={"local_device": "tpu"}), "scheme.local_device: not a device to train on: 'tpu'"),
     ("schedule of unknown parameter", minimal(schedules=[{"name": "learning_rate", "start": 1.0, "end": 0.0}]), "schedules.0.name: algorithm PPO has no parameter 'learning_rate'"),

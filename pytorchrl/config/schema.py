@@ -74,7 +74,8 @@ PARAMETER_RANGES = {
     "max_grad_norm": dict(low=0.0), "test_every": dict(low=1), "num_test_episodes": dict(low=1),
     "size": dict(low=1), "gae_lambda": dict(low=0.0, high=1.0), "vec_env_size": dict(low=1),
     "num_col_workers": dict(low=1), "num_grad_workers": dict(low=1), "max_policy_lag": dict(low=0),
-    "max_grad_lag": dict(low=0), "target_steps": dict(low=1), "start_step": dict(low=0),
+    "max_grad_lag": dict(low=0), "col_requests_in_flight": dict(low=1), "target_steps": dict(low=1),
+    "start_step": dict(low=0),
     "end_step": dict(low=1), "min_relative_change": dict(low=0.0),
 }
 
@@ -314,6 +315,7 @@ SECTIONS = {
         "col_workers_resources": derived(Scheme, "col_workers_resources", kind="resources", default=None),
         "grad_workers_resources": derived(Scheme, "grad_workers_resources", kind="resources", default=None),
         "max_policy_lag": derived(Scheme, "max_policy_lag"),
+        "col_requests_in_flight": derived(Scheme, "col_requests_in_flight"),
         "max_grad_lag": derived(Scheme, "max_grad_lag"),
         "local_device": derived(Scheme, "local_device", doc="Device of the workers in this process "
                                                            "(cpu, cuda, cuda:1, auto; null: cpu)."),

@@ -275,6 +275,10 @@ def _check_consistency(config):
     if scheme_cfg["decentralized_update_execution"] and scheme_cfg["grad_workers_communication"] != "sync":
         raise ConfigError("scheme.decentralized_update_execution",
                           "true needs scheme.grad_workers_communication: sync, got 'async'")
+    if scheme_cfg["col_requests_in_flight"] > 1 and scheme_cfg["col_workers_communication"] != "async":
+        raise ConfigError("scheme.col_requests_in_flight",
+                          f"{scheme_cfg['col_requests_in_flight']} needs scheme.col_workers_communication: async "
+                          "(a synchronous round sends each collector one request)")
     if "env_id" in config["env"]["kwargs"]:
         raise ConfigError("env.kwargs.env_id", "the environment is set by env.id")
     _check_device(scheme_cfg["local_device"], "scheme.local_device")

@@ -61,6 +61,10 @@ class Scheme:
     max_grad_lag : int or None
         Asynchronous gradients: drop gradients computed on weights more than this many
         versions old.
+    col_requests_in_flight : int
+        Asynchronous collection: rollout requests queued at each remote collection worker
+        (default 1). 2 keeps every collector busy while the learner reacts, at the cost of
+        rollouts made with weights one rollout older; see ``CWorkerSet``.
     """
 
     def __init__(self, algo_factory, actor_factory, storage_factory, train_envs_factory,
@@ -68,7 +72,8 @@ class Scheme:
                  col_workers_communication=prl.SYNC, col_workers_resources=None,
                  col_preemption_thresholds=None, num_grad_workers=1, grad_compress_data=False,
                  grad_workers_communication=prl.SYNC, grad_workers_resources=None, local_device=None,
-                 decentralized_update_execution=False, max_policy_lag=None, max_grad_lag=None):
+                 decentralized_update_execution=False, max_policy_lag=None, max_grad_lag=None,
+                 col_requests_in_flight=1):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -92,6 +97,11 @@ class Scheme:
         for name, lag in (("max_policy_lag", max_policy_lag), ("max_grad_lag", max_grad_lag)):
             if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 0):
                 raise ValueError(f"{name} must be None or a non-negative integer, got {lag!r}")
+        if isinstance(col_requests_in_flight, bool) or not isinstance(col_requests_in_flight, int) \
+                or col_requests_in_flight < 1:
+            raise ValueError(f"col_requests_in_flight must be a positive integer, got {col_requests_in_flight!r}")
+        if col_requests_in_flight > 1 and col_workers_communication != prl.ASYNC:
+            raise ValueError("col_requests_in_flight > 1 needs col_workers_communication=prl.ASYNC")
         from pytorchrl.scheme.base.ray_runtime import validate_resources
         col_res = validate_resources(col_workers_resources or DEFAULT_COL_RESOURCES, "collection workers")
         grad_res = validate_resources(grad_workers_resources or DEFAULT_GRAD_RESOURCES, "gradient workers")
@@ -120,7 +130,8 @@ class Scheme:
                           col_fraction_samples=thresholds["fraction_samples"],
                           col_fraction_workers=thresholds["fraction_workers"],
                           compress_data_to_send=col_compress_data, col_worker_resources=col_res,
-                          communication=col_workers_communication, max_policy_lag=max_policy_lag)
+                          communication=col_workers_communication, max_policy_lag=max_policy_lag,
+                          requests_in_flight=col_requests_in_flight)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.

@@ -64,6 +64,12 @@ class CWorkerSet(WorkerSet):
     max_policy_lag : int or None
         Asynchronous collection: rollouts produced by weights more than this many versions
         older than the current ones are dropped (and counted); None accepts any lag.
+    requests_in_flight : int
+        Asynchronous collection: rollout requests queued at each remote worker. With 1 a
+        worker idles from handing a rollout over until its next request arrives (the
+        learner's reaction time); with 2 the next request is already waiting, so it never
+        idles, but that request carries the weights of one rollout earlier (larger policy
+        lag).
     """
 
     role = "collection workers"
@@ -73,7 +79,7 @@ class CWorkerSet(WorkerSet):
                  local_device=None, initial_weights=None, fraction_samples=1.0, fraction_workers=1.0,
                  total_parent_workers=0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, worker_remote_config=None, communication=prl.SYNC,
-                 max_policy_lag=None):
+                 max_policy_lag=None, requests_in_flight=1):
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
@@ -84,6 +90,12 @@ class CWorkerSet(WorkerSet):
         if max_policy_lag is not None and (isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int)
                                            or max_policy_lag < 0):
             raise ValueError(f"max_policy_lag must be None or a non-negative integer, got {max_policy_lag!r}")
+        if isinstance(requests_in_flight, bool) or not isinstance(requests_in_flight, int) or requests_in_flight < 1:
+            raise ValueError(f"requests_in_flight must be a positive integer, got {requests_in_flight!r}")
+        if requests_in_flight > 1 and communication != prl.ASYNC:
+            raise ValueError("requests_in_flight > 1 needs asynchronous collection (prl.ASYNC): a synchronous "
+                             "round sends every collector one request with the same weights")
+        self.requests_in_flight = requests_in_flight
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
         self.communication = communication
@@ -117,7 +129,7 @@ class CWorkerSet(WorkerSet):
     def create_factory(cls, num_workers, algo_factory, actor_factory, storage_factory, test_envs_factory=no_envs,
                        train_envs_factory=no_envs, total_parent_workers=0, col_fraction_samples=1.0,
                        col_fraction_workers=1.0, compress_data_to_send=False, col_worker_resources=None,
-                       communication=prl.SYNC, max_policy_lag=None):
+                       communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -130,7 +142,8 @@ class CWorkerSet(WorkerSet):
                                 fraction_workers=col_fraction_workers, total_parent_workers=total_parent_workers,
                                 compress_data_to_send=compress_data_to_send, train_envs_factory=train_envs_factory,
                                 test_envs_factory=test_envs_factory, worker_remote_config=col_worker_resources,
-                                communication=communication, max_policy_lag=max_policy_lag)
+                                communication=communication, max_policy_lag=max_policy_lag,
+                                requests_in_flight=requests_in_flight)
 
     # ------------------------------------------------------------------ weights
     def set_version(self, version):
@@ -229,8 +242,9 @@ class CWorkerSet(WorkerSet):
         from pytorchrl.scheme.base.ray_runtime import require_ray, remote_get
         ray = require_ray()
         if not self._in_flight:
-            for w in self.remote_workers():
-                self._submit(w)
+            for _ in range(self.requests_in_flight):
+                for w in self.remote_workers():
+                    self._submit(w)
         while True:
             # In submission order: of several ready rollouts the oldest is handed over first,
             # which keeps the largest policy lag smallest.
