@@ -10,7 +10,8 @@
   ``pytorchrl/`` differs from HEAD, a hash of that difference).
 - Records: ``machine_meta`` (machine facts, versions, command), ``run_json_worker`` (a worker
   subprocess whose last stdout line is a JSON record, with the load during its run),
-  ``write_results`` (``results/<name>_<stamp>.jsonl`` and ``.md``), and formatting helpers.
+  ``start_results``/``finish_results`` (``results/<name>_<stamp>.jsonl`` and ``.md``), and
+  formatting helpers (``closing_notes``: the load warning and failed runs ending a report).
 
 Stdlib only (psutil is used when present), so that every interpreter can import it.
 """
@@ -514,17 +515,43 @@ def save_diff(jsonl, source):
     return None
 
 
+
+def start_results(name, args, extra, plan):
+    """Open a run's results: ``<args.out_dir>/<name>_<stamp>.jsonl`` with the ``meta`` record
+    (``machine_meta`` plus ``extra``, the benchmark's settings) as its first line, and the
+    measured diff saved next to it. Prints ``plan`` (what will run), the code measured and
+    where the results go. Returns (path of the .jsonl, meta)."""
+    jsonl = new_results_file(name, args.out_dir)
+    meta = machine_meta(name, args, extra=extra)
+    append_jsonl(jsonl, meta)
+    diff = save_diff(jsonl, args.source)
+    print(f"{name}: {plan}; {source_line(args.source)}; raw results -> {os.path.relpath(jsonl)}"
+          + (f" (measured diff: {os.path.relpath(diff)})" if diff else ""), flush=True)
+    return jsonl, meta
+
+
+def finish_results(jsonl, meta, records, summary, table):
+    """Close a run's results: ``summary`` (a dict with string keys) as the last record, the
+    report ``table`` written next to them (.md) and printed. Returns the exit status: 1 if
+    any of ``records`` failed, else 0."""
+    append_jsonl(jsonl, {"record": "summary", **summary})
+    write_markdown(jsonl, meta, table)
+    print()
+    print(table)
+    return 1 if any("error" in r for r in records) else 0
+
 # ------------------------------------------------------------------------- format
 def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
 
 
-def fmt(v, digits=0, suffix=""):
+def fmt(v, digits=0, suffix="", inf="∞"):
+    """``v`` with thousands separators and ``digits`` decimals; "–" for None, ``inf`` for infinity."""
     if v is None:
         return "–"
     if v == float("inf"):
-        return "∞"
+        return inf
     return f"{v:,.{digits}f}{suffix}"
 
 
@@ -550,3 +577,17 @@ def load_warning(shares, limit=0.15):
                 f"CPU during these runs (median {100 * statistics.median(shares):.0f}%); wall-clock figures are "
                 "inflated and noisier than on an idle machine (rerun with --wait-idle 0.1 for cleaner ones).")
     return ""
+
+
+def closing_notes(records, run_name):
+    """The lines that end a report (each after an empty line): ``load_warning`` if other
+    processes used the CPU during the runs, then the failed runs, each named by
+    ``run_name(record)``."""
+    lines = []
+    warning = load_warning([r.get("others_cpu_share_during") for r in records])
+    if warning:
+        lines += ["", warning]
+    failed = [r for r in records if "error" in r]
+    if failed:
+        lines += ["", "Failed runs: " + "; ".join(f"{run_name(r)}: {r['error']}" for r in failed)]
+    return lines

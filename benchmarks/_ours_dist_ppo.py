@@ -20,20 +20,14 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
-import shutil  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _memsampler import PeakRSS  # noqa: E402
+import _worker_common as W  # noqa: E402
+from _ours_common import greedy_returns_of, value_loss_scale  # noqa: E402
 
-# RLlib's tuned CartPole PPO (rllib/tuned_examples/ppo/cartpole_ppo.py, as in
-# shared/peer-bench/b4_rllib_ppo.py with MODEL=64) plus RLlib's PPO defaults for what it
-# does not set. Shared names with _rllib_ppo.py (a test checks that they are identical).
-HYPERPARAMETERS = dict(train_batch_size=4000, minibatch_size=128, num_epochs=6, lr=3e-4, gamma=0.99,
-                       gae_lambda=1.0, clip_param=0.3, vf_coef_on_mse=0.01, entropy_coef=0.0, grad_clip=None,
-                       adam_eps=1e-8, net="pi 64x64 tanh, vf 64x64 tanh (separate)", normalize_advantages=True)
+HYPERPARAMETERS = W.RLLIB_CARTPOLE_PPO   # the same as _rllib_ppo.py's
 
 
 def parse_args(argv=None):
@@ -52,25 +46,6 @@ def parse_args(argv=None):
 VALUE_LOSS_FORM = 0.5
 
 
-def value_loss_scale(algo_factory, actor_factory):
-    """How our algorithm's value loss relates to the plain MSE (0.5 for 0.5*MSE), measured
-    on a synthetic batch (so the worker passes the coefficient giving RLlib's objective)."""
-    import torch
-    import pytorchrl as prl
-
-    actor = actor_factory("cpu")
-    algo = algo_factory("cpu", actor, None)
-    g = torch.Generator().manual_seed(12345)
-    n = 16
-    batch = {prl.OBS: torch.randn(n, 4, generator=g), prl.ACT: torch.randint(0, 2, (n, 1), generator=g),
-             prl.ADV: torch.randn(n, 1, generator=g), prl.LOGP: torch.full((n, 1), -0.69),
-             prl.RET: torch.randn(n, 1, generator=g) * 3}
-    with torch.no_grad():
-        _, info = algo.compute_loss(batch)
-        mse = float((batch[prl.RET] - actor.get_value(batch[prl.OBS])).pow(2).mean())
-    return info["ValueLoss"] / mse
-
-
 def run(args, t_start=None):
     """Train and evaluate; return the record (a dict). ``t_start``: time.time() the
     start-up clock counts from (default: this script's first line). Uses the Ray instance
@@ -79,14 +54,7 @@ def run(args, t_start=None):
     t_start = T0 if t_start is None else t_start
     if args.collectors < 2:
         raise SystemExit("_ours_dist_ppo: --collectors must be >= 2 (one collector runs in-process)")
-    stamp_dir = tempfile.mkdtemp(prefix="prl-first-step-")
-    try:
-        with PeakRSS() as mem:
-            rec = _run(args, t_start, stamp_dir)
-        rec.update(mem.report())
-    finally:
-        shutil.rmtree(stamp_dir, ignore_errors=True)
-    return rec
+    return W.run_with_stamp_dir(lambda stamp_dir: _run(args, t_start, stamp_dir), prefix="prl-first-step-")
 
 
 def _run(args, t_start, stamp_dir):
@@ -179,20 +147,7 @@ def _run(args, t_start, stamp_dir):
         first_step = _envs.first_stamp(stamp_dir)
 
         # ------------------------------------------- greedy evaluation (timed apart)
-        actor = learner.update_worker.local_worker.actor
-        eval_env = gym.make("CartPole-v1")
-        returns = []
-        with torch.inference_mode():
-            for ep in range(args.eval_episodes):
-                obs, _ = eval_env.reset(seed=1000 + ep)
-                done, ret = False, 0.0
-                while not done:
-                    _, env_action, _, _ = actor.get_action(
-                        torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), deterministic=True)
-                    obs, r, term, trunc, _ = eval_env.step(int(env_action.reshape(-1)[0]))
-                    ret += float(r)
-                    done = term or trunc
-                returns.append(ret)
+        returns = greedy_returns_of(learner.update_worker.local_worker.actor, args.eval_episodes)
         t_eval = time.time()
         measured = value_loss_scale(make_algo(1.0), actor_factory)
         if abs(measured - VALUE_LOSS_FORM) > 1e-6:

@@ -24,19 +24,13 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
-import shutil  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _memsampler import PeakRSS  # noqa: E402
+import _worker_common as W  # noqa: E402
 
-# Shared names with _ours_dist_ppo.py (a test checks that they are identical). RLlib's own
-# defaults apply to the rest (KL penalty: kl_coeff 0.2, kl_target 0.01; vf_clip_param 10).
-HYPERPARAMETERS = dict(train_batch_size=4000, minibatch_size=128, num_epochs=6, lr=3e-4, gamma=0.99,
-                       gae_lambda=1.0, clip_param=0.3, vf_coef_on_mse=0.01, entropy_coef=0.0, grad_clip=None,
-                       adam_eps=1e-8, net="pi 64x64 tanh, vf 64x64 tanh (separate)", normalize_advantages=True)
+HYPERPARAMETERS = W.RLLIB_CARTPOLE_PPO   # the same as _ours_dist_ppo.py's
 
 
 def parse_args(argv=None):
@@ -51,13 +45,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    stamp_dir = tempfile.mkdtemp(prefix="rllib-first-step-")
-    try:
-        with PeakRSS() as mem:
-            rec = run(args, stamp_dir)
-        rec.update(mem.report())
-    finally:
-        shutil.rmtree(stamp_dir, ignore_errors=True)
+    rec = W.run_with_stamp_dir(lambda stamp_dir: run(args, stamp_dir), prefix="rllib-first-step-")
     print(json.dumps(rec, default=str), flush=True)
 
 
@@ -115,19 +103,13 @@ def run(args, stamp_dir):
         module = algo.learner_group._learner.module["default_policy"]
     except Exception:
         module = algo.get_module()
-    eval_env = gym.make("CartPole-v1")
-    returns = []
-    for ep in range(args.eval_episodes):
-        obs, _ = eval_env.reset(seed=1000 + ep)
-        done, total = False, 0.0
-        while not done:
-            with torch.no_grad():
-                out = module.forward_inference({"obs": torch.as_tensor(obs[None], dtype=torch.float32)})
-            a = int(torch.argmax(out["action_dist_inputs"], -1)[0])
-            obs, r, te, tr, _ = eval_env.step(a)
-            total += r
-            done = te or tr
-        returns.append(total)
+
+    def act(obs):
+        with torch.no_grad():
+            out = module.forward_inference({"obs": torch.as_tensor(obs[None], dtype=torch.float32)})
+        return int(torch.argmax(out["action_dist_inputs"], -1)[0])
+
+    returns = W.greedy_returns(act, args.eval_episodes)
     t_eval = time.time()
     t_stop0 = time.time()
     algo.stop()

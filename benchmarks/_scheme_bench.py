@@ -173,13 +173,32 @@ def interleaved(configs, repeats):
             yield r, cfg
 
 
-def results_file(name, args):
-    jsonl = C.new_results_file(name, args.out_dir)
-    return jsonl
+def measure_passes(jsonl, configs, repeats, measure, error_fields, label, progress):
+    """Measure every configuration ``repeats`` times, interleaved; returns the records, each
+    with its ``pass`` and appended to ``jsonl`` as soon as it is in.
 
-
-def dump(jsonl, record):
-    C.append_jsonl(jsonl, record)
+    configs: the configurations, in the order of the first pass. measure(cfg): the record of
+    one run; an exception is a result too (a layout that fails): the run's record is then
+    ``error_fields(cfg)`` (the fields that name the configuration) with the ``error``, and the
+    passes go on. One line is printed per run: ``label(cfg)`` (padded to line the runs up;
+    stripped on a failed run's line) then ``FAILED`` and the error, or ``progress(record)``
+    and the CPU share other processes used during the run.
+    """
+    records = []
+    for rep, cfg in interleaved(configs, repeats):
+        try:
+            rec = measure(cfg)
+        except Exception as exc:  # a failing layout is a result: record it and go on
+            rec = dict(error_fields(cfg), error=f"{type(exc).__name__}: {exc}"[:2000])
+        rec["pass"] = rep
+        records.append(rec)
+        C.append_jsonl(jsonl, rec)
+        if "error" in rec:
+            print(f"  pass {rep} {label(cfg).rstrip()}: FAILED {rec['error']}", flush=True)
+        else:
+            print(f"  pass {rep} {label(cfg)}: {progress(rec)}  "
+                  f"(others used {C.fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+    return records
 
 
 def torch_versions():

@@ -112,50 +112,25 @@ def render(summary, records, meta):
                      ", ".join(C.fmt(v) for v in s["per_pass"]), C.fmt(s["round_s"], 3), C.fmt(s["collect_wait_s"], 3),
                      " / ".join(C.fmt(1000 * v, 1) for v in wire.values()) or "–", C.fmt_share(s["others"])])
     lines.append(C.md_table(headers, rows))
-    warning = C.load_warning([r.get("others_cpu_share_during") for r in records])
-    if warning:
-        lines += ["", warning]
-    failed = [r for r in records if "error" in r]
-    if failed:
-        lines += ["", "Failed runs: " + "; ".join(f"compress={r['compress']}: {r['error']}" for r in failed)]
+    lines += C.closing_notes(records, lambda r: f"compress={r['compress']}")
     return "\n".join(lines)
 
 
 def run(args):
-    jsonl = S.results_file("compression_images", args)
     with S.OwnedRay():
-        meta = C.machine_meta("compression_images", args, extra={
+        jsonl, meta = C.start_results("compression_images", args, extra={
             "collectors": args.collectors, "envs": args.envs, "rollout": args.rollout, "rounds": args.rounds,
             "repeats": args.repeats, "cpus_per_collector": args.cpus_per_collector, "hidden": args.hidden,
-            "versions": S.torch_versions()})
-        S.dump(jsonl, meta)
-        diff = C.save_diff(jsonl, args.source)
-        print(f"compression_images: {args.repeats} pass(es) x col_compress_data {MODES}; "
-              f"{C.source_line(args.source)}; raw results -> {os.path.relpath(jsonl)}"
-              + (f" (measured diff: {os.path.relpath(diff)})" if diff else ""), flush=True)
-        records = []
-        for rep, mode in S.interleaved(MODES, args.repeats):
-            try:
-                rec = measure(mode, args)
-            except Exception as exc:  # a failing layout is a result: record it and go on
-                rec = {"compress": label(mode), "error": f"{type(exc).__name__}: {exc}"[:2000]}
-            rec["pass"] = rep
-            records.append(rec)
-            S.dump(jsonl, rec)
-            if "error" in rec:
-                print(f"  pass {rep} compress={label(mode)}: FAILED {rec['error']}", flush=True)
-            else:
-                print(f"  pass {rep} compress={label(mode):7s}: {rec['env_steps_per_s']:7,.0f} steps/s  "
-                      f"{C.fmt((rec.get('bytes_sent_per_round') or 0) / 1e6, 2)} MB/round  ratio "
-                      f"{C.fmt(rec.get('compression_ratio'), 1)}  round {rec['round_s']:.3f} s  "
-                      f"(others used {C.fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+            "versions": S.torch_versions()},
+            plan=f"{args.repeats} pass(es) x col_compress_data {MODES}")
+        records = S.measure_passes(
+            jsonl, MODES, args.repeats, measure=lambda mode: measure(mode, args),
+            error_fields=lambda mode: {"compress": label(mode)}, label=lambda mode: f"compress={label(mode):7s}",
+            progress=lambda rec: f"{rec['env_steps_per_s']:7,.0f} steps/s  "
+                                 f"{C.fmt((rec.get('bytes_sent_per_round') or 0) / 1e6, 2)} MB/round  ratio "
+                                 f"{C.fmt(rec.get('compression_ratio'), 1)}  round {rec['round_s']:.3f} s")
     summary = summarize(records)
-    table = render(summary, records, meta)
-    S.dump(jsonl, {"record": "summary", **summary})
-    C.write_markdown(jsonl, meta, table)
-    print()
-    print(table)
-    return 1 if any("error" in r for r in records) else 0
+    return C.finish_results(jsonl, meta, records, summary, render(summary, records, meta))
 
 
 if __name__ == "__main__":

@@ -186,13 +186,7 @@ def render(summary, records, meta):
                                   "time to first sample, ours / RLlib (medians)", "per seed",
                                   "total wall speed-up (RLlib / ours)", "greedy eval, ours − RLlib"], ratio_rows),
                   "", "Goals: " + " ".join(verdicts)]
-    warning = C.load_warning([r.get("others_cpu_share_during") for r in records])
-    if warning:
-        lines += ["", warning]
-    failed = [r for r in records if "error" in r]
-    if failed:
-        lines += ["", "Failed runs: " + "; ".join(f"{r['system']} seed {r['seed']} envs {r.get('envs_per_collector')}: "
-                                                 f"{r['error']}" for r in failed)]
+    lines += C.closing_notes(records, lambda r: f"{r['system']} seed {r['seed']} envs {r.get('envs_per_collector')}")
     return "\n".join(lines)
 
 
@@ -204,7 +198,6 @@ def main(argv=None):
 
 def run(args):
     check_interpreters(args)
-    jsonl = C.new_results_file("distributed_cartpole", args.out_dir)
     extra = {"steps": args.steps, "seeds": args.seeds, "collectors": args.collectors, "envs": args.envs,
              "systems": args.systems, "cpus_per_collector": args.cpus_per_collector,
              "torch_threads_env": args.torch_threads}
@@ -214,12 +207,8 @@ def run(args):
     if "rllib" in args.systems:
         v = C.versions(args.peers_python, ["ray", "torch", "gymnasium"], worker_env("rllib", args))
         extra.update(rllib_version=v["ray"], rllib_versions=v)
-    meta = C.machine_meta("distributed_cartpole", args, extra=extra)
-    C.append_jsonl(jsonl, meta)
-    diff = C.save_diff(jsonl, args.source)
-    print(f"distributed_cartpole: {args.seeds} seed(s) x envs {args.envs} x {args.systems} x {args.steps:,} steps; "
-          f"{C.source_line(args.source)}; raw results -> {os.path.relpath(jsonl)}"
-          + (f" (measured diff: {os.path.relpath(diff)})" if diff else ""), flush=True)
+    jsonl, meta = C.start_results("distributed_cartpole", args, extra,
+                                  plan=f"{args.seeds} seed(s) x envs {args.envs} x {args.systems} x {args.steps:,} steps")
     if not args.no_warmup:
         for system in args.systems:   # untimed: brings each interpreter's libraries into the file cache
             r = run_one(system, args, 0, 4000, args.envs[-1], eval_episodes=1)
@@ -243,12 +232,8 @@ def run(args):
                           f"{C.fmt(rec.get('peak_rss_tree_MB'))} MB  (others used "
                           f"{C.fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
     summary = summarize(records)
-    table = render(summary, records, meta)
-    C.append_jsonl(jsonl, {"record": "summary", **{f"{s}/{e}": v for (s, e), v in summary.items()}})
-    C.write_markdown(jsonl, meta, table)
-    print()
-    print(table)
-    return 1 if any("error" in r for r in records) else 0
+    return C.finish_results(jsonl, meta, records, {f"{s}/{e}": v for (s, e), v in summary.items()},
+                            render(summary, records, meta))
 
 
 if __name__ == "__main__":

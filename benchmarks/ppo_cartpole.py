@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import _common  # noqa: E402
 from _common import (REPO, DEFAULT_PEERS_PYTHON, children_cpu_s, cpu_jiffies, export_head,  # noqa: E402,F401
-                     others_share)
+                     fmt_share, median, others_share)
 
 WORKERS = {"ours": os.path.join(HERE, "_ours_ppo.py"), "sb3": os.path.join(HERE, "_sb3_ppo.py")}
 TARGET_RATIO = 3.0
@@ -153,21 +153,9 @@ def run_worker(system, seed, steps, args, eval_episodes=10):
 
 
 # ---------------------------------------------------------------------------- report
-def _median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def _fmt(v, digits=0, suffix=""):
-    if v is None:
-        return "–"
-    if v == float("inf"):
-        return "not solved"
-    return f"{v:,.{digits}f}{suffix}"
-
-
-def _fmt_share(v):
-    return "–" if v is None else f"{100 * v:.0f}%"
+def _fmt(v, digits=0):
+    # An infinite median solve time (or steps) means that most runs did not solve.
+    return _common.fmt(v, digits, inf="not solved")
 
 
 def summarize(records, systems):
@@ -183,18 +171,18 @@ def summarize(records, systems):
         solve_steps = [r["solve_env_steps"] if r["solve_env_steps"] is not None else float("inf") for r in rs]
         out[system] = {
             "runs": len(rs),
-            "env_steps": _median([r["env_steps"] for r in rs]),
-            "env_steps_per_s": _median([r["env_steps_per_s"] for r in rs]),
-            "env_steps_per_cpu_s": _median([r.get("env_steps_per_cpu_s") for r in rs]),
-            "learn_wall_s": _median([r["learn_wall_s"] for r in rs]),
-            "total_wall_s": _median([r["total_wall_s"] for r in rs]),
+            "env_steps": median([r["env_steps"] for r in rs]),
+            "env_steps_per_s": median([r["env_steps_per_s"] for r in rs]),
+            "env_steps_per_cpu_s": median([r.get("env_steps_per_cpu_s") for r in rs]),
+            "learn_wall_s": median([r["learn_wall_s"] for r in rs]),
+            "total_wall_s": median([r["total_wall_s"] for r in rs]),
             "solve_wall_s": statistics.median(solve_s),
             "solve_env_steps": statistics.median(solve_steps),
             "solved": sum(r["solve_wall_s"] is not None for r in rs),
-            "eval_mean": _median([r["eval_mean"] for r in rs]),
+            "eval_mean": median([r["eval_mean"] for r in rs]),
             "eval_min": min(r["eval_mean"] for r in rs),
-            "peak_rss_tree_MB": _median([r["peak_rss_tree_MB"] for r in rs]),
-            "others_cpu_share": _median([r.get("others_cpu_share_during") for r in rs]),
+            "peak_rss_tree_MB": median([r["peak_rss_tree_MB"] for r in rs]),
+            "others_cpu_share": median([r.get("others_cpu_share_during") for r in rs]),
             "per_seed_steps_per_s": [r["env_steps_per_s"] for r in rs],
             "per_seed_eval": [r["eval_mean"] for r in rs],
         }
@@ -221,7 +209,7 @@ def render(summary, records, meta):
                      f"{_fmt(s['learn_wall_s'], 1)} | "
                      f"{_fmt(s['total_wall_s'], 1)} | {_fmt(s['solve_wall_s'], 1)} | {_fmt(s['solve_env_steps'])} | "
                      f"{s['solved']}/{s['runs']} | {_fmt(s['eval_mean'], 1)} [{_fmt(s['eval_min'], 1)}] | "
-                     f"{_fmt(s['peak_rss_tree_MB'])} | {_fmt_share(s['others_cpu_share'])} |")
+                     f"{_fmt(s['peak_rss_tree_MB'])} | {fmt_share(s['others_cpu_share'])} |")
     if "ours" in summary and "sb3" in summary:
         o, b = summary["ours"], summary["sb3"]
         ratio = o["env_steps_per_s"] / b["env_steps_per_s"]
@@ -351,7 +339,7 @@ def run(args):
                 print(f"  {system:4s} seed {seed}: {rec['env_steps_per_s']:>8,.0f} steps/s  learn "
                       f"{rec['learn_wall_s']:6.1f} s  total {rec['total_wall_s']:6.1f} s  eval "
                       f"{rec['eval_mean']:6.1f}  {solve}  peak {rec['peak_rss_tree_MB']:.0f} MB  "
-                      f"(others used {_fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+                      f"(others used {fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
 
     summary = summarize(records, args.systems)
     table = render(summary, records, meta)

@@ -117,52 +117,29 @@ def render(summary, records, meta):
                             f"{'MET' if e >= GOAL_EFFICIENCY else 'NOT MET'}{'' if ns[-1] == 8 else ', not measured at 8'}).")
     if verdicts:
         lines += ["", "Goal: " + " ".join(verdicts)]
-    warning = C.load_warning([r.get("others_cpu_share_during") for r in records])
-    if warning:
-        lines += ["", warning]
-    failed = [r for r in records if "error" in r]
-    if failed:
-        lines += ["", "Failed runs: " + "; ".join(f"{r['mode']} N={r['collectors']}: {r['error']}" for r in failed)]
+    lines += C.closing_notes(records, lambda r: f"{r['mode']} N={r['collectors']}")
     return "\n".join(lines)
 
 
 def run(args):
     import _envs
-    jsonl = S.results_file("scaling_latency", args)
     step_latency = _envs.measure_step_latency(args.latency)
     with S.OwnedRay():
-        meta = C.machine_meta("scaling_latency", args, extra={
+        jsonl, meta = C.start_results("scaling_latency", args, extra={
             "latency": args.latency, "rollout": args.rollout, "rounds": args.rounds, "repeats": args.repeats,
             "collectors": args.ns, "modes": args.mode_list, "cpus_per_collector": args.cpus_per_collector,
-            "step_latency_s": step_latency, "versions": S.torch_versions()})
-        S.dump(jsonl, meta)
-        diff = C.save_diff(jsonl, args.source)
-        print(f"scaling_latency: {args.repeats} pass(es) x {args.mode_list} x N={args.ns}; "
-              f"{C.source_line(args.source)}; raw results -> {os.path.relpath(jsonl)}"
-              + (f" (measured diff: {os.path.relpath(diff)})" if diff else ""), flush=True)
-        configs = [(mode, n) for mode in args.mode_list for n in args.ns]
-        records = []
-        for rep, (mode, n) in S.interleaved(configs, args.repeats):
-            try:
-                rec = measure(n, mode, args)
-            except Exception as exc:  # a failing layout is a result: record it and go on
-                rec = {"mode": mode, "collectors": n, "error": f"{type(exc).__name__}: {exc}"[:2000]}
-            rec["pass"] = rep
-            records.append(rec)
-            S.dump(jsonl, rec)
-            if "error" in rec:
-                print(f"  pass {rep} {mode:5s} N={n}: FAILED {rec['error']}", flush=True)
-            else:
-                print(f"  pass {rep} {mode:5s} N={n}: {rec['env_steps_per_s']:8,.0f} steps/s  step "
-                      f"{rec['round_s']:.3f} s  lag {C.fmt(rec['policy_lag_mean'], 2)}  build {rec['build_s']:.1f} s  "
-                      f"(others used {C.fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+            "step_latency_s": step_latency, "versions": S.torch_versions()},
+            plan=f"{args.repeats} pass(es) x {args.mode_list} x N={args.ns}")
+        configs = [(n, mode) for mode in args.mode_list for n in args.ns]   # all sync runs first
+        records = S.measure_passes(
+            jsonl, configs, args.repeats, measure=lambda cfg: measure(*cfg, args),
+            error_fields=lambda cfg: {"mode": cfg[1], "collectors": cfg[0]},
+            label=lambda cfg: f"{cfg[1]:5s} N={cfg[0]}",
+            progress=lambda rec: f"{rec['env_steps_per_s']:8,.0f} steps/s  step {rec['round_s']:.3f} s  lag "
+                                 f"{C.fmt(rec['policy_lag_mean'], 2)}  build {rec['build_s']:.1f} s")
     summary = summarize(records, step_latency)
-    table = render(summary, records, meta)
-    S.dump(jsonl, {"record": "summary", **{f"{m}/{n}": v for (m, n), v in summary.items()}})
-    C.write_markdown(jsonl, meta, table)
-    print()
-    print(table)
-    return 1 if any("error" in r for r in records) else 0
+    return C.finish_results(jsonl, meta, records, {f"{m}/{n}": v for (m, n), v in summary.items()},
+                            render(summary, records, meta))
 
 
 if __name__ == "__main__":

@@ -130,50 +130,26 @@ def render(summary, records, meta):
         lines += ["", f"Goal (round time with a 5x straggler and preemption within {GOAL_RATIO}x of the no-straggler "
                       f"round time): {r:.2f}x (per pass: {', '.join(f'{p:.2f}x' for p in pairs) or '–'}): "
                       f"{'MET' if r <= GOAL_RATIO else 'NOT MET'}."]
-    warning = C.load_warning([r.get("others_cpu_share_during") for r in records])
-    if warning:
-        lines += ["", warning]
-    failed = [r for r in records if "error" in r]
-    if failed:
-        lines += ["", "Failed runs: " + "; ".join(f"{r['config']}: {r['error']}" for r in failed)]
+    lines += C.closing_notes(records, lambda r: r["config"])
     return "\n".join(lines)
 
 
 def run(args):
-    jsonl = S.results_file("straggler", args)
     with S.OwnedRay():
-        meta = C.machine_meta("straggler", args, extra={
+        jsonl, meta = C.start_results("straggler", args, extra={
             "collectors": args.collectors, "slow_worker": args.slow_worker, "slow_factor": args.slow_factor,
             "fraction_samples": args.fraction_samples, "latency": args.latency, "rollout": args.rollout,
             "rounds": args.rounds, "repeats": args.repeats, "cpus_per_collector": args.cpus_per_collector,
-            "versions": S.torch_versions()})
-        S.dump(jsonl, meta)
-        diff = C.save_diff(jsonl, args.source)
-        print(f"straggler: {args.repeats} pass(es) x {len(CONFIGS)} configurations, {args.collectors} collectors; "
-              f"{C.source_line(args.source)}; raw results -> {os.path.relpath(jsonl)}"
-              + (f" (measured diff: {os.path.relpath(diff)})" if diff else ""), flush=True)
-        records = []
-        for rep, (name, slow, fraction) in S.interleaved(configs(args), args.repeats):
-            try:
-                rec = measure(name, slow, fraction, args)
-            except Exception as exc:  # a failing layout is a result: record it and go on
-                rec = {"config": name, "error": f"{type(exc).__name__}: {exc}"[:2000]}
-            rec["pass"] = rep
-            records.append(rec)
-            S.dump(jsonl, rec)
-            if "error" in rec:
-                print(f"  pass {rep} {name}: FAILED {rec['error']}", flush=True)
-            else:
-                print(f"  pass {rep} {name:38s}: round {rec['round_s']:.3f} s  waited {rec['collect_wait_s']:.3f} s  "
-                      f"{rec['samples_per_round']:.0f} samples/round  cut {rec['cut_rollouts_per_round']:.2f}/round  "
-                      f"(others used {C.fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+            "versions": S.torch_versions()},
+            plan=f"{args.repeats} pass(es) x {len(CONFIGS)} configurations, {args.collectors} collectors")
+        records = S.measure_passes(
+            jsonl, configs(args), args.repeats, measure=lambda cfg: measure(*cfg, args),
+            error_fields=lambda cfg: {"config": cfg[0]}, label=lambda cfg: f"{cfg[0]:38s}",
+            progress=lambda rec: f"round {rec['round_s']:.3f} s  waited {rec['collect_wait_s']:.3f} s  "
+                                 f"{rec['samples_per_round']:.0f} samples/round  "
+                                 f"cut {rec['cut_rollouts_per_round']:.2f}/round")
     summary = summarize(records)
-    table = render(summary, records, meta)
-    S.dump(jsonl, {"record": "summary", **summary})
-    C.write_markdown(jsonl, meta, table)
-    print()
-    print(table)
-    return 1 if any("error" in r for r in records) else 0
+    return C.finish_results(jsonl, meta, records, summary, render(summary, records, meta))
 
 
 if __name__ == "__main__":

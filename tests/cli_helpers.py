@@ -1,5 +1,6 @@
 """Helpers of the command-line tests (tests/test_cli_*.py): a tiny configuration and
-running ``pytorchrl`` as a separate process, the way a user does."""
+running ``pytorchrl`` as a separate process, the way a user does. ``with_sections`` serves
+the configuration tests (tests/test_config.py) too."""
 
 import copy
 import csv
@@ -23,15 +24,21 @@ TINY = {
 ROUND = 32
 
 
-def tiny(**sections):
-    """A copy of TINY with sections updated (dicts merged) or replaced."""
-    config = copy.deepcopy(TINY)
+def with_sections(base, **sections):
+    """A copy of the configuration ``base`` with sections updated (a dict given for a dict
+    section is merged into it) or replaced (anything else)."""
+    config = copy.deepcopy(base)
     for name, value in sections.items():
         if isinstance(value, dict) and isinstance(config.get(name), dict):
             config[name].update(value)
         else:
             config[name] = value
     return config
+
+
+def tiny(**sections):
+    """A copy of TINY with sections updated (dicts merged) or replaced."""
+    return with_sections(TINY, **sections)
 
 
 def write_config(directory, config=None, name="tiny.yaml"):

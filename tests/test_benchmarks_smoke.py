@@ -20,8 +20,14 @@ FIELDS = {
 }
 
 
-def _load_orchestrator():
-    spec = importlib.util.spec_from_file_location("ppo_cartpole_bench", os.path.join(BENCH, "ppo_cartpole.py"))
+def _load_bench(name):
+    """A benchmark script as a fresh module; helper modules (``_envs``...) imported by name,
+    as the scripts import them."""
+    if BENCH not in sys.path:
+        sys.path.insert(0, BENCH)
+    if name.startswith("_"):
+        return importlib.import_module(name)
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -54,22 +60,13 @@ def test_ours_worker_prints_a_complete_record():
 
 
 def test_sb3_worker_shares_the_hyperparameters():
-    """Both workers declare identical hyperparameters (read from the source: no SB3 needed)."""
-    import ast
-
-    def declared(name):
-        tree = ast.parse(open(os.path.join(BENCH, name)).read())
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "HYPERPARAMETERS":
-                return ast.literal_eval(node.value.args[0]) if node.value.args else \
-                    {kw.arg: ast.literal_eval(kw.value) for kw in node.value.keywords}
-        raise AssertionError(f"no HYPERPARAMETERS in {name}")
-
-    assert declared("_ours_ppo.py") == declared("_sb3_ppo.py")
+    """Both workers train with the same hyperparameters (importing _sb3_ppo needs no SB3:
+    it imports the library in main())."""
+    assert _load_bench("_ours_ppo").HYPERPARAMETERS == _load_bench("_sb3_ppo").HYPERPARAMETERS
 
 
 def test_report_from_synthetic_records():
-    mod = _load_orchestrator()
+    mod = _load_bench("ppo_cartpole")
 
     def rec(system, seed, fps, ev, solve):
         return {"system": system, "seed": seed, "env_steps": 100_096, "env_steps_per_s": fps,
@@ -90,12 +87,12 @@ def test_report_from_synthetic_records():
 
 
 def test_quick_flag():
-    args = _load_orchestrator().parse_args(["--quick"])
+    args = _load_bench("ppo_cartpole").parse_args(["--quick"])
     assert (args.seeds, args.steps, args.no_warmup) == (1, 10_000, True)
 
 
 def test_machine_load_probe():
-    mod = _load_orchestrator()
+    mod = _load_bench("ppo_cartpole")
     busy_total = mod.cpu_jiffies()
     if busy_total is None:
         pytest.skip("no /proc/stat")
@@ -108,37 +105,16 @@ def test_machine_load_probe():
 # ------------------------------------------------ distributed benchmarks (issue 3)
 # Our side only, on tiny budgets, in this process with the session's Ray instance (2 CPUs):
 # the benchmark functions join an initialised Ray instead of starting one.
-def _load_bench(name):
-    """A benchmark script as a fresh module; helper modules (``_envs``...) imported by name,
-    as the scripts import them."""
-    if BENCH not in sys.path:
-        sys.path.insert(0, BENCH)
-    if name.startswith("_"):
-        return importlib.import_module(name)
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def bench_ray(ray_session):
     _load_bench("_envs").register_with_ray()   # env functions reach the Ray workers by value
     return ray_session
 
 
-def _declared_hyperparameters(name):
-    import ast
-    tree = ast.parse(open(os.path.join(BENCH, name)).read())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "HYPERPARAMETERS":
-            return {kw.arg: ast.literal_eval(kw.value) for kw in node.value.keywords}
-    raise AssertionError(f"no HYPERPARAMETERS in {name}")
-
-
 def test_rllib_worker_shares_the_hyperparameters():
-    hp = _declared_hyperparameters("_ours_dist_ppo.py")
-    assert hp == _declared_hyperparameters("_rllib_ppo.py")
+    """Both workers train with the same hyperparameters (importing _rllib_ppo needs no RLlib)."""
+    hp = _load_bench("_ours_dist_ppo").HYPERPARAMETERS
+    assert hp == _load_bench("_rllib_ppo").HYPERPARAMETERS
     assert (hp["train_batch_size"], hp["minibatch_size"], hp["num_epochs"], hp["lr"]) == (4000, 128, 6, 3e-4)
 
 

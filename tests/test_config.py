@@ -12,6 +12,8 @@ from pytorchrl.config import (ConfigError, apply_overrides, build_learner, dump_
 from pytorchrl.config.schema import SECTIONS, algorithm_keys, documented_parameters, storage_keys
 from pytorchrl.schedules import Schedule
 
+from cli_helpers import with_sections
+
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "configs")
 
 #: Smallest useful configuration: every test mutates a copy of it.
@@ -27,13 +29,7 @@ MINIMAL = {
 
 def minimal(**sections):
     """A copy of MINIMAL with some sections replaced or updated."""
-    config = copy.deepcopy(MINIMAL)
-    for name, value in sections.items():
-        if isinstance(value, dict) and isinstance(config.get(name), dict):
-            config[name].update(value)
-        else:
-            config[name] = value
-    return config
+    return with_sections(MINIMAL, **sections)
 
 
 def error_of(raw):
