@@ -13,6 +13,9 @@ cheap PPO learner (32x32 network, one pass of one mini-batch per round), driven 
   steps with the newest weights), then updates;
 - async: every Learner step takes the first ready rollout, resubmits that collector with
   the newest weights, then updates (the other collectors keep collecting meanwhile).
+- async-q2: async with ``col_requests_in_flight=2``: each collector's next request is
+  already queued when it hands a rollout over, so it never waits for the learner (its
+  rollouts come from weights one rollout older).
 
 Measured: env steps collected per second of Learner stepping, after ``--warmup`` untimed
 steps, until ``--rounds`` x N x rollout env steps are in. Scaling efficiency at N =
@@ -21,7 +24,7 @@ physical bound N / (latency of one env step measured in-process). Configurations
 interleaved, ``--repeats`` passes; medians over passes.
 
 Usage:
-    python benchmarks/scaling_latency.py            # 3 passes x {sync, async} x {1, 2, 4, 8}
+    python benchmarks/scaling_latency.py            # 3 passes x {sync, async, async-q2} x {1, 2, 4, 8}
     python benchmarks/scaling_latency.py --quick    # 1 pass, {1, 2, 8}, 4 rounds
 """
 
@@ -34,13 +37,17 @@ import _common as C  # noqa: E402
 import _scheme_bench as S  # noqa: E402
 
 GOAL_EFFICIENCY = 0.85
+#: Measured modes: collection communication and rollout requests queued per collector.
+MODES = {"sync": ("sync", 1), "async": ("async", 1), "async-q2": ("async", 2)}
 
 
 def parse_args(argv=None):
     ap = S.base_parser("Scaling of collection on a latency-bound env: 1-8 collectors, sync and async.")
     ap.add_argument("--collectors", default=None,
                     help="comma-separated collector counts (default 1,2,4,8; with --quick 1,2,8)")
-    ap.add_argument("--modes", default="sync,async", help="comma-separated: sync,async")
+    ap.add_argument("--modes", default="sync,async,async-q2",
+                    help="comma-separated: sync, async, async-q2 (async with col_requests_in_flight=2: each "
+                         "collector's next request already queued); default all three")
     ap.add_argument("--latency", type=float, default=0.002, help="seconds each env step waits (default 0.002)")
     ap.add_argument("--rollout", type=int, default=128, help="steps per collector per rollout (default 128)")
     ap.add_argument("--rounds", type=int, default=12,
@@ -54,8 +61,8 @@ def parse_args(argv=None):
         args.collectors = "1,2,8" if args.quick else "1,2,4,8"
     args.ns = [int(n) for n in args.collectors.split(",") if n.strip()]
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not set(args.mode_list) <= {"sync", "async"}:
-        ap.error("--modes: sync and/or async")
+    if not set(args.mode_list) <= set(MODES):
+        ap.error(f"--modes: some of {', '.join(MODES)}")
     return args
 
 
@@ -65,9 +72,11 @@ def measure(n, mode, args):
     import _envs
     factories = S.ppo_factories(_envs.latency_cartpole, {"latency": args.latency}, vec_env_size=1,
                                 rollout=args.rollout, seed=args.seed)
-    scheme_kwargs = dict(num_col_workers=n, col_workers_communication=prl.SYNC if mode == "sync" else prl.ASYNC,
-                         col_workers_resources={"num_cpus": args.cpus_per_collector})
-    warmup = args.warmup * (n if mode == "async" and n > 1 else 1)
+    communication, in_flight = MODES[mode]
+    scheme_kwargs = dict(num_col_workers=n, col_workers_communication=prl.SYNC if communication == "sync" else prl.ASYNC,
+                         col_workers_resources={"num_cpus": args.cpus_per_collector},
+                         col_requests_in_flight=in_flight)
+    warmup = args.warmup * (n if communication == "async" and n > 1 else 1)
     rec = S.measure_scheme(factories, scheme_kwargs, warmup, args.rounds * n * args.rollout, args, seed=args.seed)
     rec.update(collectors=n, mode=mode)
     return rec
@@ -76,7 +85,7 @@ def measure(n, mode, args):
 def summarize(records, step_latency):
     out = {}
     for (mode, n) in sorted({(r["mode"], r["collectors"]) for r in records if "error" not in r},
-                            key=lambda k: (k[0] != "sync", k[1])):
+                            key=lambda k: (list(MODES).index(k[0]), k[1])):
         rs = [r for r in records if r.get("mode") == mode and r.get("collectors") == n and "error" not in r]
         out[(mode, n)] = {"runs": len(rs), "env_steps_per_s": C.median([r["env_steps_per_s"] for r in rs]),
                           "round_s": C.median([r["round_s"] for r in rs]),
@@ -109,7 +118,7 @@ def render(summary, records, meta):
                      C.fmt(s["policy_lag"], 2), C.fmt_share(s["ours_cpu_share"]), C.fmt_share(s["others"])])
     lines.append(C.md_table(headers, rows, "llrrrrrrrr"))
     verdicts = []
-    for mode in ("sync", "async"):
+    for mode in MODES:
         ns = sorted(n for m, n in summary if m == mode)
         if ns and ns[-1] > 1 and summary[(mode, ns[-1])]["efficiency"] is not None:
             e = summary[(mode, ns[-1])]["efficiency"]

@@ -164,21 +164,23 @@ def test_distributed_cartpole_report():
 def test_scaling_latency_measures_sync_and_async(bench_ray):
     mod = _load_bench("scaling_latency")
     args = mod.parse_args(["--rounds", "2", "--warmup", "1", "--rollout", "16"])
+    assert args.mode_list == ["sync", "async", "async-q2"]
     records = []
-    for mode in ("sync", "async"):
+    for mode in args.mode_list:
         for n in (1, 2):
             r = mod.measure(n, mode, args)
             records.append(r)
             assert r["env_steps"] >= 2 * n * 16 and r["env_steps_per_s"] > 0
             assert r["remote"] == (n > 1)
-    sync2, async2 = records[1], records[3]
+    sync2, async2, queued2 = records[1], records[3], records[5]
     assert sync2["policy_lag_max"] == 0                 # sync: always the current weights
-    assert async2["policy_lag_mean"] is not None and async2["samples_per_round"] == 16   # one rollout per step
+    for r in (async2, queued2):                         # one rollout per step
+        assert r["policy_lag_mean"] is not None and r["samples_per_round"] == 16
     summary = mod.summarize(records, step_latency=0.002)
     assert summary[("sync", 1)]["efficiency"] == pytest.approx(1.0)
     table = mod.render(summary, records, {"latency": 0.002, "rollout": 16, "cpus_per_collector": 0.25,
                                           "repeats": 1, "step_latency_s": 0.0021})
-    assert "| sync | 2 |" in table and "Goal: sync at 2" in table
+    assert "| sync | 2 |" in table and "| async-q2 | 2 |" in table and "Goal: sync at 2" in table
 
 
 @pytest.mark.timeout(300)
