@@ -255,6 +255,51 @@ def test_queued_requests_keep_every_async_collector_busy():
     assert np.mean(two) > np.mean(one)
 
 
+def test_ddppo_in_process_collectors_start_at_version_zero():
+    """DD-PPO gradient workers collecting in their own process: the first rounds use the
+    weights the workers were built with, version 0 like the workers themselves (no lag of -1)."""
+    torch.manual_seed(0)
+    scheme = Scheme(**factories(), num_col_workers=1, num_grad_workers=2, grad_workers_resources=SMALL,
+                    decentralized_update_execution=True)
+    learner = Learner(scheme, target_steps=10 ** 9)
+    try:
+        rounds = []
+        while len(rounds) < 4:  # two rounds of each gradient worker
+            rounds += [info["policy_lags"] for info in learner.step() if "policy_lags" in info]
+        assert rounds[:2] == [[0], [0]]
+        assert min(lag for r in rounds for lag in r) >= 0
+    finally:
+        learner.stop()
+
+
+def test_restored_state_reaches_the_gradient_workers_under_the_same_version():
+    """A restored state can carry the version number the update worker last sent with
+    other weights: what goes out with the next request must be the restored weights, not
+    the copy prepared for that number before."""
+    import ray
+    torch.manual_seed(0)
+    scheme = Scheme(**factories(), num_col_workers=1, num_grad_workers=2, grad_workers_resources=SMALL)
+    learner = Learner(scheme, target_steps=10 ** 9)
+    try:
+        learner.step()
+        uw = scheme.update_worker
+        sent = uw._weights()                                    # prepared for the current version
+        state = uw.local_worker.get_state()
+        state["algo"]["actor"] = {k: torch.full_like(v, 0.5) if v.is_floating_point() else v
+                                  for k, v in state["algo"]["actor"].items()}
+        uw.set_state(state)                                     # same version, other weights
+        assert uw.version == state["version"]
+        out = uw._weights()
+        assert out is not sent
+        assert all(np.all(v == 0.5) for k, v in out.items() if v.dtype.kind == "f")
+        learner.step()                                          # sends the weights with its requests
+        remote = ray.get(uw.grad_workers.remote_workers()[0].get_weights.remote())
+        assert all(torch.allclose(v, torch.full_like(v, 0.5), atol=0.05)
+                   for v in remote.values() if v.is_floating_point())
+    finally:
+        learner.stop()
+
+
 # ------------------------------------------------------------------------ hot-swaps
 def test_hot_swaps_reach_every_worker():
     """Algorithm and storage parameters and a replaced component reach the update worker,

@@ -69,7 +69,8 @@ class CWorker(Worker):
         self._cut_round = None
         self.obs = self.envs_train.reset_numpy().copy() if self.envs_train is not None else None
         if initial_weights is not None:
-            self.set_weights(initial_weights)
+            # The weights a worker is built with are version 0 wherever it lives.
+            self.set_weights(initial_weights, version=0)
 
     # ---------------------------------------------------------------- properties
     @property

@@ -160,7 +160,7 @@ class UWorker(Worker):
         """Restore a checkpointed state (``GWorker.get_state``) on every gradient worker, so
         that their weights, optimizers and versions agree before the next update."""
         self._in_flight = {}
-        self._weights_version = -1  # same version number, other weights
+        self.broadcast.invalidate()  # same version number, other weights
         self.local_worker.set_state(state)
         remotes = self.grad_workers.remote_workers()
         if remotes:
