@@ -5,6 +5,7 @@ the configuration tests (tests/test_config.py) too."""
 import copy
 import csv
 import os
+import signal
 import subprocess
 import sys
 
@@ -60,10 +61,20 @@ def pytorchrl(*args, cwd, timeout=180):
                           capture_output=True, text=True, timeout=timeout, env=env())
 
 
+def default_sigint():
+    """``preexec_fn`` giving a child the default Ctrl-C disposition. A test runner started
+    as a background job (``cmd &`` in a script) ignores SIGINT and its children inherit
+    that; Python then keeps ignoring it, and so does the CLI (it leaves an ignored SIGINT
+    alone), so a test sending SIGINT would wait for a child that never sees it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_pytorchrl(*args, cwd):
-    """Start ``python -m pytorchrl.cli ARGS`` in the background (stdout and stderr piped)."""
+    """Start ``python -m pytorchrl.cli ARGS`` in the background (stdout and stderr piped),
+    interruptible with SIGINT."""
     return subprocess.Popen([sys.executable, "-m", "pytorchrl.cli", *map(str, args)], cwd=str(cwd),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+                            preexec_fn=default_sigint)
 
 
 def read_csv(path):

@@ -12,6 +12,8 @@ import yaml
 from pytorchrl import cli
 from pytorchrl.config import load_config
 
+from cli_helpers import default_sigint
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PPO_CONF = os.path.join(REPO, "examples", "configs", "ppo_cartpole.yaml")
 
@@ -183,7 +185,8 @@ def test_ctrl_c_saves_the_model_and_exits_130(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO)
     proc = subprocess.Popen([sys.executable, "-m", "pytorchrl.cli", "train", write_config(tmp_path),
                              "learner.target_steps=10000000", "--run-dir", str(run_dir)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_sigint)
     try:
         for line in proc.stdout:
             if line.startswith("["):        # training is under way
