@@ -22,8 +22,8 @@ from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.ray_runtime import ResourceError, WorkerError
 
-from distributed_fixtures import (PPO_KWARGS, SMALL, broken_cartpole, factories, register_for_ray, resources_released,
-                                 slow_cartpole, wait_gone)
+from distributed_fixtures import (PPO_KWARGS, SMALL, broken_cartpole, factories, make_gym_env, register_for_ray,
+                                 resources_released, slow_cartpole, wait_gone)
 
 SYNC, ASYNC = prl.SYNC, prl.ASYNC
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -268,6 +268,28 @@ def test_ddppo_in_process_collectors_start_at_version_zero():
             rounds += [info["policy_lags"] for info in learner.step() if "policy_lags" in info]
         assert rounds[:2] == [[0], [0]]
         assert min(lag for r in rounds for lag in r) >= 0
+    finally:
+        learner.stop()
+
+
+def test_one_gradient_worker_evaluates():
+    """Gradient workers hold the same weights: of two, only the first runs the test
+    episodes, every round here (test_every=1)."""
+    from pytorchrl.agent.env import VecEnv
+    test_envs, _, _ = VecEnv.create_factory(env_fn=make_gym_env, env_kwargs={"env_id": "CartPole-v1"},
+                                            vec_env_size=1, seed=100)
+    torch.manual_seed(0)
+    scheme = Scheme(**factories(test_every=1, num_test_episodes=1), test_envs_factory=test_envs,
+                    num_col_workers=1, num_grad_workers=2, grad_workers_resources=SMALL)
+    learner = Learner(scheme, target_steps=10 ** 9)
+    try:
+        rounds = []
+        while len(rounds) < 4:
+            rounds += [info for info in learner.step() if "collected_samples" in info]
+        evaluated = [info["index_worker"] for info in rounds if "TestReward" in info]
+        assert sorted(set(info["index_worker"] for info in rounds)) == [1, 2]
+        assert evaluated and set(evaluated) == {1}
+        assert len(evaluated) == sum(1 for info in rounds if info["index_worker"] == 1)
     finally:
         learner.stop()
 

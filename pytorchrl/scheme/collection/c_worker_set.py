@@ -51,7 +51,8 @@ class CWorkerSet(WorkerSet):
         In (0, 1]: fraction of the workers that must have finished before stragglers are
         cut (see above).
     total_parent_workers : int
-        Total number of gradient workers in the scheme.
+        Total number of gradient workers in the scheme (with several, only the set of
+        gradient worker 1 keeps test environments and evaluates).
     compress_data_to_send : bool or "auto"
         Compress rollouts sent by remote workers (see ``pytorchrl.scheme.transport``).
     train_envs_factory, test_envs_factory : callable
@@ -106,9 +107,13 @@ class CWorkerSet(WorkerSet):
                       storage_factory=storage_factory, compress_data_to_send=compress_data_to_send,
                       fraction_samples=fraction_samples, initial_weights=initial_weights)
         # The local worker's rollouts never leave this process: nothing to compress. With
-        # remote workers it collects nothing and keeps no training environments.
+        # remote workers it collects nothing and keeps no training environments. Of several
+        # gradient workers (indices 1..N) only the first evaluates: the others hold the same
+        # weights, so their evaluations would only repeat it.
+        self.evaluates = total_parent_workers <= 1 or index_parent <= 1
         self._local_params = dict(train_envs_factory=train_envs_factory if num_workers == 0 else no_envs,
-                                  test_envs_factory=test_envs_factory, compress_data_to_send=False)
+                                  test_envs_factory=test_envs_factory if self.evaluates else no_envs,
+                                  compress_data_to_send=False)
         self._remote_params = dict(train_envs_factory=train_envs_factory, test_envs_factory=no_envs)
         self.version = 0            # version of the local (learner's) weights
         self._round = 0
@@ -272,8 +277,11 @@ class CWorkerSet(WorkerSet):
         """
         local = self.local_worker()
         remotes = self.remote_workers()
-        if method == "replace_agent_component" and remotes and args[0] == "envs_train":
-            from_local = args[0]  # the local worker collects nothing: it keeps no train envs
+        # A local worker that collects nothing keeps no train envs, and one that does not
+        # evaluate keeps no test envs: neither gets new ones.
+        if method == "replace_agent_component" and ((args[0] == "envs_train" and remotes)
+                                                    or (args[0] == "envs_test" and not self.evaluates)):
+            from_local = args[0]
         else:
             from_local = getattr(local, method)(*args)
         if method == "replace_agent_component":
