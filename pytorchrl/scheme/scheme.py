@@ -1,6 +1,7 @@
 """Scheme: composes collection, gradient and update workers into one training layout."""
 
 import pytorchrl as prl
+from pytorchrl.scheme.base.checks import check_fraction, check_int
 from pytorchrl.scheme.base.worker import default_remote_config
 from pytorchrl.scheme.collection.c_worker import no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
@@ -80,8 +81,7 @@ class Scheme:
             raise ValueError(f"unknown col_preemption_thresholds keys {sorted(unknown)}; valid: {sorted(thresholds)}")
         thresholds.update(col_preemption_thresholds or {})
         for name, v in thresholds.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0:
-                raise ValueError(f"col_preemption_thresholds[{name!r}] must be in (0, 1], got {v!r}")
+            check_fraction(f"col_preemption_thresholds[{name!r}]", v)
         for name, n in (("num_col_workers", num_col_workers), ("num_grad_workers", num_grad_workers)):
             if not isinstance(n, int) or n < 1:
                 raise ValueError(f"{name} must be a positive integer, got {n!r}")
@@ -95,11 +95,8 @@ class Scheme:
             if mode not in (True, False, "auto"):
                 raise ValueError(f"{name} must be True, False or 'auto', got {mode!r}")
         for name, lag in (("max_policy_lag", max_policy_lag), ("max_grad_lag", max_grad_lag)):
-            if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 0):
-                raise ValueError(f"{name} must be None or a non-negative integer, got {lag!r}")
-        if isinstance(col_requests_in_flight, bool) or not isinstance(col_requests_in_flight, int) \
-                or col_requests_in_flight < 1:
-            raise ValueError(f"col_requests_in_flight must be a positive integer, got {col_requests_in_flight!r}")
+            check_int(name, lag, 0, optional=True)
+        check_int("col_requests_in_flight", col_requests_in_flight, 1)
         if col_requests_in_flight > 1 and col_workers_communication != prl.ASYNC:
             raise ValueError("col_requests_in_flight > 1 needs col_workers_communication=prl.ASYNC")
         from pytorchrl.scheme.base.ray_runtime import validate_resources

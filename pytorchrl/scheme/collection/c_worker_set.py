@@ -4,6 +4,7 @@ import math
 import time
 
 import pytorchrl as prl
+from pytorchrl.scheme.base.checks import check_fraction, check_int
 from pytorchrl.scheme.base.worker import Worker, default_remote_config
 from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
 from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
@@ -84,15 +85,11 @@ class CWorkerSet(WorkerSet):
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0:
-                raise ValueError(f"{name} must be in (0, 1], got {v!r}")
+            check_fraction(name, v)
         if compress_data_to_send not in (True, False, "auto"):
             raise ValueError(f"compress_data_to_send must be True, False or 'auto', got {compress_data_to_send!r}")
-        if max_policy_lag is not None and (isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int)
-                                           or max_policy_lag < 0):
-            raise ValueError(f"max_policy_lag must be None or a non-negative integer, got {max_policy_lag!r}")
-        if isinstance(requests_in_flight, bool) or not isinstance(requests_in_flight, int) or requests_in_flight < 1:
-            raise ValueError(f"requests_in_flight must be a positive integer, got {requests_in_flight!r}")
+        check_int("max_policy_lag", max_policy_lag, 0, optional=True)
+        check_int("requests_in_flight", requests_in_flight, 1)
         if requests_in_flight > 1 and communication != prl.ASYNC:
             raise ValueError("requests_in_flight > 1 needs asynchronous collection (prl.ASYNC): a synchronous "
                              "round sends every collector one request with the same weights")
