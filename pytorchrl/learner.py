@@ -87,9 +87,10 @@ class Learner:
                     self.update_storage_parameter(sched.name, value)
 
     def _record(self, info):
-        for key in ("Loss", "PolicyLoss", "ValueLoss", "Entropy", "ApproxKL", "ClipFraction"):
-            if key in info:
-                self._algo_info[key].append(info[key])
+        # Every metric the algorithm reports reaches get_metrics (no fixed list of keys).
+        for key, value in info.get("algo", {}).items():
+            if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+                self._algo_info[key].append(float(value))
         for key in ("grad_time", "col_time", "prepare_time", "wait_time", "update_time", "collect_wait"):
             if key in info:
                 self._time_info[key] += info[key]
@@ -136,7 +137,8 @@ class Learner:
         Parameters
         ----------
         add_algo_metrics : bool
-            Losses and statistics of the updates (``Algorithm/...``).
+            Every metric the algorithm reports for its updates (``Algorithm/<key>``: losses,
+            statistics, exploration), as means over the updates since the previous call.
         add_episodes_metrics : bool
             ``Episodes/TrainReward`` (mean return of the last 100 training episodes),
             ``Episodes/TrainLength``, ``Episodes/TestReward`` (latest evaluation).

@@ -10,7 +10,7 @@ import torch
 import pytorchrl as prl
 from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.algorithms import A2C, PPO
-from pytorchrl.agent.algorithms.numpy_update import NumpyActorCriticUpdate, NumpyAdam
+from pytorchrl.agent.numpy_engine import NumpyActorCriticUpdate, NumpyAdam
 
 
 def _batch(n, seed):
@@ -26,7 +26,7 @@ def _pair(cls, actor_kwargs, algo_kwargs):
     twin = copy.deepcopy(actor)
     fast = cls("cpu", actor, None, numpy_update=True, **algo_kwargs)
     ref = cls("cpu", twin, None, numpy_update=False, **algo_kwargs)
-    assert fast.numpy_update_engine is not None and ref.numpy_update_engine is None
+    assert fast.update_engine is not None and ref.update_engine is None
     return fast, ref
 
 
@@ -109,9 +109,10 @@ def test_unsupported_actors_keep_the_torch_path():
     torch.manual_seed(0)
     gaussian = OnPolicyActor("cpu", gym.spaces.Box(-1, 1, (4,)), gym.spaces.Box(-1, 1, (2,)), "PPO",
                              feature_extractor_kwargs={"hidden_sizes": [8], "activation": "tanh"})
-    assert PPO("cpu", gaussian, None).numpy_update_engine is None
+    assert PPO("cpu", gaussian, None).update_engine is None
     elu = OnPolicyActor("cpu", gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), "PPO",
                         feature_extractor_kwargs={"hidden_sizes": [8], "activation": "elu"})
-    assert NumpyActorCriticUpdate.build(PPO("cpu", elu, None)) is None
+    engine, reason = NumpyActorCriticUpdate.build(PPO("cpu", elu, None))
+    assert engine is None and "activation" in reason
     assert np.isfinite(PPO("cpu", elu, None).compute_gradients(_batch(8, 0) | {prl.ACT: torch.zeros(8, 1, dtype=torch.long)},
                                                                 return_grads=False)[1]["Loss"])

@@ -1,5 +1,12 @@
-"""Environment factories for families of environments (gymnasium ids, ...)."""
+"""Environment factories for families of environments (gymnasium ids, Atari, MuJoCo).
 
+The Atari and MuJoCo factories import their simulators (``ale-py``, ``mujoco``) only when
+an environment is built, so importing this package needs neither.
+"""
+
+from pytorchrl.envs.atari import atari_test_env_factory, atari_train_env_factory
 from pytorchrl.envs.gym_env import make_gym_env
+from pytorchrl.envs.mujoco import mujoco_test_env_factory, mujoco_train_env_factory
 
-__all__ = ["make_gym_env"]
+__all__ = ["make_gym_env", "atari_train_env_factory", "atari_test_env_factory",
+           "mujoco_train_env_factory", "mujoco_test_env_factory"]

@@ -5,9 +5,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from pytorchrl import ACT, LOGP, VAL
+from pytorchrl.agent.actors.base import Actor, say_once
 from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, ParallelMLP
-from pytorchrl.agent.actors.numpy_policy import NumpyPolicy
+from pytorchrl.agent.numpy_engine import NumpyPolicy
 from pytorchrl.agent.factory import ComponentFactory
 
 
@@ -21,8 +23,12 @@ def _orthogonal_init(module, gain):
             nn.init.zeros_(m.bias)
 
 
-class OnPolicyActor(nn.Module):
+class OnPolicyActor(Actor):
     """Policy and value function for on-policy algorithms.
+
+    ``act`` returns the environment action and, as extras, the action as trained on
+    (``prl.ACT``: unclipped for Box spaces), its log-probability (``prl.LOGP``) and the
+    value of the observation (``prl.VAL``).
 
     Parameters
     ----------
@@ -56,13 +62,9 @@ class OnPolicyActor(nn.Module):
     def __init__(self, device, input_space, action_space, algorithm_name="PPO", restart_model=None,
                  feature_extractor_network=MLP, feature_extractor_kwargs=None,
                  shared_policy_value_network=False, ortho_init=True, log_std_init=0.0):
-        super().__init__()
         if algorithm_name not in self.ON_POLICY_ALGORITHMS:
             raise ValueError(f"OnPolicyActor serves {self.ON_POLICY_ALGORITHMS}, not {algorithm_name!r}")
-        self.device = torch.device(device)
-        self.input_space = input_space
-        self.action_space = action_space
-        self.algorithm_name = algorithm_name
+        super().__init__(device, input_space, action_space, algorithm_name)
         self.shared_policy_value_network = shared_policy_value_network
         kwargs = dict(feature_extractor_kwargs or {})
 
@@ -102,9 +104,6 @@ class OnPolicyActor(nn.Module):
             _orthogonal_init(self.value_head, 1.0)
 
         self.to(self.device)
-        self._numpy_policy = None
-        seed = int(torch.randint(0, 2**31 - 1, ()).item())  # torch.manual_seed governs it too
-        self._np_rng = np.random.default_rng(seed)
         if self._low is not None:
             self._low, self._high = self._low.to(self.device), self._high.to(self.device)
         if restart_model:
@@ -137,7 +136,7 @@ class OnPolicyActor(nn.Module):
         return pf, vf
 
     def get_action(self, obs, deterministic=False):
-        """Act on a batch of observations.
+        """Act on a batch of observations (tensors).
 
         Returns (action, env_action, logp, value): ``action`` as stored for training,
         ``env_action`` clipped to the bounds of a Box space, ``logp`` and ``value`` of shape (B, 1).
@@ -148,30 +147,24 @@ class OnPolicyActor(nn.Module):
         env_action = action if self._low is None else torch.max(torch.min(action, self._high), self._low)
         return action, env_action, logp, value
 
-    def act_numpy(self, obs, deterministic=False):
-        """``get_action`` for a numpy batch of observations, returning numpy arrays.
+    def act_torch(self, obs, state=None, deterministic=False):
+        action, env_action, logp, value = self.get_action(obs, deterministic)
+        return env_action, {ACT: action, LOGP: logp, VAL: value}, state
 
-        Small batches (one row per environment of a collector) are several times cheaper
-        in numpy than in torch. The numpy policy reads the parameters through views of the
-        torch tensors, so it always uses the current weights. Actors whose networks numpy
-        cannot run (custom feature extractors, GPU) go through torch instead.
-        """
-        if self._numpy_policy is None:
-            self._numpy_policy = NumpyPolicy.build(self) or False
-        if self._numpy_policy is False:
-            with torch.inference_mode():
-                out = self.get_action(torch.as_tensor(obs, device=self.device), deterministic)
-            return tuple(t.cpu().numpy() for t in out)
-        return self._numpy_policy(obs, deterministic, self._np_rng)
-
-    def _apply(self, fn, *args, **kwargs):
-        # Moving or converting parameters invalidates the numpy views.
-        self._numpy_policy = None
-        return super()._apply(fn, *args, **kwargs)
+    def build_fast_acting(self):
+        """The numpy acting program (``NumpyPolicy``) when it computes exactly what
+        ``act_torch`` does for this actor; None (said once) otherwise."""
+        policy, reason = NumpyPolicy.build(self)
+        if policy is None:
+            say_once(("numpy acting", type(self).__name__, reason),
+                     f"{type(self).__name__}: numpy acting not used ({reason}); acting in torch")
+        return policy
 
     def get_value(self, obs):
         """Value estimate (B, 1) of a batch of observations."""
         return self.value_head(self._features(obs)[1])
+
+    value_torch = get_value
 
     def logits_and_value(self, obs):
         """Raw policy head output (logits for a categorical policy, means for a Gaussian one)

@@ -11,7 +11,6 @@ class A2C(OnPolicyAlgorithm):
     """
 
     name = "A2C"
-    has_fused_loss = True
 
     def __init__(self, device, actor, envs=None, lr=7e-4, eps=1e-5, gamma=0.99, num_epochs=1,
                  num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
@@ -26,3 +25,6 @@ class A2C(OnPolicyAlgorithm):
 
     def policy_loss(self, logp, old_logp, adv):
         return -(logp * adv).mean(), {}
+
+
+A2C.fused_policy_loss = A2C.policy_loss

@@ -2,21 +2,12 @@
 
 import torch
 
-from pytorchrl import ACT, ADV, LOGP, OBS, RET
+from pytorchrl import ACT, ADV, LOGP, OBS, RET, VAL
+from pytorchrl.agent.actors.base import say_once
 from pytorchrl.agent.actors.distributions import CategoricalHead
-from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.base import Algorithm, make_adam
 from pytorchrl.agent.algorithms.fused_loss import categorical_actor_critic_loss
-from pytorchrl.agent.algorithms.numpy_update import NumpyActorCriticUpdate, NumpyAdam, limit_blas_threads
-
-
-def make_adam(params, lr, eps):
-    """Adam with the fastest implementation available: the fused kernel (one operator for
-    all parameters: 3x faster than foreach on small CPU networks), else foreach."""
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
+from pytorchrl.agent.numpy_engine import NumpyActorCriticUpdate, NumpyAdam, limit_blas_threads
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -24,6 +15,8 @@ class OnPolicyAlgorithm(Algorithm):
 
     Subclasses define ``policy_loss``; this class adds the value and entropy terms, builds
     the optimizer and exposes the hyperparameters every on-policy algorithm shares.
+    Collectors store the log-probability and value of every step (``acting_extras``) and
+    bootstrap rollouts with the value of their last observation (``bootstrap``).
 
     Parameters
     ----------
@@ -60,6 +53,10 @@ class OnPolicyAlgorithm(Algorithm):
     """
 
     fixed_hyperparameters = ("numpy_update",)
+    acting_extras = (LOGP, VAL)
+    #: The policy loss computed by the fused and numpy paths (a subclass's own
+    #: ``policy_loss`` takes the reference autograd path instead).
+    fused_policy_loss = None
 
     def __init__(self, device, actor, envs=None, lr=3e-4, eps=1e-5, gamma=0.99, num_epochs=4,
                  num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
@@ -79,22 +76,33 @@ class OnPolicyAlgorithm(Algorithm):
         self.test_every = int(test_every)
         self.num_test_episodes = int(num_test_episodes)
         self.numpy_update = bool(numpy_update)
-        self._numpy_engine = None   # built on first use; False: not supported
         self.check_hyperparameters()
 
-    def make_optimizer(self):
-        if self.numpy_update_engine is not None:
-            return NumpyAdam(self.actor.parameters(), self, eps=self.eps)
-        return make_adam(self.actor.parameters(), lr=self.lr, eps=self.eps)
+    def make_optimizer(self, group, params):
+        if self.update_engine is not None:
+            return NumpyAdam(params, self)
+        return make_adam(params, lr=self.lr, eps=self.eps)
 
-    @property
-    def numpy_update_engine(self):
-        if self._numpy_engine is None:
-            engine = NumpyActorCriticUpdate.build(self) if self.numpy_update else None
-            if engine is not None:
-                limit_blas_threads()
-            self._numpy_engine = engine or False
-        return self._numpy_engine or None
+    def build_update_engine(self):
+        """The numpy update (``NumpyActorCriticUpdate``) when ``numpy_update`` is set and it
+        computes exactly this algorithm's loss for this actor and device (else said once)."""
+        if not self.numpy_update:
+            return None
+        engine, reason = NumpyActorCriticUpdate.build(self)
+        if engine is None:
+            say_once(("numpy update", type(self).__name__, reason),
+                     f"{type(self).__name__}: numpy update not used ({reason}); updating in torch")
+            return None
+        limit_blas_threads()
+        return engine
+
+    def fused_loss_applies(self):
+        """True when ``policy_loss`` is the one the fused and numpy losses compute."""
+        return type(self).fused_policy_loss is not None and type(self).policy_loss is type(self).fused_policy_loss
+
+    def bootstrap(self, obs, state=None):
+        """Value estimates (N, 1) of ``obs`` (numpy), through the actor's acting program."""
+        return self.actor.values(obs)
 
     def check_hyperparameters(self):
         for name in ("num_epochs", "num_mini_batch", "test_every", "num_test_episodes"):
@@ -116,10 +124,14 @@ class OnPolicyAlgorithm(Algorithm):
         """Return (policy loss, info dict of 0-d tensors) for one mini-batch."""
         raise NotImplementedError
 
-    #: Clipping range handed to the fused categorical loss (None: A2C's unclipped loss).
-    fused_clip = None
-    #: Whether the policy loss has a fused form (``fused_loss.categorical_actor_critic_loss``).
-    has_fused_loss = False
+    #: Hyperparameter holding the clipping range of the fused and numpy losses (None:
+    #: A2C's unclipped loss).
+    fused_clip_param = None
+
+    @property
+    def fused_clip(self):
+        """Clipping range of the fused and numpy losses (None: unclipped)."""
+        return None if self.fused_clip_param is None else getattr(self, self.fused_clip_param)
 
     def compute_loss(self, batch, fused=True):
         """Return (loss, info dict of floats) for one mini-batch.
@@ -135,7 +147,7 @@ class OnPolicyAlgorithm(Algorithm):
         adv = batch[ADV]
         if self.normalize_advantages and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        if fused and self.has_fused_loss and isinstance(self.actor.dist, CategoricalHead):
+        if fused and self.fused_loss_applies() and type(self.actor.dist) is CategoricalHead:
             logits, value = self.actor.logits_and_value(batch[OBS])
             loss, info = categorical_actor_critic_loss(
                 logits, value, batch[ACT], batch[LOGP], adv, batch[RET], self.fused_clip,

@@ -17,11 +17,7 @@ class PPO(OnPolicyAlgorithm):
     """
 
     name = "PPO"
-    has_fused_loss = True
-
-    @property
-    def fused_clip(self):
-        return self.clip_param
+    fused_clip_param = "clip_param"
 
     def __init__(self, device, actor, envs=None, lr=3e-4, eps=1e-5, gamma=0.99, num_epochs=4,
                  num_mini_batch=4, mini_batch_size=None, clip_param=0.2, entropy_coef=0.0,
@@ -46,3 +42,6 @@ class PPO(OnPolicyAlgorithm):
             approx_kl = ((ratio - 1) - log_ratio).mean()
             clip_fraction = ((ratio - 1).abs() > self.clip_param).float().mean()
         return loss, {"ApproxKL": approx_kl, "ClipFraction": clip_fraction}
+
+
+PPO.fused_policy_loss = PPO.policy_loss

@@ -1,10 +1,12 @@
 """On-policy rollout storages: fixed-length rollouts, returns and advantages, mini-batches.
 
-One class serves both sides of a scheme. A collection worker fills a preallocated
-rollout buffer step by step (``reset_rollout``, ``insert_transition``, ``finish_rollout``)
-and ships it with ``get_data``. A gradient worker receives any number of such rollouts
-(``add_data``; several collectors, or rollouts cut short by preemption), computes targets
-on each (``before_gradients``), then serves shuffled mini-batches (``generate_batches``).
+Collection side (see ``Storage``): a rollout of ``size`` steps per environment is recorded;
+``finish`` asks the algorithm's ``bootstrap`` hook, in one batched call, for the values
+of the observation after the last step and of the final observations of truncated
+episodes. Learner side: any number of such rollouts (several collectors, or rollouts cut
+short by preemption) are received with ``add_data``; ``batches`` computes targets on each
+(``prepare``) and yields shuffled mini-batches, ``num_epochs`` passes of
+``num_mini_batch`` (or ``mini_batch_size``) as the algorithm says, then forgets the data.
 
 Episode ends are handled per step: after termination nothing is bootstrapped; after
 truncation (a time limit) the value of the final observation (``TRUNC_VAL``) is; at the
@@ -15,16 +17,10 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, REW, TERM, TRUNC, TRUNC_VAL, VAL
-from pytorchrl.agent.algorithms.base import check_parameter
 from pytorchrl.agent.factory import ComponentFactory
+from pytorchrl.agent.storages.base import Storage
 
 _ROLLOUT_KEYS = (OBS, ACT, LOGP, VAL, REW, TERM, TRUNC, TRUNC_VAL)
-
-
-def _as_numpy(x):
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    return x
 
 
 def compute_gae(rew, val, term, trunc, trunc_val, gamma, gae_lambda):
@@ -84,20 +80,21 @@ def _reverse_scan(delta, decay, out):
         out[t] = last
 
 
-class VanillaOnPolicyBuffer:
+class VanillaOnPolicyBuffer(Storage):
     """Rollout storage with discounted returns (bootstrapped at cuts and time limits).
 
     Parameters
     ----------
     device : torch.device or str
-        Device of the stored tensors.
-    actor : nn.Module
-        The actor (for its action shape and dtype).
+        Device of the mini-batches.
+    actor : Actor
+        The actor.
     algorithm : Algorithm
-        The algorithm (its ``gamma`` is read each time targets are computed, so a hot-swap
-        of gamma applies to the next rollout).
+        An on-policy algorithm: its ``bootstrap`` values rollouts, its ``gamma`` is read
+        each time targets are computed and its ``num_epochs``, ``num_mini_batch`` and
+        ``mini_batch_size`` shape the mini-batches (so hot-swaps apply to the next rollout).
     envs : TorchVecEnv or None
-        Environments whose batch size sets the buffer width; None for a learner-side buffer.
+        Environments of a collector; None for a learner-side buffer.
     size : int
         Environment steps per environment in one rollout (the collector's ``update_every``).
     """
@@ -105,128 +102,47 @@ class VanillaOnPolicyBuffer:
     gae_lambda = 1.0
 
     def __init__(self, device, actor, algorithm, envs, size):
-        if not isinstance(size, int) or size < 1:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"storage size must be a positive integer, got {size!r}")
+        super().__init__(device, actor, algorithm, envs)
         self.size = size
-        self.device = torch.device(device)
-        self.actor = actor
-        self.algorithm = algorithm
-        self.envs = envs
-        self.step = 0
-        self.buffers = None
-        self.chunks = []      # rollouts received by a learner-side storage
+        self._last_val = None
+        self._trunc_val = None
+        self.chunks = []      # rollouts received by the learner side
         self.flat = None      # the chunks' samples with targets, flattened
-
-    @classmethod
-    def create_factory(cls, size, **kwargs):
-        """Return a picklable ``factory(device, actor, algorithm, envs)`` (parameters as in the class)."""
-        return ComponentFactory(cls, size=size, **kwargs)
-
-    # ------------------------------------------------------------ hyperparameters
-    @property
-    def hyperparameters(self):
-        """Parameters that ``update_storage_parameter`` may change."""
-        return {"size": self.size}
-
-    def update_storage_parameter(self, parameter_name, new_parameter_value):
-        """Change a storage parameter; it applies from the next rollout on.
-
-        Parameters
-        ----------
-        parameter_name : str
-            One of ``self.hyperparameters``; anything else raises ValueError listing them.
-        new_parameter_value : object
-            The new value (a positive integer for ``size``).
-        """
-        value = check_parameter(self.hyperparameters, parameter_name, new_parameter_value,
-                                f"{type(self).__name__} parameter")
-        if parameter_name == "size" and value < 1:
-            raise ValueError(f"storage size must be >= 1, got {value}")
-        if parameter_name == "gae_lambda" and not 0.0 <= value <= 1.0:
-            raise ValueError(f"gae_lambda must be in [0, 1], got {value}")
-        setattr(self, parameter_name, value)
+        self.generator = None  # torch.Generator of the shuffling (None: torch's global one)
 
     # ------------------------------------------------------------ collection side
-    # The collection buffers are CPU tensors written through numpy views: one numpy
-    # assignment per array and step costs a fraction of a torch indexing call, and the
-    # actor reads its input straight from the observation buffer (no extra copy).
-    def reset_rollout(self, obs):
-        """Start a rollout whose first observations are ``obs`` (num_envs, *obs_shape; array or tensor)."""
-        obs = obs.cpu().numpy() if isinstance(obs, torch.Tensor) else np.asarray(obs)
-        n = obs.shape[0]
-        T = self.size
-        b = self.buffers
-        if b is None or b[OBS].shape[0] != T + 1 or b[OBS].shape[1] != n:
-            act_shape = tuple(self.actor.action_shape)
+    def rollout_steps(self, num_envs):
+        return self.size
 
-            def z(*shape, dtype=torch.float32):
-                return torch.zeros(shape, dtype=dtype)
-            self.buffers = b = {
-                # One observation more than steps: the last one is the bootstrap input.
-                OBS: torch.from_numpy(np.zeros((T + 1, n) + obs.shape[1:], dtype=obs.dtype)),
-                ACT: z(T, n, *act_shape, dtype=self.actor.action_dtype),
-                LOGP: z(T, n, 1), VAL: z(T + 1, n, 1), REW: z(T, n, 1),
-                TERM: z(T, n, 1), TRUNC: z(T, n, 1), TRUNC_VAL: z(T, n, 1)}
-            self._np = {k: v.numpy() for k, v in b.items()}
-        self._np[OBS][0] = obs
-        self.step = 0
-
-    def current_obs(self):
-        """Observations (num_envs, *obs_shape) the next action is taken from, as a tensor view."""
-        return self.buffers[OBS][self.step]
-
-    def current_obs_numpy(self):
-        """``current_obs`` as a numpy view."""
-        return self._np[OBS][self.step]
-
-    def insert_transition(self, act, logp, val, rew, term, trunc, next_obs, trunc_val=None):
-        """Record one vectorized step taken from ``current_obs()``.
-
-        Parameters
-        ----------
-        act, logp, val : torch.Tensor or np.ndarray
-            Action (as stored), its log-probability and the value of the observation, (N, ...).
-        rew : array (N,)
-            Reward.
-        term, trunc : array of bool (N,)
-            Episode terminated / truncated by this step.
-        next_obs : array (N, *obs_shape)
-            Observation after the step (the first of a new episode where one ended); copied.
-        trunc_val : array (N, 1) or None
-            Value of the final observation of truncated episodes (0 elsewhere).
-        """
-        b, t = self._np, self.step
-        b[ACT][t] = _as_numpy(act)
-        b[LOGP][t] = _as_numpy(logp)
-        b[VAL][t] = _as_numpy(val)
-        b[REW][t, :, 0] = _as_numpy(rew)
-        b[TERM][t, :, 0] = _as_numpy(term)
-        b[TRUNC][t, :, 0] = _as_numpy(trunc)
-        b[TRUNC_VAL][t] = 0.0 if trunc_val is None else _as_numpy(trunc_val)
-        b[OBS][t + 1] = _as_numpy(next_obs)
-        self.step = t + 1
-
-    def finish_rollout(self, last_value):
-        """Close the rollout with the value (N, 1) of ``current_obs()``, the observation after its last step."""
-        self._np[VAL][self.step] = _as_numpy(last_value)
-
-    @property
-    def full(self):
-        """True when the rollout holds ``size`` steps."""
-        return self.step >= self.size
+    def finish(self, state=None):
+        """Ask the algorithm's ``bootstrap`` for the values of the observation after the
+        last step and of the final observations of truncated episodes (one call)."""
+        rec, k = self._rec, self.step
+        n = rec[OBS].shape[1]
+        truncated = [(t, i, o) for t, i, o, was_trunc in self._final_obs if was_trunc]
+        obs = rec[OBS][k]
+        if truncated:
+            obs = np.concatenate([obs, np.stack([o for _, _, o in truncated])])
+        values = np.asarray(self.algorithm.bootstrap(obs, state), dtype=np.float32).reshape(len(obs), 1)
+        self._last_val = values[:n]
+        self._trunc_val = np.zeros((k, n, 1), dtype=np.float32)
+        for (t, i, _), v in zip(truncated, values[n:]):
+            self._trunc_val[t, i] = v
 
     def get_data(self, data_to_cpu=True):
-        """The recorded steps (possibly fewer than ``size``, if cut) as a dict of tensors."""
-        k = self.step
-        data = {key: (self.buffers[key][:k + 1] if key == VAL else self.buffers[key][:k]).clone()
-                for key in _ROLLOUT_KEYS}
+        """The recorded steps (possibly fewer than ``size``, if cut) as a dict of tensors
+        (``VAL`` has one row more: the bootstrap value of the last observation)."""
+        rec, k = self._rec, self.step
+        data = {OBS: rec[OBS][:k], ACT: rec[ACT][:k], LOGP: rec[LOGP][:k],
+                VAL: np.concatenate([rec[VAL][:k], self._last_val[None]]),
+                REW: rec[REW][:k, :, None], TERM: rec[TERM][:k, :, None], TRUNC: rec[TRUNC][:k, :, None],
+                TRUNC_VAL: self._trunc_val[:k]}
+        data = {key: torch.from_numpy(np.array(v)) for key, v in data.items()}  # copies: the buffers are reused
         if not data_to_cpu and self.device.type != "cpu":
             data = {key: v.to(self.device) for key, v in data.items()}
         return data
-
-    def next_rollout_obs(self):
-        """Observations after the last recorded step (the start of the next rollout), a copy."""
-        return self._np[OBS][self.step].copy()
 
     # -------------------------------------------------------------- learner side
     def add_data(self, data):
@@ -234,7 +150,20 @@ class VanillaOnPolicyBuffer:
         if data[REW].shape[0] > 0:
             self.chunks.append({k: v.to(self.device) for k, v in data.items()})
 
-    def before_gradients(self):
+    def ready(self):
+        return bool(self.chunks)
+
+    def batches(self):
+        """Prepare the received rollouts, yield the algorithm's epochs x mini-batches, then
+        forget the data (it is stale once trained on)."""
+        a = self.algorithm
+        self.prepare()
+        try:
+            yield from self.generate_batches(a.num_mini_batch, a.mini_batch_size, a.num_epochs, self.generator)
+        finally:
+            self.clear()
+
+    def prepare(self):
         """Compute advantages and return targets of every received rollout and flatten them."""
         gamma = self.algorithm.gamma
         flat = {OBS: [], ACT: [], LOGP: [], VAL: [], RET: [], ADV: [], DONE: []}
@@ -252,7 +181,7 @@ class VanillaOnPolicyBuffer:
 
     @property
     def num_samples(self):
-        """Samples ready for training (after ``before_gradients``)."""
+        """Samples ready for training (after ``prepare``)."""
         return 0 if self.flat is None else self.flat[OBS].shape[0]
 
     def generate_batches(self, num_mini_batch, mini_batch_size=None, num_epochs=1, generator=None):
@@ -285,8 +214,8 @@ class VanillaOnPolicyBuffer:
             for idx in parts:
                 yield {k: v[idx] for k, v in self.flat.items()}
 
-    def after_gradients(self):
-        """Forget the trained-on data (on-policy: it is stale now)."""
+    def clear(self):
+        """Forget the received rollouts (on-policy: they are stale once trained on)."""
         self.chunks = []
         self.flat = None
 
@@ -305,8 +234,7 @@ class GAEBuffer(VanillaOnPolicyBuffer):
     def __init__(self, device, actor, algorithm, envs, size, gae_lambda=0.95):
         super().__init__(device, actor, algorithm, envs, size)
         self.gae_lambda = float(gae_lambda)
-        if not 0.0 <= self.gae_lambda <= 1.0:
-            raise ValueError(f"gae_lambda must be in [0, 1], got {gae_lambda}")
+        self.check_parameter_value("gae_lambda", self.gae_lambda)
 
     @classmethod
     def create_factory(cls, size, gae_lambda=0.95):
@@ -316,3 +244,8 @@ class GAEBuffer(VanillaOnPolicyBuffer):
     @property
     def hyperparameters(self):
         return {"size": self.size, "gae_lambda": self.gae_lambda}
+
+    def check_parameter_value(self, name, value):
+        super().check_parameter_value(name, value)
+        if name == "gae_lambda" and not 0.0 <= value <= 1.0:
+            raise ValueError(f"gae_lambda must be in [0, 1], got {value}")

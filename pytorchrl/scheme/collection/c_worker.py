@@ -1,10 +1,13 @@
 """CWorker: runs the policy in environments and produces rollouts."""
 
+import math
 import time
 
 import numpy as np
 import torch
 
+from pytorchrl import ACT, OBS2, REW, TERM, TRUNC
+from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.transport import pack, weights_from_wire
 
@@ -17,9 +20,11 @@ def no_envs(*args, **kwargs):
 class CWorker(Worker):
     """Worker class handling data collection.
 
-    It wraps an actor, an algorithm (for acting and its hyperparameters), a storage and
-    train/test vector environments; it collects rollouts, sends them and evaluates the
-    current policy.
+    It wraps an actor, an algorithm (for its hyperparameters and what it needs stored), a
+    storage and train/test vector environments; it collects rollouts, sends them and
+    evaluates the current policy. Its loop names no algorithm's quantities: the actor's
+    ``act`` returns the environment action and extras, the storage keeps what the
+    algorithm declared.
 
     Parameters
     ----------
@@ -68,6 +73,7 @@ class CWorker(Worker):
         self.actor_version = 0
         self._cut_round = None
         self.obs = self.envs_train.reset_numpy().copy() if self.envs_train is not None else None
+        self.state = self.actor.initial_state(self.envs_train.num_envs) if self.envs_train is not None else None
         if initial_weights is not None:
             # The weights a worker is built with are version 0 wherever it lives.
             self.set_weights(initial_weights, version=0)
@@ -75,8 +81,8 @@ class CWorker(Worker):
     # ---------------------------------------------------------------- properties
     @property
     def update_every(self):
-        """Environment steps per environment in one rollout."""
-        return self.storage.size
+        """Vectorized environment steps in one rollout."""
+        return self.storage.rollout_steps(self.envs_train.num_envs)
 
     # ---------------------------------------------------------------- collection
     def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None,
@@ -137,6 +143,9 @@ class CWorker(Worker):
     def collect_train_data(self, num_steps=None, listen_to=()):
         """Step the train environments ``num_steps`` times (default: one rollout).
 
+        More steps than a rollout holds are taken as several rollouts, each handed to the
+        storage's ``finish``; the data of the last one stays in the storage.
+
         Returns
         -------
         col_time : float
@@ -144,7 +153,14 @@ class CWorker(Worker):
         train_perf : float
             Mean return of the episodes finished meanwhile (nan if none).
         """
-        col_time, _, _ = self._rollout(num_steps or self.update_every, None)
+        steps = self.update_every if num_steps is None else int(num_steps)
+        if steps < 1:
+            raise ValueError(f"collect_train_data needs num_steps >= 1, got {num_steps!r}")
+        col_time = 0.0
+        for _ in range(math.ceil(steps / self.update_every)):
+            dt, done, _ = self._rollout(min(steps, self.update_every), None)
+            col_time += dt
+            steps -= done
         eps = self.envs_train.pop_finished_episodes()
         return col_time, (float(np.mean([r for r, _ in eps])) if eps else float("nan"))
 
@@ -189,10 +205,10 @@ class CWorker(Worker):
 
     def _rollout(self, num_steps, round_id):
         t0 = time.perf_counter()
-        storage, algo, envs = self.storage, self.algo, self.envs_train
-        on_cpu = self.device.type == "cpu"
-        storage.reset_rollout(self.obs)
-        num_steps = min(num_steps, storage.size)
+        storage, actor, envs = self.storage, self.actor, self.envs_train
+        storage.start(self.obs)
+        num_steps = min(num_steps, self.update_every)
+        state = self.state
         steps, cut = 0, False
         for _ in range(num_steps):
             # Checked at the step boundary only, so a cut rollout holds whole transitions.
@@ -200,29 +216,17 @@ class CWorker(Worker):
                 cut = True
                 break
             # The actor reads the storage's observation row: no copy on the way in.
-            if on_cpu:
-                action, env_action, logp, value = algo.acting_numpy(storage.current_obs_numpy())
-            else:
-                action, env_action, logp, value = algo.acting(storage.current_obs().to(self.device))
-                env_action = env_action.cpu().numpy()
+            env_action, extras, state = actor.act(storage.current_obs(), state)
             next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
-            trunc_val = self._truncation_values(trunc, final_obs) if final_obs else None
-            storage.insert_transition(action, logp, value, rew, term, trunc, next_obs, trunc_val)
+            storage.insert({ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
+                            FINAL_OBS: final_obs})
+            if final_obs and state is not None:
+                state = actor.reset_state(state, list(final_obs))
             steps += 1
-        with torch.inference_mode():
-            storage.finish_rollout(self.actor.get_value(storage.current_obs().to(self.device)))
+        storage.finish(state)
         self.obs = storage.next_rollout_obs()
+        self.state = state
         return time.perf_counter() - t0, steps, cut
-
-    def _truncation_values(self, trunc, final_obs):
-        """Values (N, 1) of the final observations of truncated episodes, 0 elsewhere."""
-        idx = [i for i in final_obs if trunc[i]]
-        vals = np.zeros((len(trunc), 1), dtype=np.float32)
-        if idx:
-            stacked = torch.as_tensor(np.stack([final_obs[i] for i in idx]), device=self.device)
-            with torch.inference_mode():
-                vals[idx] = self.actor.get_value(stacked).cpu().numpy()
-        return vals
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self, num_episodes=None, deterministic=True):
@@ -248,18 +252,16 @@ class CWorker(Worker):
         returns = [[] for _ in range(envs.num_envs)]
         obs = envs.reset_numpy()
         envs.pop_finished_episodes()
-        on_cpu = self.device.type == "cpu"
+        state = self.actor.initial_state(envs.num_envs)
         while sum(min(len(r), quota) for r in returns) < n:
-            if on_cpu:
-                env_action = self.algo.acting_numpy(obs, deterministic=deterministic)[1]
-            else:
-                obs_t = torch.as_tensor(obs, device=self.device)
-                env_action = self.algo.acting(obs_t, deterministic=deterministic)[1].cpu().numpy()
+            env_action, _, state = self.actor.act(obs, state, deterministic=deterministic)
             obs, _, _, _, final_obs = envs.step_numpy(env_action)
             if final_obs:
                 finished = envs.pop_finished_episodes()
                 for i, (ret, _) in zip(sorted(final_obs), finished):
                     returns[i].append(ret)
+                if state is not None:
+                    state = self.actor.reset_state(state, list(final_obs))
         picked = [r for env_returns in returns for r in env_returns[:quota]][:n]
         return float(np.mean(picked))
 
@@ -270,16 +272,17 @@ class CWorker(Worker):
         Parameters
         ----------
         actor_weights : dict of tensors or numpy arrays
-            Actor state dict (numpy arrays: as sent by ``transport.weights_to_wire``).
+            The actor's acting weights (``Actor.acting_state_dict``; numpy arrays: as sent
+            by ``transport.weights_to_wire``).
         version : int or None
             Version of these weights (None: one more than the current version).
         """
-        self.actor.load_state_dict(weights_from_wire(actor_weights))
+        self.actor.load_acting_state_dict(weights_from_wire(actor_weights))
         self.actor_version = self.actor_version + 1 if version is None else int(version)
 
     def get_weights(self):
-        """Actor weights as a dict of CPU tensors."""
-        return self.algo.get_weights()
+        """The actor's acting weights (what collectors need) as a dict of CPU tensors."""
+        return self.algo.get_acting_weights()
 
     def update_algorithm_parameter(self, parameter_name, new_parameter_value):
         """Change a hyperparameter of this worker's algorithm (see Algorithm.update_algorithm_parameter)."""
@@ -304,6 +307,8 @@ class CWorker(Worker):
         rebuild_component(self, component_name, new_component_factory)
         if component_name == "envs_train":
             self.obs = self.envs_train.reset_numpy().copy()
+        if component_name in ("envs_train", "actor") and self.envs_train is not None:
+            self.state = self.actor.initial_state(self.envs_train.num_envs)
         return component_name
 
     def get_hyperparameters(self):

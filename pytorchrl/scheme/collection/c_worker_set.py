@@ -151,7 +151,7 @@ class CWorkerSet(WorkerSet):
     def set_version(self, version):
         """Tell the set that the local worker's actor now holds weight version ``version``."""
         self.version = int(version)
-        self.local_worker().actor_version = self.version
+        self._local_worker.actor_version = self.version
 
     def invalidate_weights(self):
         """Forget the prepared copy of the weights: the local actor changed without a new
@@ -178,14 +178,14 @@ class CWorkerSet(WorkerSet):
         """
         t0 = time.perf_counter()
         info = {}
-        if not self.remote_workers():
-            data, winfo = self.local_worker().collect_data()
-            rollouts = [(data, winfo)]
+        local = self._local_worker
+        if not self._remote_workers:
+            rollouts = [local.collect_data()]   # in this process: nothing was packed
         else:
-            local = self.local_worker()
             if local.envs_test is not None and self._round % local.algo.test_every == 0:
                 info["TestReward"] = local.evaluate()
             rollouts = self._collect_sync() if self.communication == prl.SYNC else self._collect_async()
+            rollouts = [(unpack(d), i) for d, i in rollouts]
         self._round += 1
         self.stats["rounds"] = self._round
         for _, winfo in rollouts:
@@ -193,7 +193,7 @@ class CWorkerSet(WorkerSet):
             if winfo.get("cut"):
                 self.stats["cut_rollouts"] += 1
         info["collect_wait"] = time.perf_counter() - t0
-        return [(unpack(d), i) for d, i in rollouts], info
+        return rollouts, info
 
     def _collect_sync(self):
         from pytorchrl.scheme.base.ray_runtime import require_ray, remote_get

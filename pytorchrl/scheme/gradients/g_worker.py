@@ -15,8 +15,9 @@ class GWorker(Worker):
 
     It owns a CWorkerSet; its algorithm, actor and storage are those of the set's local
     collection worker, so with one worker at every level nothing is copied. Each ``step``
-    computes the gradient of one mini-batch, collecting a new round of data first when the
-    previous one has been used up (``num_epochs`` passes of ``num_mini_batch`` batches).
+    computes the gradient of one mini-batch drawn from the storage, collecting a new round
+    of data first whenever the storage is not ``ready()`` (an on-policy storage has used
+    up its epochs; a replay storage has served its mini-batches for the data inserted).
 
     Parameters
     ----------
@@ -58,7 +59,7 @@ class GWorker(Worker):
     @property
     def local_worker(self):
         """The local collection worker whose actor, algorithm and storage this worker trains."""
-        return self.col_workers.local_worker()
+        return self.col_workers._local_worker
 
     @property
     def algo(self):
@@ -93,17 +94,18 @@ class GWorker(Worker):
         -------
         grads : list of tensors, Packed or None
         info : dict
-            Losses of this mini-batch, ``version`` of the weights used, and, on the first
-            mini-batch of a round, the round's collection information.
+            ``algo``: the algorithm's metrics for this mini-batch; ``version`` of the
+            weights used, ``grad_time``, ``index_worker`` and, on the first mini-batch
+            after a collection round, the round's collection information.
         """
         if weights is not None:
             self.set_weights(weights, version)
         batch = self._next_batch()
         t0 = time.perf_counter()
-        grads, info = self.algo.compute_gradients(batch, return_grads=return_grads and not self.decentralized)
-        info["grad_time"] = time.perf_counter() - t0
-        info["version"] = self.version
-        info["index_worker"] = self.index_worker
+        grads, algo_info = self.algo.compute_gradients(batch, return_grads=return_grads and not self.decentralized)
+        self.storage.after_update(batch, algo_info)
+        info = {"algo": algo_info, "grad_time": time.perf_counter() - t0, "version": self.version,
+                "index_worker": self.index_worker}
         if self.decentralized:
             self._all_reduce_gradients()
             self.apply_gradients()
@@ -120,14 +122,15 @@ class GWorker(Worker):
             batch = next(self._batches, None)
             if batch is not None:
                 return batch
-            self.storage.after_gradients()
+            self._batches = None
         while True:
+            if self.storage.ready():
+                self._batches = self.storage.batches()
+                batch = next(self._batches, None)
+                if batch is not None:
+                    return batch
+                self._batches = None
             self._collect_round()
-            a = self.algo
-            self._batches = self.storage.generate_batches(a.num_mini_batch, a.mini_batch_size, a.num_epochs)
-            batch = next(self._batches, None)
-            if batch is not None:
-                return batch
 
     def _collect_round(self):
         rollouts, info = self.col_workers.collect()
@@ -145,7 +148,6 @@ class GWorker(Worker):
                 packed = True
                 raw += winfo["raw_bytes"]
                 sent += winfo["sent_bytes"]
-        self.storage.before_gradients()
         info.update(collected_samples=samples, col_time=col_time, episodes=episodes,
                     policy_lag=float(np.mean(lags)) if lags else 0.0, policy_lags=lags,
                     prepare_time=time.perf_counter() - t0,
@@ -220,7 +222,7 @@ class GWorker(Worker):
         return self.algo.get_weights()
 
     def get_state(self):
-        """Algorithm state (actor, optimizer, hyperparameters) and weight version, for checkpoints."""
+        """Algorithm state (weights, optimizers, hyperparameters) and weight version, for checkpoints."""
         return {"algo": self.algo.state_dict(), "version": self.version}
 
     def set_state(self, state):
@@ -246,7 +248,7 @@ class GWorker(Worker):
         next step collects a new round.
         """
         self._batches = None
-        self.storage.after_gradients()
+        self.storage.clear()
         return self.col_workers.apply_to_all("replace_agent_component", component_name, new_component_factory)
 
     def get_hyperparameters(self):

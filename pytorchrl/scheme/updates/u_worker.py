@@ -74,7 +74,7 @@ class UWorker(Worker):
             Information of every gradient used (losses, versions, collection rounds).
         """
         t0 = time.perf_counter()
-        remotes = self.grad_workers.remote_workers()
+        remotes = self.grad_workers._remote_workers
         if not remotes:
             _, info = self.local_worker.step(return_grads=False)
             t1 = time.perf_counter()

@@ -1,17 +1,20 @@
-"""Actor-critic updates of small MLP networks computed in numpy, in place on the torch weights.
+"""The numpy fast path of small MLP actor-critics on the CPU: acting and updates.
 
-For the networks typical of control tasks (two hidden layers of 64 units, mini-batches of a
-few hundred samples) a torch update is dominated by per-operator dispatch: about 150
-operators for forward, backward, clipping and Adam, each costing more than its arithmetic.
-The same update written out in numpy is about three times cheaper (benchmarks/RESULTS.md).
+For the networks typical of control tasks (two hidden layers of 64 units) torch costs more
+in per-operator dispatch than in arithmetic: acting on one observation per environment
+(8 rows, say) and updating on mini-batches of a few hundred samples. The same arithmetic
+written out in numpy is several times cheaper (benchmarks/RESULTS.md).
 
-``NumpyActorCriticUpdate`` computes exactly what ``OnPolicyAlgorithm.compute_loss``,
-``loss.backward()``, gradient clipping and ``torch.optim.Adam`` compute, for
-``OnPolicyActor`` with MLP feature extractors (tanh or ReLU), a categorical policy and the
-PPO or A2C loss, on the CPU. The arrays it reads and writes are views of the actor's torch
-parameters and gradients, so the actor is always current and nothing is copied back.
-tests/test_numpy_update.py checks losses, gradients and Adam steps against torch.
-Any other actor, policy or device keeps the torch path.
+- ``NumpyPolicy`` computes ``OnPolicyActor.act`` (action, log-probability, value);
+- ``NumpyActorCriticUpdate`` computes what ``OnPolicyAlgorithm.compute_loss``,
+  ``loss.backward()`` and gradient clipping compute, for a categorical policy and the PPO
+  or A2C loss; ``NumpyAdam`` is ``torch.optim.Adam``'s step.
+
+The arrays they read and write are views of the actor's torch parameters and gradients,
+so the actor is always current (updates by the optimizer or ``load_state_dict`` are in
+place) and nothing is copied back. Each is chosen once per actor, algorithm and device
+(``build`` returns the reason when it does not apply: a custom network or loss, another
+device), and tests/test_numpy_update.py and tests/test_actor.py check them against torch.
 """
 
 import numpy as np
@@ -19,10 +22,139 @@ import torch
 import torch.nn as nn
 
 import pytorchrl as prl
-from pytorchrl.agent.actors.distributions import CategoricalHead
+from pytorchrl import ACT, LOGP, VAL
+from pytorchrl.agent.actors.base import overrides
+from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, Tanh
 
 _ACTIVATIONS = {Tanh: "tanh", nn.Tanh: "tanh", nn.ReLU: "relu"}
+
+# ------------------------------------------------------------------------- acting
+_NUMPY_ACTIVATIONS = {Tanh: np.tanh, nn.Tanh: np.tanh, nn.ReLU: lambda x: np.maximum(x, 0.0)}
+_HALF_LOG_2PI = 0.5 * np.log(2 * np.pi)
+
+
+def _view(param):
+    return param.detach().numpy()
+
+
+def _mlp_program(net):
+    """[(W^T, b, activation)] of an MLP, or None if a layer is not supported."""
+    layers = [m for m in net.net if not isinstance(m, nn.Flatten)]
+    program = []
+    for linear, act in zip(layers[0::2], layers[1::2]):
+        fn = _NUMPY_ACTIVATIONS.get(type(act))
+        if not isinstance(linear, nn.Linear) or fn is None:
+            return None
+        program.append((_view(linear.weight).T, _view(linear.bias), fn))
+    return program
+
+
+class NumpyPolicy:
+    """``OnPolicyActor.act`` in numpy: callable ``(obs, state, deterministic) -> (env_action,
+    {ACT, LOGP, VAL}, state)``, drawing its randomness from the actor's ``np_rng``."""
+
+    def __init__(self, actor, features):
+        self.features = features
+        self.rng = actor.np_rng
+        self.discrete = isinstance(actor.dist, CategoricalHead)
+        self.w_pi, self.b_pi = _view(actor.dist.linear.weight).T, _view(actor.dist.linear.bias)
+        self.w_v, self.b_v = _view(actor.value_head.weight).T, _view(actor.value_head.bias)
+        if not self.discrete:
+            self.log_std = _view(actor.dist.log_std)
+            self.low = actor._low.cpu().numpy()
+            self.high = actor._high.cpu().numpy()
+
+    @classmethod
+    def build(cls, actor):
+        """``(NumpyPolicy, None)`` for ``actor``, or ``(None, reason)`` when numpy cannot
+        compute what its torch path computes."""
+        from pytorchrl.agent.actors.on_policy_actor import OnPolicyActor
+        if actor.device.type != "cpu":
+            return None, f"device {actor.device}"
+        changed = overrides(actor, OnPolicyActor, "act_torch", "get_action", "get_value", "_features")
+        if changed:
+            return None, f"{type(actor).__name__} overrides {', '.join(changed)}"
+        if not isinstance(actor.dist, (CategoricalHead, DiagGaussianHead)) or \
+                type(actor.dist) not in (CategoricalHead, DiagGaussianHead):
+            return None, f"policy head {type(actor.dist).__name__}"
+        if actor.twin_net is not None:
+            features = cls._twin_features(actor.twin_net)
+        elif type(actor.policy_net) is MLP and (actor.value_net is None or type(actor.value_net) is MLP):
+            pi = _mlp_program(actor.policy_net)
+            v = pi if actor.value_net is None else _mlp_program(actor.value_net)
+            if pi is None or v is None:
+                return None, "an MLP layer or activation numpy does not have"
+            features = cls._separate_features(pi, v, shared=actor.value_net is None)
+        else:
+            return None, f"feature extractor {type(actor.policy_net).__name__} (numpy runs MLPs)"
+        if features is None:
+            return None, "an activation numpy does not have"
+        return cls(actor, features), None
+
+    @staticmethod
+    def _run(program, x):
+        for w, b, fn in program:
+            x = fn(x @ w + b)
+        return x
+
+    @classmethod
+    def _separate_features(cls, pi, v, shared):
+        def features(x):
+            pf = cls._run(pi, x)
+            return pf, (pf if shared else cls._run(v, x))
+        return features
+
+    @staticmethod
+    def _twin_features(net):
+        fn = _NUMPY_ACTIVATIONS.get(type(net.act))
+        if fn is None:
+            return None
+        w1, b1 = _view(net.first.weight).T, _view(net.first.bias)
+        hidden = [(_view(w), _view(b)) for w, b in zip(net.weights, net.biases)]
+        h0 = net.hidden_sizes[0]
+
+        def features(x):
+            h = fn(x @ w1 + b1)
+            pf, vf = h[:, :h0], h[:, h0:]
+            for w, b in hidden:
+                pf = fn(pf @ w[0] + b[0])
+                vf = fn(vf @ w[1] + b[1])
+            return pf, vf
+        return features
+
+    def value(self, obs):
+        """Value estimates (N, 1) of a numpy batch of observations."""
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        return self.features(x)[1] @ self.w_v + self.b_v
+
+    def __call__(self, obs, state=None, deterministic=False):
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        pf, vf = self.features(x)
+        value = vf @ self.w_v + self.b_v
+        out = pf @ self.w_pi + self.b_pi
+        if self.discrete:
+            z = out - out.max(axis=1, keepdims=True)
+            log_probs = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+            if deterministic:
+                action = log_probs.argmax(axis=1)
+            else:
+                # Inverse-CDF sampling: one uniform number per row.
+                cdf = np.exp(log_probs).cumsum(axis=1)
+                u = self.rng.random((len(x), 1), dtype=np.float32) * cdf[:, -1:]
+                action = np.minimum((cdf < u).sum(axis=1), out.shape[1] - 1)
+            action = action.astype(np.int64)[:, None]
+            logp = np.take_along_axis(log_probs, action, axis=1)
+            return action, {ACT: action, LOGP: logp, VAL: value}, state
+        std = np.exp(self.log_std)
+        action = out if deterministic else out + std * self.rng.standard_normal(out.shape, dtype=np.float32)
+        zs = (action - out) / std
+        logp = (-0.5 * zs * zs - self.log_std - _HALF_LOG_2PI).sum(axis=1, keepdims=True)
+        env_action = np.clip(action, self.low, self.high)
+        return env_action, {ACT: action, LOGP: logp.astype(np.float32), VAL: value}, state
+
+
+# ------------------------------------------------------------------------ updates
 
 
 def limit_blas_threads():
@@ -62,30 +194,38 @@ class NumpyAdam:
     params : list of torch.nn.Parameter
         Parameters, in the actor's order.
     algo : Algorithm
-        Source of the learning rate (read at every step, so hot-swaps apply at once).
-    eps : float
-        Adam's epsilon.
+        Source of the learning rate and of Adam's ``eps`` (read at every step, so
+        hot-swaps apply at once).
     betas : tuple of float
         Adam's decay rates.
     """
 
-    def __init__(self, params, algo, eps, betas=(0.9, 0.999)):
+    def __init__(self, params, algo, betas=(0.9, 0.999)):
         self.params = list(params)
         self.views = [p.detach().numpy() for p in self.params]
         self.algo = algo
-        self.eps = eps
         self.betas = betas
         self.step_count = 0
         self.exp_avg = [np.zeros_like(v) for v in self.views]
         self.exp_avg_sq = [np.zeros_like(v) for v in self.views]
 
     @property
-    def param_groups(self):
-        """torch.optim-style view of the hyper-parameters (the learning rate lives in the algorithm)."""
-        return [{"lr": self.algo.lr, "betas": self.betas, "eps": self.eps}]
+    def eps(self):
+        """Adam's epsilon (the algorithm's ``eps``)."""
+        return self.algo.eps
 
-    def step(self, grads):
-        """One Adam step with ``grads`` (numpy arrays, parameter order)."""
+    @property
+    def param_groups(self):
+        """torch.optim-style view of the hyper-parameters (they live in the algorithm: a
+        hot-swap changes them there, and writes into this view are not needed)."""
+        return [{"lr": self.algo.lr, "betas": self.betas}]
+
+    def step(self, grads=None):
+        """One Adam step with ``grads`` (numpy arrays, parameter order; None: the
+        parameters' ``.grad``)."""
+        if grads is None:
+            grads = [p.grad.detach().numpy() for p in self.params]
+        eps = self.algo.eps
         b1, b2 = self.betas
         self.step_count += 1
         bc1 = 1.0 - b1 ** self.step_count
@@ -98,7 +238,7 @@ class NumpyAdam:
             v += (1.0 - b2) * g * g
             denom = np.sqrt(v)
             denom /= bc2_sqrt
-            denom += self.eps
+            denom += eps
             p -= step_size * m / denom
 
     def zero_grad(self, set_to_none=True):
@@ -148,34 +288,44 @@ class NumpyActorCriticUpdate:
 
     @classmethod
     def build(cls, algo):
-        """The numpy update of ``algo``, or None when its actor or loss is not supported."""
+        """``(engine, None)`` for ``algo``, or ``(None, reason)`` when numpy cannot compute
+        exactly what its torch path computes."""
+        from pytorchrl.agent.actors.on_policy_actor import OnPolicyActor
+        from pytorchrl.agent.algorithms.on_policy import OnPolicyAlgorithm
         actor = algo.actor
-        if (algo.device.type != "cpu" or not getattr(algo, "has_fused_loss", False)
-                or not isinstance(getattr(actor, "dist", None), CategoricalHead)):
-            return None
+        if algo.device.type != "cpu":
+            return None, f"device {algo.device}"
+        if not algo.fused_loss_applies():
+            return None, f"{type(algo).__name__} defines its own loss"
+        changed = overrides(algo, OnPolicyAlgorithm, "compute_loss") + \
+            overrides(actor, OnPolicyActor, "logits_and_value", "evaluate_actions", "_features")
+        if changed:
+            return None, f"{', '.join(changed)} overridden"
+        if type(getattr(actor, "dist", None)) is not CategoricalHead:
+            return None, "not a categorical policy"
         if getattr(actor, "twin_net", None) is not None:
             net = actor.twin_net
             kind = _ACTIVATIONS.get(type(net.act))
             if kind is None:
-                return None
+                return None, f"activation {type(net.act).__name__}"
             trunk = ("twin", kind, net)
             covered = [net.first.weight, net.first.bias, *net.weights, *net.biases]
             shared = False
-        elif isinstance(actor.policy_net, MLP) and actor.value_net is None:
+        elif type(actor.policy_net) is MLP and actor.value_net is None:
             layers = [m for m in actor.policy_net.net if not isinstance(m, nn.Flatten)]
             pairs = list(zip(layers[0::2], layers[1::2]))
             kinds = [_ACTIVATIONS.get(type(a)) for _, a in pairs]
             if None in kinds or not all(isinstance(lin, nn.Linear) for lin, _ in pairs):
-                return None
+                return None, "an MLP layer or activation numpy does not have"
             trunk = ("chain", [(lin, kind) for (lin, _), kind in zip(pairs, kinds)])
             covered = [t for lin, _ in pairs for t in (lin.weight, lin.bias)]
             shared = True
         else:
-            return None
+            return None, "feature extractor is not an MLP"
         heads = [actor.dist.linear.weight, actor.dist.linear.bias, actor.value_head.weight, actor.value_head.bias]
         if {id(p) for p in covered + heads} != {id(p) for p in actor.parameters()}:
-            return None  # parameters this update would not train
-        return cls(algo, trunk, shared)
+            return None, "the actor has parameters this update would not train"
+        return cls(algo, trunk, shared), None
 
     # ---------------------------------------------------------------- forward
     def _forward(self, x):

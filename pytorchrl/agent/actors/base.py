@@ -1,0 +1,201 @@
+"""The actor protocol: what a collection worker needs from a network to act.
+
+A collector knows nothing of an algorithm's quantities. It calls, once per vectorized
+step, ``env_action, extras, next_state = actor.act(obs, state)`` and hands ``extras`` to
+its storage, which keeps the ones the algorithm declared (``Algorithm.acting_extras``:
+log-probability and value for PPO, nothing for DQN). Recurrent actors carry ``state``
+between steps; the collector resets it where an episode ended (``reset_state``).
+
+How ``act`` computes is chosen once per actor, algorithm and device (``build_acting``):
+a numpy program for small CPU networks where one exists, else the torch path
+``act_torch``. When a fast path does not apply the actor says why, once, in the log.
+"""
+
+import logging
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+logger = logging.getLogger("pytorchrl")
+_said = set()
+
+
+def say_once(key, message):
+    """Log ``message`` at warning level the first time ``key`` is seen in this process.
+
+    Used for fast paths that do not apply (the torch path is used instead): a user who
+    expects the fast path learns why once, and the training log is not flooded.
+
+    Parameters
+    ----------
+    key : hashable
+        Identity of the notice (e.g. ``("numpy acting", "MyActor")``).
+    message : str
+        What to say.
+    """
+    if key not in _said:
+        _said.add(key)
+        logger.warning(message)
+
+
+def overrides(obj, base, *names):
+    """Names among ``names`` that ``type(obj)`` defines differently from class ``base``.
+
+    Fast paths compute what ``base``'s methods compute; a subclass that overrides one of
+    them must be honoured by taking the generic path.
+
+    Parameters
+    ----------
+    obj : object
+        Instance whose class is inspected.
+    base : type
+        The class whose methods the fast path reproduces.
+    *names : str
+        Method names to compare.
+    """
+    return [n for n in names if getattr(type(obj), n, None) is not getattr(base, n, None)]
+
+
+class Actor(nn.Module):
+    """Base class of actors: networks that pick actions for a batch of observations.
+
+    Subclasses implement ``act_torch``; they may offer a faster acting program by
+    overriding ``build_fast_acting``, and narrow what collectors receive with
+    ``acting_state_dict``.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        Device on which the network lives.
+    input_space : gymnasium.Space
+        Observation space.
+    action_space : gymnasium.Space
+        Action space.
+    algorithm_name : str
+        Name of the algorithm the actor serves.
+    """
+
+    def __init__(self, device, input_space, action_space, algorithm_name):
+        super().__init__()
+        self.device = torch.device(device)
+        self.input_space = input_space
+        self.action_space = action_space
+        self.algorithm_name = algorithm_name
+        self._acting = None
+        # Sampling randomness of the numpy acting programs; seeded from torch so that
+        # torch.manual_seed governs it, and saved with the actor's state.
+        self.np_rng = np.random.default_rng(int(torch.randint(0, 2 ** 31 - 1, ()).item()))
+
+    # ------------------------------------------------------------------ protocol
+    def act(self, obs, state=None, deterministic=False):
+        """Pick actions for a batch of observations.
+
+        Parameters
+        ----------
+        obs : np.ndarray
+            Observations, one row per environment (N, *obs_shape).
+        state : object or None
+            Recurrent state of the N environments (``initial_state``), None for
+            feed-forward actors.
+        deterministic : bool
+            Take the mode of the policy (evaluation) instead of exploring.
+
+        Returns
+        -------
+        env_action : np.ndarray
+            Actions as the environments take them (N, ...).
+        extras : dict of np.ndarray
+            Per-step quantities the algorithm may need stored, each (N, ...): e.g.
+            ``prl.ACT`` (the action as trained on, when it differs from ``env_action``),
+            ``prl.LOGP``, ``prl.VAL``.
+        next_state : object or None
+            Recurrent state after this step.
+        """
+        acting = self._acting
+        if acting is None:
+            acting = self._acting = self.build_fast_acting() or self._torch_acting
+        return acting(obs, state, deterministic)
+
+    def act_torch(self, obs, state=None, deterministic=False):
+        """``act`` in torch: ``obs`` is a tensor on the actor's device; returns
+        ``(env_action, extras, next_state)`` with tensors. Subclasses implement it."""
+        raise NotImplementedError
+
+    def values(self, obs, state=None):
+        """Value estimates (N, 1) of a numpy batch of observations, as a numpy array (what
+        on-policy rollouts are bootstrapped with): through the acting program chosen by
+        ``act`` when it computes values, else ``value_torch``."""
+        acting = self._acting
+        if acting is None:
+            acting = self._acting = self.build_fast_acting() or self._torch_acting
+        fast = getattr(acting, "value", None)
+        if fast is not None:
+            return fast(obs)
+        with torch.inference_mode():
+            return self.value_torch(torch.as_tensor(obs, device=self.device)).cpu().numpy()
+
+    def value_torch(self, obs):
+        """Value estimates (B, 1) of a tensor batch; actors that estimate values implement it."""
+        raise NotImplementedError(f"{type(self).__name__} does not estimate values")
+
+    def initial_state(self, num_envs):
+        """Recurrent state of ``num_envs`` environments at the start of their episodes
+        (None: the actor is not recurrent)."""
+        return None
+
+    def reset_state(self, state, env_indices):
+        """``state`` with the rows of ``env_indices`` (environments whose episode just
+        ended) set back to the initial state. Feed-forward actors return it unchanged."""
+        return state
+
+    def acting_state_dict(self):
+        """The weights collectors need to act (what a weight broadcast sends).
+
+        The default is the whole state dict; actors with parts only a learner uses
+        (critics) leave them out.
+        """
+        return self.state_dict()
+
+    def load_acting_state_dict(self, weights):
+        """Load weights produced by ``acting_state_dict`` (in place: numpy views stay valid)."""
+        self.load_state_dict(weights, strict=not self._acting_subset())
+
+    def _acting_subset(self):
+        return type(self).acting_state_dict is not Actor.acting_state_dict
+
+    # ------------------------------------------------------------------- acting paths
+    def build_fast_acting(self):
+        """A faster callable with ``act``'s signature for this actor and device, or None.
+
+        Called once, on the first ``act``; saying why no fast path applies (``say_once``)
+        is the subclass's part.
+        """
+        return None
+
+    def _torch_acting(self, obs, state, deterministic):
+        with torch.inference_mode():
+            obs_t = torch.as_tensor(obs, device=self.device)
+            env_action, extras, next_state = self.act_torch(obs_t, state, deterministic)
+        return (env_action.cpu().numpy(), {k: v.cpu().numpy() for k, v in extras.items()}, next_state)
+
+    def _apply(self, fn, *args, **kwargs):
+        # Moving or converting parameters invalidates numpy views held by a fast path.
+        self._acting = None
+        return super()._apply(fn, *args, **kwargs)
+
+    def __getstate__(self):
+        # A fast path holds numpy views of these parameters: a copy (deepcopy, pickle)
+        # must build its own on first use, never share or copy the views.
+        state = self.__dict__.copy()
+        state["_acting"] = None
+        return state
+
+    # ------------------------------------------------------------------- rng state
+    def get_rng_state(self):
+        """State of the acting randomness (a plain dict, for checkpoints)."""
+        return self.np_rng.bit_generator.state
+
+    def set_rng_state(self, state):
+        """Restore a state produced by ``get_rng_state``."""
+        self.np_rng.bit_generator.state = state
