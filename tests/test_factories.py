@@ -12,6 +12,7 @@ import gymnasium as gym
 import pytest
 import torch
 
+import pytorchrl as prl
 from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.algorithms import A2C, PPO
@@ -126,13 +127,17 @@ def test_complete_agent_from_unpickled_factories_collects_and_trains(pickler):
                      train_envs_factory=f["train_envs_factory"])
     data, info = worker.collect_data()
     assert info["collected_samples"] == 16
+    assert not storage.ready()
     storage.add_data(data)
-    storage.before_gradients()
-    assert storage.num_samples == 16
+    assert storage.ready()
     before = [p.detach().clone() for p in actor.parameters()]
-    for batch in storage.generate_batches(algo.num_mini_batch, algo.mini_batch_size, algo.num_epochs):
+    sizes = []
+    for batch in storage.batches():     # the algorithm's epochs x mini-batches, then forgotten
+        sizes.append(batch[prl.OBS].shape[0])
         algo.compute_gradients(batch, return_grads=False)
         algo.apply_gradients()
+    assert sizes == [8] * 4             # all 16 samples, 2 epochs of 2 mini-batches
+    assert not storage.ready()
     assert algo.num_updates == 4
     assert any(not torch.equal(a, b) for a, b in zip(before, actor.parameters()))
     worker.stop()

@@ -12,10 +12,9 @@ import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.algorithms import PPO
 from pytorchrl.agent.storages import GAEBuffer, VanillaOnPolicyBuffer, compute_gae
 
-from _util import write_rollout
+from _util import TablePPO, write_rollout
 
 
 def col(*values):
@@ -160,16 +159,19 @@ def test_lambda_one_matches_reference_monte_carlo_random(seed):
 
 # ------------------------------------------------- storages compute the same targets
 def _algo_and_actor(actor_builder, gamma):
+    """A TablePPO (bootstrap values are the rollout's own ``val[T]`` and ``trunc_val``, see
+    ``write_rollout``) whose ``batches()`` yield one mini-batch of everything."""
     obs_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)
     actor = actor_builder(obs_space, gym.spaces.Discrete(2))
-    algo = PPO.create_factory(gamma=gamma)[0]("cpu", actor, None)
+    algo = TablePPO.create_factory(gamma=gamma, num_mini_batch=1, num_epochs=1)[0]("cpu", actor, None)
     return actor, algo
 
 
 def _fill(storage, rew, val, term, trunc, trunc_val):
     """Write a rollout through the collection-side API and return ``get_data()``. The
     observation of step t of env n is 10 t + n (unique, so that samples can be matched
-    after shuffling)."""
+    after shuffling); ``val[T]`` and ``trunc_val`` reach the storage through the
+    algorithm's ``bootstrap``."""
     T, N, _ = rew.shape
     obs = torch.tensor([[[10.0 * t + n] for n in range(N)] for t in range(T + 1)])
     write_rollout(storage, obs, torch.zeros(T, N, 1, dtype=torch.int64), torch.zeros(T, N, 1), val,
@@ -181,9 +183,12 @@ def _targets(storage_cls, storage_kwargs, actor_builder, gamma, rollout):
     actor, algo = _algo_and_actor(actor_builder, gamma)
     factory = storage_cls.create_factory(size=rollout[0].shape[0], **storage_kwargs)
     col_side, learner_side = factory("cpu", actor, algo, None), factory("cpu", actor, algo, None)
-    learner_side.add_data(_fill(col_side, *rollout))
-    learner_side.before_gradients()
-    (batch,) = list(learner_side.generate_batches(num_mini_batch=1, num_epochs=1))
+    data = _fill(col_side, *rollout)
+    # the bootstrap values went through the storage: the last value and the truncated one
+    torch.testing.assert_close(data[prl.VAL], rollout[1])
+    torch.testing.assert_close(data[prl.TRUNC_VAL], rollout[4])
+    learner_side.add_data(data)
+    (batch,) = list(learner_side.batches())
     order = torch.argsort(batch[prl.OBS][:, 0])
     return {k: v[order] for k, v in batch.items()}
 
@@ -232,7 +237,6 @@ def test_gamma_hot_swap_applies_to_next_targets(actor_builder):
     data = _fill(col_side, *rollout)
     algo.update_algorithm_parameter("gamma", 0.5)
     learner_side.add_data(data)
-    learner_side.before_gradients()
-    (batch,) = list(learner_side.generate_batches(num_mini_batch=1))
+    (batch,) = list(learner_side.batches())
     ret = batch[prl.RET][torch.argsort(batch[prl.OBS][:, 0])]
     torch.testing.assert_close(ret, compute_gae(*rollout, 0.5, 1.0)[1].reshape(-1, 1))

@@ -135,9 +135,14 @@ class VanillaOnPolicyBuffer(Storage):
         """The recorded steps (possibly fewer than ``size``, if cut) as a dict of tensors
         (``VAL`` has one row more: the bootstrap value of the last observation)."""
         rec, k = self._rec, self.step
-        data = {OBS: rec[OBS][:k], ACT: rec[ACT][:k], LOGP: rec[LOGP][:k],
-                VAL: np.concatenate([rec[VAL][:k], self._last_val[None]]),
-                REW: rec[REW][:k, :, None], TERM: rec[TERM][:k, :, None], TRUNC: rec[TRUNC][:k, :, None],
+        # Per-step arrays are allocated by the first insert: a rollout cut before its first
+        # step on a fresh storage has none, and hands over empty ones (ignored by add_data).
+        empty = np.zeros((0, rec[OBS].shape[1], 1), dtype=np.float32)
+        steps = lambda key: rec[key][:k] if key in rec else empty
+        flags = lambda key: rec[key][:k, :, None] if key in rec else empty
+        data = {OBS: rec[OBS][:k], ACT: steps(ACT), LOGP: steps(LOGP),
+                VAL: np.concatenate([steps(VAL), self._last_val[None]]),
+                REW: flags(REW), TERM: flags(TERM), TRUNC: flags(TRUNC),
                 TRUNC_VAL: self._trunc_val[:k]}
         data = {key: torch.from_numpy(np.array(v)) for key, v in data.items()}  # copies: the buffers are reused
         if not data_to_cpu and self.device.type != "cpu":
