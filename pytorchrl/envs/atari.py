@@ -7,10 +7,12 @@ preprocessing is written here with numpy only (no OpenCV, no gymnasium wrapper):
 - frame skip 4: every action is repeated for 4 emulator frames, the rewards summed and the
   observation is the pixel-wise maximum of the last two frames (Atari games draw some
   sprites only every other frame);
-- 84x84 grayscale: ALE's grayscale screen, resized by area averaging, i.e.
-  ``R @ frame @ C.T`` with precomputed weight matrices, evaluated through their few
-  non-zero entries per row (no BLAS call: with torch in the same process OpenBLAS threads
-  contend with torch's and a dense product took over 1 ms instead of 0.1);
+- 84x84 grayscale: ALE's grayscale screen, resized by area averaging (OpenCV's
+  INTER_AREA), i.e. ``R @ frame @ C.T`` with precomputed weight matrices, rounded to the
+  nearest integer (halves up). The weights are rationals with small denominators, so the
+  product is computed exactly in integers, through the few non-zero weights of each row
+  (no BLAS: with torch in the same process OpenBLAS threads contend with torch's and a
+  dense float product took over 1 ms instead of 0.1);
 - episodic life (training): losing a life ends the episode (``terminated``) but not the
   game; the next ``reset`` continues the same game, and a real reset happens at game over;
 - FIRE on reset for games that wait for it (Breakout, ...);
@@ -69,11 +71,26 @@ def area_resize_weights(n_in, n_out):
     np.ndarray
         float32 array (n_out, n_in) whose rows sum to 1.
     """
-    scale = n_in / n_out
-    start = np.arange(n_out, dtype=np.float64)[:, None] * scale
-    j = np.arange(n_in, dtype=np.float64)[None, :]
-    overlap = np.clip(np.minimum(j + 1, start + scale) - np.maximum(j, start), 0.0, None)
-    return (overlap / scale).astype(np.float32)
+    weights, denominator = _integer_area_weights(n_in, n_out)
+    return (weights / denominator).astype(np.float32)
+
+
+def _integer_area_weights(n_in, n_out):
+    """``area_resize_weights(n_in, n_out)`` as integers over a common denominator.
+
+    Measured in units of 1/n_out pixel every footprint boundary ``i * n_in / n_out`` is an
+    integer, so the overlaps are integers; dividing them by their gcd keeps them small.
+
+    Returns
+    -------
+    (np.ndarray, int)
+        int64 weights (n_out, n_in) and their denominator (each row sums to it).
+    """
+    i = np.arange(n_out, dtype=np.int64)[:, None]
+    j = np.arange(n_in, dtype=np.int64)[None, :]
+    overlap = np.clip(np.minimum((j + 1) * n_out, (i + 1) * n_in) - np.maximum(j * n_out, i * n_in), 0, None)
+    divisor = int(np.gcd.reduce(overlap[overlap > 0]))
+    return overlap // divisor, n_in // divisor
 
 
 def _sparse_rows(weights):
@@ -81,7 +98,7 @@ def _sparse_rows(weights):
     (K, n_out), K the most non-zeros of a row, padded with zero weights."""
     k = int((weights > 0).sum(axis=1).max())
     index = np.zeros((k, weights.shape[0]), dtype=np.intp)
-    value = np.zeros((k, weights.shape[0]), dtype=np.float32)
+    value = np.zeros((k, weights.shape[0]), dtype=np.uint32)
     for i, row in enumerate(weights):
         nz = np.flatnonzero(row)
         index[:len(nz), i] = nz
@@ -145,13 +162,19 @@ class AtariPreprocessing(gym.Wrapper):
             self._rows = self._cols = None
             shape = (1, height, width)
         else:
-            self._rows = _sparse_rows(area_resize_weights(height, int(screen_size)))
-            self._cols = _sparse_rows(area_resize_weights(width, int(screen_size)))
+            rows, row_den = _integer_area_weights(height, int(screen_size))
+            cols, col_den = _integer_area_weights(width, int(screen_size))
+            self._rows, self._cols = _sparse_rows(rows), _sparse_rows(cols)
+            # uint32 sums: at most 255 * height * width, far from overflowing for screens.
+            self._denominator = row_den * col_den
             shape = (1, int(screen_size), int(screen_size))
         self.observation_space = gym.spaces.Box(0, 255, shape=shape, dtype=np.uint8)
 
         self._pending_seed = seed
         self._rng = np.random.default_rng(seed)
+        if seed is not None:
+            # Random actions drawn from the space (exploration warm-up) are reproducible too.
+            self.action_space.seed(int(seed))
         # True only between a life lost (episodic life) and the reset that continues the game:
         # any other reset starts a new game.
         self._next_life = False
@@ -168,11 +191,15 @@ class AtariPreprocessing(gym.Wrapper):
         if self._rows is None:
             return self._pooled[None].copy()
         (ri, rw), (ci, cw) = self._rows, self._cols
-        rows = np.einsum("ki,kij->ij", rw, self._pooled[ri].astype(np.float32))
-        out = np.einsum("kj,ikj->ij", cw, rows[:, ci])
-        # Convex combinations of values in [0, 255]: rounding cannot leave the uint8 range.
-        out += 0.5
-        return out.astype(np.uint8)[None]
+        rows = np.einsum("ki,kij->ij", rw, self._pooled[ri].astype(np.uint32))
+        total = np.einsum("kj,ikj->ij", cw, rows[:, ci])
+        # round(total / den) with halves up, in integers: floor((2 total + den) / (2 den)).
+        # A convex combination of values in [0, 255] rounds into the uint8 range.
+        den = self._denominator
+        total *= 2
+        total += den
+        total //= 2 * den
+        return total.astype(np.uint8)[None]
 
     def _skip_step(self, action):
         """Repeat ``action`` for frame_skip frames (fewer if the game ends); grab the last
@@ -297,8 +324,9 @@ class AtariPreprocessing(gym.Wrapper):
 def _make_atari(env_id, index_col_worker, index_grad_worker, index_env, seed, frame_stack, reward_delay,
                 episodic_life, clip_rewards, max_episode_steps, sticky_actions, render_mode, mode):
     _register_ale()
-    # Frame skipping and max-pooling are ours: the ALE steps single frames. Grayscale
-    # observations spare the emulator an RGB copy per frame (we read screens ourselves).
+    # Frame skipping and max-pooling are ours: the ALE steps single frames. We drive the
+    # emulator and read its screens directly; obs_type only sets what AtariEnv.reset
+    # returns (ignored), and grayscale is its cheapest.
     env = gym.make(env_id, frameskip=1, repeat_action_probability=0.25 if sticky_actions else 0.0,
                    full_action_space=False, obs_type="grayscale", render_mode=render_mode).unwrapped
     env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, episodic_life=episodic_life,

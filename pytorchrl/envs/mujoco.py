@@ -4,6 +4,11 @@ Requires the ``mujoco`` package (``pip install "pytorchrl[mujoco]"``). Observati
 float32 vectors; with ``frame_stack`` k the last k are concatenated (oldest first), shape
 (k * obs_dim,). The time limit is gymnasium's (1000 steps for most tasks, counted in
 simulator steps of the registered task, i.e. before our ``frame_skip``).
+
+MuJoCo 4 appends every warning (gymnasium's models trigger a deprecation warning at each
+construction) to ``MUJOCO_LOG.TXT`` in the working directory, next to printing it. Building
+an environment here turns that file off for the process, unless the file was configured to
+another name; the warnings are still printed.
 """
 
 import gymnasium as gym
@@ -29,8 +34,23 @@ class _Float32Observation(gym.ObservationWrapper):
         return np.asarray(observation, dtype=np.float32)
 
 
+def _keep_mujoco_log_out_of_cwd():
+    try:
+        import mujoco
+    except ImportError:
+        return  # gymnasium raises DependencyNotInstalled with its own message
+    config_cls = getattr(mujoco, "MjLogConfig", None)  # MuJoCo >= 4
+    if config_cls is None:
+        return
+    config = config_cls.get()
+    if config.logto_file and config.logfile == "MUJOCO_LOG.TXT":
+        config.logto_file = False
+        config.set()
+
+
 def _make_mujoco(env_id, index_col_worker, index_grad_worker, index_env, seed, frame_skip, frame_stack,
                  reward_delay, render_mode, mode):
+    _keep_mujoco_log_out_of_cwd()
     try:
         env = gym.make(env_id, render_mode=render_mode)
     except gym.error.DependencyNotInstalled as exc:

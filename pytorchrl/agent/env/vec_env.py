@@ -10,6 +10,10 @@ Two back-ends produce the same outputs:
 Both reset an env in the same step its episode ends (the returned observation is the
 first one of the new episode) and report the final observation of episodes cut by a time
 limit, so that storages can bootstrap truncation and not termination.
+
+Image observations given as height x width x channels (the gymnasium and pixel-render
+convention) are handed out channels first (C, H, W), as torch's convolutions take them;
+see ``VecEnv.create_factory``'s ``channels_first``.
 """
 
 import csv
@@ -41,6 +45,60 @@ def _call_env_fn(env_fn, env_kwargs, index_col_worker, index_grad_worker, index_
         name = getattr(env_fn, "__name__", repr(env_fn))
         raise EnvError(f"environment factory {name}({env_kwargs}) failed: "
                                 f"{type(exc).__name__}: {exc}") from exc
+
+
+def looks_like_hwc_image(space):
+    """Whether ``space`` is an image given channels last: a uint8 Box of shape (H, W, C)
+    with C in 1, 3 or 4 and H, W larger than 4 (so that a (C, H, W) stack of frames or a
+    small vector is not mistaken for one).
+
+    Parameters
+    ----------
+    space : gymnasium.Space
+        An observation space.
+
+    Returns
+    -------
+    bool
+    """
+    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+            and space.shape[2] in (1, 3, 4) and space.shape[0] > 4 and space.shape[1] > 4)
+
+
+def chw_space(space):
+    """The Box ``space`` of shape (H, W, C) with its axes moved to (C, H, W)."""
+    return gym.spaces.Box(low=np.transpose(space.low, (2, 0, 1)), high=np.transpose(space.high, (2, 0, 1)),
+                          dtype=space.dtype)
+
+
+class ChannelsFirst(gym.ObservationWrapper):
+    """Hands out (H, W, C) image observations as contiguous (C, H, W) arrays.
+
+    Parameters
+    ----------
+    env : gymnasium.Env
+        Environment with a 3-dimensional Box observation space, channels last.
+    """
+
+    def __init__(self, env):
+        super().__init__(env)
+        if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 3:
+            raise ValueError(f"channels_first=True needs (H, W, C) Box observations, "
+                             f"got {env.observation_space}")
+        self.observation_space = chw_space(env.observation_space)
+
+    def observation(self, observation):
+        return np.ascontiguousarray(np.transpose(observation, (2, 0, 1)))
+
+
+def _resolve_channels_first(channels_first, space):
+    if channels_first is None:
+        return looks_like_hwc_image(space)
+    if channels_first not in (True, False):
+        raise ValueError(f"channels_first must be None, True or False, got {channels_first!r}")
+    if channels_first and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 3):
+        raise ValueError(f"channels_first=True needs (H, W, C) Box observations, got {space}")
+    return channels_first
 
 
 class _InProcessVector:
@@ -262,7 +320,9 @@ class TorchVecEnv:
 class _VecEnvFactory:
     """Picklable factory returned by VecEnv.create_factory (see there)."""
 
-    def __init__(self, env_fn, env_kwargs, vec_env_size, log_dir, info_keywords, vectorization, seed):
+    def __init__(self, env_fn, env_kwargs, vec_env_size, log_dir, info_keywords, vectorization, seed,
+                 transpose=False):
+        self.transpose = transpose
         self.env_fn = env_fn
         self.env_kwargs = dict(env_kwargs)
         self.vec_env_size = vec_env_size
@@ -272,7 +332,8 @@ class _VecEnvFactory:
         self.seed = seed
 
     def __call__(self, device="cpu", index_col_worker=0, index_grad_worker=0, mode="train"):
-        fns = [_EnvThunk(self.env_fn, self.env_kwargs, index_col_worker, index_grad_worker, i, mode)
+        fns = [_EnvThunk(self.env_fn, self.env_kwargs, index_col_worker, index_grad_worker, i, mode,
+                         self.transpose)
                for i in range(self.vec_env_size)]
         seed = None
         if self.seed is not None:
@@ -287,11 +348,14 @@ class _VecEnvFactory:
 class _EnvThunk:
     """Picklable zero-argument env constructor (AsyncVectorEnv pickles its env_fns)."""
 
-    def __init__(self, env_fn, env_kwargs, index_col_worker, index_grad_worker, index_env, mode):
+    def __init__(self, env_fn, env_kwargs, index_col_worker, index_grad_worker, index_env, mode,
+                 transpose=False):
         self.args = (env_fn, env_kwargs, index_col_worker, index_grad_worker, index_env, mode)
+        self.transpose = transpose
 
     def __call__(self):
-        return _call_env_fn(*self.args)
+        env = _call_env_fn(*self.args)
+        return ChannelsFirst(env) if self.transpose else env
 
 
 class VecEnv:
@@ -299,7 +363,7 @@ class VecEnv:
 
     @classmethod
     def create_factory(cls, env_fn, env_kwargs=None, vec_env_size=1, log_dir=None, info_keywords=(),
-                       vectorization="sync", seed=None):
+                       vectorization="sync", seed=None, channels_first=None):
         """Return a factory of vectorized environments and the spaces of one environment.
 
         Parameters
@@ -319,6 +383,14 @@ class VecEnv:
             ``"sync"`` (in-process loop, default) or ``"subprocess"``.
         seed : int or None
             Base seed; every env of every worker gets a distinct seed derived from it.
+        channels_first : bool or None
+            Whether the environments' observations are images given channels last
+            (H, W, C) that the vector env must hand out channels first (C, H, W), the
+            layout of the CNN feature extractors. None (default) decides from the
+            observation space: a uint8 Box of shape (H, W, C) with C in 1, 3, 4 and H, W
+            larger than 4 is transposed, anything else (vectors, images already (C, H, W))
+            is left as it is. True forces the transposition of any 3-dimensional Box;
+            False never transposes.
 
         Returns
         -------
@@ -327,7 +399,8 @@ class VecEnv:
         action_space : gymnasium.Space
             Action space of one environment.
         obs_space : gymnasium.Space
-            Observation space of one environment.
+            Observation space of one environment, as the vector env hands observations out
+            (transposed to (C, H, W) when ``channels_first`` applies).
         """
         env_kwargs = dict(env_kwargs or {})
         if not isinstance(vec_env_size, int) or vec_env_size < 1:
@@ -337,6 +410,9 @@ class VecEnv:
         probe = _call_env_fn(env_fn, env_kwargs, 0, 0, 0, "train")
         action_space, obs_space = probe.action_space, probe.observation_space
         probe.close()
+        transpose = _resolve_channels_first(channels_first, obs_space)
+        if transpose:
+            obs_space = chw_space(obs_space)
         factory = _VecEnvFactory(env_fn, env_kwargs, vec_env_size, log_dir, info_keywords,
-                                 vectorization, seed)
+                                 vectorization, seed, transpose)
         return factory, action_space, obs_space
