@@ -25,6 +25,11 @@ LOGP = "logp"          # log-probability of ACT under the behaviour policy
 RET = "ret"            # return target
 ADV = "adv"            # advantage estimate
 VERSION = "version"    # weight version that produced the data
+DISCOUNT = "discount"  # replay: factor of the bootstrap value of OBS2 (gamma^n, 0 after termination)
+WEIGHT = "weight"      # prioritized replay: importance-sampling weight of a sample
+INDEX = "index"        # replay: where a sample sits in the buffer (for priority updates)
+TD_ERROR = "td_error"  # per-sample |TD error| an algorithm reports for prioritized replay
 
 __all__ = ["SYNC", "ASYNC", "OBS", "OBS2", "RHS", "ACT", "REW", "DONE", "TERM", "TRUNC",
-           "TRUNC_VAL", "VAL", "LOGP", "RET", "ADV", "VERSION", "__version__"]
+           "TRUNC_VAL", "VAL", "LOGP", "RET", "ADV", "VERSION", "DISCOUNT", "WEIGHT", "INDEX",
+           "TD_ERROR", "__version__"]

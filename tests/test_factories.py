@@ -138,7 +138,7 @@ def test_complete_agent_from_unpickled_factories_collects_and_trains(pickler):
         algo.apply_gradients()
     assert sizes == [8] * 4             # all 16 samples, 2 epochs of 2 mini-batches
     assert not storage.ready()
-    assert algo.num_updates == 4
+    assert algo.updates_applied == 4
     assert any(not torch.equal(a, b) for a, b in zip(before, actor.parameters()))
     worker.stop()
     envs.close()

@@ -107,7 +107,7 @@ def test_samples_grow_by_rollout_size_times_envs(learner):
     expected = [SAMPLES_PER_ROUND * (1 + i // UPDATES_PER_ROUND) for i in range(3 * UPDATES_PER_ROUND)]
     assert counts == expected
     assert learner.num_updates == 3 * UPDATES_PER_ROUND
-    assert local_algo(learner).num_updates == 3 * UPDATES_PER_ROUND
+    assert local_algo(learner).updates_applied == 3 * UPDATES_PER_ROUND
 
 
 def test_done_after_target_steps(tmp_path):

@@ -176,7 +176,7 @@ def test_returned_gradients_applied_on_a_copy_equal_in_place(cls, max_grad_norm)
         algo_b.apply_gradients(grads)       # on the copy, from the returned list
         for pa, pb in zip(actor_a.parameters(), actor_b.parameters()):
             torch.testing.assert_close(pa, pb, rtol=0, atol=0)
-    assert algo_a.num_updates == algo_b.num_updates == 3
+    assert algo_a.updates_applied == algo_b.updates_applied == 3
 
 
 def test_returned_gradients_are_copies():
@@ -226,7 +226,7 @@ def test_state_dict_round_trip():
     state = copy.deepcopy(algo.state_dict())
     other = make_algo(value_loss_coef=0.5)
     other.load_state_dict(state)
-    assert other.lr == 0.005 and other.num_updates == 2
+    assert other.lr == 0.005 and other.updates_applied == 2
     batch = make_batch(algo.actor, seed=9)
     for a in (algo, other):
         a.compute_gradients(batch, return_grads=False)

@@ -1,5 +1,7 @@
 """Actors: the networks that pick actions and estimate values."""
 
+from pytorchrl.agent.actors.base import Actor
+from pytorchrl.agent.actors.off_policy_actor import OffPolicyActor
 from pytorchrl.agent.actors.on_policy_actor import OnPolicyActor
 
-__all__ = ["OnPolicyActor"]
+__all__ = ["Actor", "OnPolicyActor", "OffPolicyActor"]

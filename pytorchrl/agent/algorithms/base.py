@@ -55,7 +55,7 @@ class Algorithm(ABC):
         self.device = torch.device(device)
         self.actor = actor
         self.envs = envs
-        self.num_updates = 0
+        self.updates_applied = 0   # optimizer steps taken (the weight version of one learner)
         self._optimizers = None
         self._params = None
 
@@ -282,7 +282,7 @@ class Algorithm(ABC):
             if max_norm is not None and max_norm > 0:
                 clip_grad_norm(group_params, max_norm)
             self.optimizers[name].step()
-        self.num_updates += 1
+        self.updates_applied += 1
         self.after_update()
 
     def after_update(self):
@@ -320,7 +320,7 @@ class Algorithm(ABC):
         hyperparameters, update count and the actor's acting randomness."""
         return {"actor": self.get_weights(),
                 "optimizers": {n: o.state_dict() for n, o in self.optimizers.items()},
-                "hyperparameters": self.hyperparameters, "num_updates": self.num_updates,
+                "hyperparameters": self.hyperparameters, "updates_applied": self.updates_applied,
                 "actor_rng": self.actor.get_rng_state() if hasattr(self.actor, "get_rng_state") else None}
 
     def load_state_dict(self, state):
@@ -333,7 +333,7 @@ class Algorithm(ABC):
             if hasattr(self, name):
                 setattr(self, name, value)
         self._sync_optimizers()
-        self.num_updates = state.get("num_updates", 0)
+        self.updates_applied = state.get("updates_applied", state.get("num_updates", 0))
         if state.get("actor_rng") is not None and hasattr(self.actor, "set_rng_state"):
             self.actor.set_rng_state(state["actor_rng"])
 

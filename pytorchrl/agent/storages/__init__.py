@@ -1,8 +1,12 @@
 """Storages: where collected data waits, is prepared (returns, advantages) and is sampled."""
 
+from pytorchrl.agent.storages.base import Storage
 from pytorchrl.agent.storages.on_policy import GAEBuffer, VanillaOnPolicyBuffer, compute_gae
+from pytorchrl.agent.storages.replay import NStepReplayBuffer, PERBuffer, ReplayBuffer
 
 #: Storages by name, for configuration files.
-STORAGES = {cls.__name__: cls for cls in (GAEBuffer, VanillaOnPolicyBuffer)}
+STORAGES = {cls.__name__: cls for cls in (GAEBuffer, VanillaOnPolicyBuffer, ReplayBuffer, NStepReplayBuffer,
+                                          PERBuffer)}
 
-__all__ = ["GAEBuffer", "VanillaOnPolicyBuffer", "compute_gae", "STORAGES"]
+__all__ = ["Storage", "GAEBuffer", "VanillaOnPolicyBuffer", "ReplayBuffer", "NStepReplayBuffer", "PERBuffer",
+           "compute_gae", "STORAGES"]

@@ -214,6 +214,9 @@ class GWorker(Worker):
         if version is not None and int(version) == self.version:
             self.col_workers.invalidate_weights()  # same version number, new weights
         self.version = self.version + 1 if version is None else int(version)
+        # Versions count optimizer steps: the algorithm's schedules that depend on the
+        # update count (TD3's policy delay, DDQN's epsilon) follow the weights' owner.
+        self.algo.updates_applied = self.version
         self.col_workers.set_version(self.version)
         return self.version
 

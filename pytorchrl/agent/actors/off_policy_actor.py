@@ -1,0 +1,391 @@
+"""Actor for off-policy algorithms: Q-networks (DQN) or a policy with critics (DDPG, TD3, SAC).
+
+The networks an algorithm needs are built for it:
+
+- ``DDQN``: one Q-network mapping an observation to a value per action (optionally
+  dueling); acting is epsilon-greedy.
+- ``DDPG`` (one critic), ``TD3`` (``num_critics``): a deterministic policy squashed into
+  the action bounds, explored with Gaussian or Ornstein-Uhlenbeck noise, and critics
+  Q(s, a).
+- ``SAC`` (``num_critics``): a stochastic policy (tanh-squashed Gaussian for Box actions,
+  categorical for Discrete ones) and critics Q(s, a) (Q(s) per action when discrete).
+
+Critics built from the default MLP are computed together (one batched matrix product
+per layer for all of them: on small networks the operator count, not arithmetic, is what
+costs). Only the networks used to act travel to collectors (``acting_state_dict``): the
+Q-network for DDQN, the policy for the others, plus the exploration buffers
+(``epsilon``, ``warmup``).
+"""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from pytorchrl.agent.actors.base import Actor
+from pytorchrl.agent.actors.feature_extractors.mlp import MLP, get_activation
+from pytorchrl.agent.factory import ComponentFactory
+
+#: Algorithms served, with the critics (Q-networks) each uses: "q" maps an observation to a
+#: value per action, "qsa" maps an (observation, action) pair to one value.
+ALGORITHM_NETWORKS = {"DDQN": ("q", None), "DQN": ("q", None), "DDPG": ("qsa", "deterministic"),
+                      "TD3": ("qsa", "deterministic"), "SAC": ("qsa", "stochastic")}
+NOISES = (None, "Gauss", "OU", "NoNoise")
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+class EnsembleMLP(nn.Module):
+    """``copies`` independent MLPs over the same input, computed with one batched matrix
+    product per layer.
+
+    Parameters
+    ----------
+    in_size : int
+        Input size.
+    hidden_sizes : sequence of int
+        Width of each hidden layer.
+    out_size : int
+        Output size of each copy.
+    copies : int
+        Number of independent networks.
+    activation : str or nn.Module class
+        Non-linearity after each hidden layer.
+    """
+
+    def __init__(self, in_size, hidden_sizes, out_size, copies=1, activation=nn.ReLU):
+        super().__init__()
+        self.copies = int(copies)
+        self.act = get_activation(activation)()
+        sizes = [int(in_size)] + [int(h) for h in hidden_sizes] + [int(out_size)]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            # nn.Linear's default initialisation, copy by copy.
+            bound = 1.0 / math.sqrt(a)
+            self.weights.append(nn.Parameter(torch.empty(self.copies, a, b).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(self.copies, 1, b).uniform_(-bound, bound)))
+        self.out_size = int(out_size)
+
+    def forward(self, x):
+        """(copies, B, out_size) for a shared input ``x`` of shape (B, in_size)."""
+        n = len(self.weights)
+        h = torch.matmul(x, self.weights[0]) + self.biases[0]
+        for i in range(1, n):
+            h = self.act(h)
+            h = torch.baddbmm(self.biases[i], h, self.weights[i])
+        return h
+
+
+class _Scaled(nn.Module):
+    """Maps actions in [-1, 1] to the bounds of a Box space and back (no parameters)."""
+
+    def __init__(self, space):
+        super().__init__()
+        low = torch.as_tensor(space.low, dtype=torch.float32).reshape(-1)
+        high = torch.as_tensor(space.high, dtype=torch.float32).reshape(-1)
+        self.register_buffer("scale", (high - low) / 2, persistent=False)
+        self.register_buffer("center", (high + low) / 2, persistent=False)
+
+    def to_env(self, a):
+        return a * self.scale + self.center
+
+    def from_env(self, a):
+        return (a - self.center) / self.scale
+
+
+class OffPolicyActor(Actor):
+    """Networks of an off-policy algorithm (see the module docstring).
+
+    Parameters
+    ----------
+    device : str or torch.device
+        Device of the networks.
+    input_space : gymnasium.Space
+        Observation space.
+    action_space : gymnasium.spaces.Discrete or gymnasium.spaces.Box
+        Action space (DDQN: Discrete; DDPG/TD3: Box; SAC: either).
+    algorithm_name : str
+        "DDQN", "DDPG", "TD3" or "SAC": which networks to build.
+    noise : str or None
+        Exploration noise of deterministic policies (DDPG, TD3): "Gauss" (default for
+        them), "OU" (Ornstein-Uhlenbeck, reset at episode ends) or "NoNoise".
+    restart_model : str or None
+        Path of a saved state dict to load after building.
+    sequence_overlap : float
+        Overlap of stored sequences of recurrent actors (accepted for pytorchrl scripts;
+        recurrent actors are not available yet, see ``recurrent_net``).
+    recurrent_net : nn.Module class or None
+        Recurrent memory; not available yet (a clear error if given).
+    recurrent_net_kwargs : dict
+        Keyword arguments of the recurrent network.
+    obs_feature_extractor : nn.Module class or None
+        Network applied to observations before the MLP (e.g. a CNN for images), built as
+        ``obs_feature_extractor(input_space, **obs_feature_extractor_kwargs)``; one for
+        the critics and one for the policy. None: the flattened observation.
+    obs_feature_extractor_kwargs : dict
+        Its keyword arguments.
+    act_feature_extractor : nn.Module class or None
+        Network applied to actions before critics Q(s, a) (None: the action itself).
+    act_feature_extractor_kwargs : dict
+        Its keyword arguments.
+    common_feature_extractor : nn.Module class
+        Network over the (observation, action) features: ``MLP`` (computed as one ensemble
+        for all critics) or another class built as ``cls(input_space, **kwargs)``.
+    common_feature_extractor_kwargs : dict
+        Its keyword arguments (for MLP: ``hidden_sizes``, ``activation``; default 256, 256
+        with ReLU).
+    num_critics : int
+        Critics of TD3 and SAC (their minimum is the target); DDQN and DDPG use one.
+    noise_kwargs : dict
+        Parameters of the noise: ``sigma`` (default 0.1, in units of half the action
+        range), and for OU ``theta`` (0.15) and ``dt`` (1e-2).
+    dueling : bool
+        DDQN: split the Q-network's output into a state value and action advantages.
+    """
+
+    def __init__(self, device, input_space, action_space, algorithm_name="DDQN", noise=None, restart_model=None,
+                 sequence_overlap=0.5, recurrent_net=None, recurrent_net_kwargs=None, obs_feature_extractor=None,
+                 obs_feature_extractor_kwargs=None, act_feature_extractor=None, act_feature_extractor_kwargs=None,
+                 common_feature_extractor=MLP, common_feature_extractor_kwargs=None, num_critics=2,
+                 noise_kwargs=None, dueling=False):
+        if algorithm_name not in ALGORITHM_NETWORKS:
+            raise ValueError(f"OffPolicyActor serves {sorted(ALGORITHM_NETWORKS)}, not {algorithm_name!r}")
+        if recurrent_net is not None:
+            raise NotImplementedError("recurrent off-policy actors are not available yet: "
+                                      "build OffPolicyActor without recurrent_net")
+        if noise not in NOISES:
+            raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
+        super().__init__(device, input_space, action_space, algorithm_name)
+        critic_kind, policy_kind = ALGORITHM_NETWORKS[algorithm_name]
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if not self.discrete and not isinstance(action_space, gym.spaces.Box):
+            raise ValueError(f"OffPolicyActor supports Discrete and Box action spaces, got {action_space}")
+        if critic_kind == "q" and not self.discrete:
+            raise ValueError(f"{algorithm_name} needs a Discrete action space, got {action_space}")
+        if policy_kind == "deterministic" and self.discrete:
+            raise ValueError(f"{algorithm_name} needs a Box action space, got {action_space}")
+        self.sequence_overlap = float(sequence_overlap)
+        self.noise = (noise or "Gauss") if policy_kind == "deterministic" else None
+        self.noise_kwargs = {"sigma": 0.1, "theta": 0.15, "dt": 1e-2, **(noise_kwargs or {})}
+        self.dueling = bool(dueling)
+        if self.dueling and critic_kind != "q":
+            raise ValueError("dueling Q-networks are for DDQN")
+        self.num_actions = int(action_space.n) if self.discrete else None
+        self.act_dim = 1 if self.discrete else int(np.prod(action_space.shape))
+        self.action_shape = (1,) if self.discrete else (self.act_dim,)
+        self.action_dtype = torch.int64 if self.discrete else torch.float32
+        self.num_critics = int(num_critics) if algorithm_name in ("TD3", "SAC") else 1
+        if self.num_critics < 1:
+            raise ValueError(f"num_critics must be >= 1, got {num_critics}")
+        common_kwargs = {"hidden_sizes": [256, 256], "activation": nn.ReLU, **(common_feature_extractor_kwargs or {})}
+
+        # Critics: [obs features] (+ [action features]) -> common network -> one output.
+        self.critic_obs_net = self._obs_net(obs_feature_extractor, obs_feature_extractor_kwargs)
+        obs_size = self._size_of(self.critic_obs_net, input_space)
+        self.critic_act_net = None
+        in_size = obs_size
+        if critic_kind == "qsa":
+            if act_feature_extractor is not None:
+                self.critic_act_net = act_feature_extractor(action_space, **(act_feature_extractor_kwargs or {}))
+                in_size += self._size_of(self.critic_act_net, action_space)
+            else:
+                in_size += self.num_actions if self.discrete else self.act_dim
+        self.critic_kind = critic_kind
+        if critic_kind == "q" or self.discrete:
+            q_out = self.num_actions + (1 if self.dueling else 0)
+            in_size = obs_size
+        else:
+            q_out = 1
+        self.critics = self._common_net(common_feature_extractor, common_kwargs, in_size, q_out, self.num_critics)
+
+        # Policy: [obs features] -> common network -> action head.
+        self.policy_kind = policy_kind
+        self.policy_obs_net = self.policy_net = None
+        if policy_kind is not None:
+            self.policy_obs_net = self._obs_net(obs_feature_extractor, obs_feature_extractor_kwargs)
+            p_in = self._size_of(self.policy_obs_net, input_space)
+            p_out = self.num_actions if self.discrete else (2 * self.act_dim if policy_kind == "stochastic"
+                                                           else self.act_dim)
+            self.policy_net = self._common_net(common_feature_extractor, common_kwargs, p_in, p_out, 1)
+        self.scaler = None if self.discrete else _Scaled(action_space)
+
+        # Exploration state travels with the acting weights: collectors act as the learner says.
+        self.register_buffer("epsilon", torch.tensor(1.0))   # DDQN: probability of a random action
+        self.register_buffer("warmup", torch.tensor(1.0))    # 1: uniform random actions (before learning)
+        self.to(self.device)
+        if restart_model:
+            self.load_state_dict(torch.load(restart_model, map_location=self.device, weights_only=True))
+
+    @classmethod
+    def create_factory(cls, input_space, action_space, algorithm_name="DDQN", noise=None, restart_model=None,
+                       sequence_overlap=0.5, recurrent_net=None, recurrent_net_kwargs=None,
+                       obs_feature_extractor=None, obs_feature_extractor_kwargs=None, act_feature_extractor=None,
+                       act_feature_extractor_kwargs=None, common_feature_extractor=MLP,
+                       common_feature_extractor_kwargs=None, num_critics=2, noise_kwargs=None, dueling=False):
+        """Return a picklable ``factory(device)`` building an OffPolicyActor (parameters as in the class)."""
+        if recurrent_net is not None:
+            raise NotImplementedError("recurrent off-policy actors are not available yet: "
+                                      "build OffPolicyActor without recurrent_net")
+        return ComponentFactory(
+            cls, input_space=input_space, action_space=action_space, algorithm_name=algorithm_name, noise=noise,
+            restart_model=restart_model, sequence_overlap=sequence_overlap, recurrent_net=recurrent_net,
+            recurrent_net_kwargs=dict(recurrent_net_kwargs or {}), obs_feature_extractor=obs_feature_extractor,
+            obs_feature_extractor_kwargs=dict(obs_feature_extractor_kwargs or {}),
+            act_feature_extractor=act_feature_extractor,
+            act_feature_extractor_kwargs=dict(act_feature_extractor_kwargs or {}),
+            common_feature_extractor=common_feature_extractor,
+            common_feature_extractor_kwargs=dict(common_feature_extractor_kwargs or {}), num_critics=num_critics,
+            noise_kwargs=dict(noise_kwargs or {}), dueling=dueling)
+
+    # ----------------------------------------------------------------- building
+    def _obs_net(self, cls, kwargs):
+        return None if cls is None else cls(self.input_space, **(kwargs or {}))
+
+    @staticmethod
+    def _size_of(net, space):
+        if net is None:
+            return int(np.prod(space.shape)) if space.shape else 1
+        if not hasattr(net, "num_outputs"):
+            raise ValueError(f"feature extractor {type(net).__name__} must expose num_outputs")
+        return int(net.num_outputs)
+
+    @staticmethod
+    def _common_net(cls, kwargs, in_size, out_size, copies):
+        if cls is MLP:
+            return EnsembleMLP(in_size, kwargs.get("hidden_sizes", [256, 256]), out_size, copies,
+                               kwargs.get("activation", nn.ReLU))
+        return _GenericHeads(cls, kwargs, in_size, out_size, copies)
+
+    # ------------------------------------------------------------------ networks
+    def _obs_features(self, net, obs):
+        return obs.reshape(obs.shape[0], -1).float() if net is None else net(obs)
+
+    def q_values(self, obs, action=None):
+        """Critic outputs (num_critics, B, k): Q(s) per action (k = num_actions) for DDQN
+        and discrete SAC, Q(s, a) (k = 1) for critics of continuous actions (``action``:
+        (B, act_dim) in [-1, 1] units, i.e. as the policy outputs them)."""
+        x = self._obs_features(self.critic_obs_net, obs)
+        if self.critic_kind == "qsa" and not self.discrete:
+            a = action if self.critic_act_net is None else self.critic_act_net(action)
+            x = torch.cat([x, a], dim=1)
+        q = self.critics(x)
+        if self.dueling:
+            value, adv = q[..., :1], q[..., 1:]
+            q = value + adv - adv.mean(dim=-1, keepdim=True)
+        return q
+
+    def policy_output(self, obs):
+        """Raw output (B, k) of the policy network."""
+        return self.policy_net(self._obs_features(self.policy_obs_net, obs))[0]
+
+    def sample_policy(self, obs, deterministic=False):
+        """SAC's policy: ``(action, log-probability (B, 1), probabilities or None)``.
+
+        Box actions: a tanh-squashed Gaussian sample in [-1, 1] units (reparametrized, so
+        gradients flow) with the log-probability of the squashed sample. Discrete: a
+        sample of the categorical distribution (B, 1), with ``log_probs`` and ``probs``
+        (B, num_actions) returned as ``(action, log_probs, probs)``.
+        """
+        out = self.policy_output(obs)
+        if self.discrete:
+            log_probs = F.log_softmax(out, dim=-1)
+            probs = log_probs.exp()
+            action = log_probs.argmax(-1, keepdim=True) if deterministic else torch.multinomial(probs, 1)
+            return action, log_probs, probs
+        mean, log_std = out.chunk(2, dim=-1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        if deterministic:
+            return torch.tanh(mean), None, None
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean)
+        a = torch.tanh(u)
+        # log N(u) - sum log(1 - tanh(u)^2), the latter written stably.
+        logp = (-0.5 * ((u - mean) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1, keepdim=True)
+        logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1, keepdim=True)
+        return a, logp, None
+
+    def deterministic_policy(self, obs):
+        """DDPG/TD3's policy: actions (B, act_dim) in [-1, 1] units."""
+        return torch.tanh(self.policy_output(obs))
+
+    # -------------------------------------------------------------------- acting
+    def initial_state(self, num_envs):
+        """Ornstein-Uhlenbeck noise keeps a state per environment; other actors none."""
+        if self.noise == "OU":
+            return np.zeros((num_envs, self.act_dim), dtype=np.float32)
+        return None
+
+    def reset_state(self, state, env_indices):
+        if state is not None:
+            state[env_indices] = 0.0
+        return state
+
+    def act_torch(self, obs, state=None, deterministic=False):
+        n = obs.shape[0]
+        if not deterministic and float(self.warmup) > 0:
+            return self._random_actions(n), {}, state
+        if self.policy_kind is None:   # DDQN: epsilon-greedy on the Q-values
+            action = self.q_values(obs)[0].argmax(-1, keepdim=True)
+            if not deterministic:
+                eps = float(self.epsilon)
+                explore = torch.from_numpy(self.np_rng.random(n) < eps).to(action.device)
+                if bool(explore.any()):
+                    action = torch.where(explore[:, None], self._random_actions(n).to(action.device), action)
+            return action, {}, state
+        if self.policy_kind == "stochastic":
+            action = self.sample_policy(obs, deterministic)[0]
+            return (action if self.discrete else self.scaler.to_env(action)), {}, state
+        action = self.deterministic_policy(obs)
+        if not deterministic and self.noise != "NoNoise":
+            noise, state = self._noise(n, state)
+            action = (action + torch.from_numpy(noise).to(action.device)).clamp(-1.0, 1.0)
+        return self.scaler.to_env(action), {}, state
+
+    def _random_actions(self, n):
+        if self.discrete:
+            return torch.from_numpy(self.np_rng.integers(0, self.num_actions, (n, 1)))
+        a = self.np_rng.uniform(-1.0, 1.0, (n, self.act_dim)).astype(np.float32)
+        return self.scaler.to_env(torch.from_numpy(a).to(self.device))
+
+    def _noise(self, n, state):
+        sigma = float(self.noise_kwargs["sigma"])
+        if self.noise == "OU":
+            if state is None:
+                state = np.zeros((n, self.act_dim), dtype=np.float32)
+            theta, dt = float(self.noise_kwargs["theta"]), float(self.noise_kwargs["dt"])
+            state = state + theta * -state * dt + sigma * math.sqrt(dt) * \
+                self.np_rng.standard_normal(state.shape).astype(np.float32)
+            return state, state
+        return (sigma * self.np_rng.standard_normal((n, self.act_dim))).astype(np.float32), state
+
+    # ------------------------------------------------------------------- weights
+    def acting_modules(self):
+        """Names of the submodules collectors act with."""
+        if self.policy_kind is None:
+            return ("critic_obs_net", "critics")
+        return ("policy_obs_net", "policy_net")
+
+    def acting_state_dict(self):
+        prefixes = tuple(f"{m}." for m in self.acting_modules())
+        return {k: v for k, v in self.state_dict().items()
+                if k.startswith(prefixes) or k in ("epsilon", "warmup")}
+
+
+class _GenericHeads(nn.Module):
+    """``copies`` networks ``cls(Box(in_size), **kwargs)`` each with a linear output layer,
+    stacked like ``EnsembleMLP``'s output (for feature extractors other than MLP)."""
+
+    def __init__(self, cls, kwargs, in_size, out_size, copies):
+        super().__init__()
+        space = gym.spaces.Box(-np.inf, np.inf, (int(in_size),), dtype=np.float32)
+        self.bodies = nn.ModuleList(cls(space, **kwargs) for _ in range(copies))
+        self.heads = nn.ModuleList(nn.Linear(OffPolicyActor._size_of(b, space), out_size) for b in self.bodies)
+
+    def forward(self, x):
+        return torch.stack([h(b(x)) for b, h in zip(self.bodies, self.heads)])
+
+
+__all__ = ["OffPolicyActor", "EnsembleMLP"]

@@ -1,0 +1,123 @@
+"""What every replay-based algorithm shares: the replay schedule, target networks, warm-up."""
+
+import copy
+
+import torch
+
+from pytorchrl import ACT, DISCOUNT, OBS, OBS2, REW, TD_ERROR, WEIGHT
+from pytorchrl.agent.algorithms.base import Algorithm
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """Base of the algorithms that learn from a replay storage (DDQN, DDPG, TD3, SAC).
+
+    The replay storage reads ``update_every``, ``num_updates``, ``start_steps`` and
+    ``mini_batch_size`` from here; this class keeps a target copy of the actor (moved
+    towards the actor by polyak averaging every ``target_update_interval`` updates) and
+    switches the actor's uniform-random warm-up off at the first update. Collectors store
+    nothing but the transition itself (no ``acting_extras``); targets are bootstrapped at
+    training time from ``OBS2`` with the storage's ``DISCOUNT``.
+
+    Parameters
+    ----------
+    device, actor, envs
+        As in ``Algorithm``.
+    gamma : float
+        Discount factor.
+    polyak : float
+        Target networks move as ``target = polyak * target + (1 - polyak) * online``
+        (0: hard copies).
+    num_updates : int
+        Mini-batches (gradient steps) per ``update_every`` transitions collected.
+    update_every : int
+        Environment steps (transitions) between two stages of ``num_updates`` updates.
+    start_steps : int
+        Transitions collected with uniformly random actions before learning starts.
+    mini_batch_size : int
+        Transitions per mini-batch.
+    target_update_interval : int
+        Updates between two target-network updates.
+    max_grad_norm : float or None
+        Gradients of each network are clipped to this global norm (None: no clipping).
+    test_every : int
+        Evaluate deterministically on the test envs every this many collection rounds.
+    num_test_episodes : int
+        Episodes per evaluation.
+    """
+
+    on_policy = False
+    acting_extras = ()
+
+    def __init__(self, device, actor, envs=None, gamma=0.99, polyak=0.995, num_updates=1, update_every=1,
+                 start_steps=1000, mini_batch_size=256, target_update_interval=1, max_grad_norm=None,
+                 test_every=10, num_test_episodes=5):
+        super().__init__(device, actor, envs)
+        self.gamma = float(gamma)
+        self.polyak = float(polyak)
+        self.num_updates = int(num_updates)
+        self.update_every = int(update_every)
+        self.start_steps = int(start_steps)
+        self.mini_batch_size = int(mini_batch_size)
+        self.target_update_interval = int(target_update_interval)
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self.test_every = int(test_every)
+        self.num_test_episodes = int(num_test_episodes)
+        self.target = copy.deepcopy(actor)
+        for p in self.target.parameters():
+            p.requires_grad_(False)
+        self.actor.warmup.fill_(1.0 if self.start_steps > 0 else 0.0)
+
+    @property
+    def learner_modules(self):
+        return {"target": self.target}
+
+    def check_hyperparameters(self):
+        for name in ("num_updates", "update_every", "mini_batch_size", "target_update_interval", "test_every",
+                     "num_test_episodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{self.name} hyperparameter {name} must be >= 1, got {getattr(self, name)}")
+        if self.start_steps < 0:
+            raise ValueError(f"{self.name} hyperparameter start_steps must be >= 0, got {self.start_steps}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"{self.name} hyperparameter gamma must be in [0, 1], got {self.gamma}")
+        if not 0.0 <= self.polyak <= 1.0:
+            raise ValueError(f"{self.name} hyperparameter polyak must be in [0, 1], got {self.polyak}")
+
+    # --------------------------------------------------------------- updates
+    def after_update(self):
+        self.actor.warmup.fill_(0.0)
+        if self.updates_applied % self.target_update_interval == 0:
+            self.update_targets()
+
+    def target_pairs(self):
+        """(online modules, target modules) moved together by ``update_targets``."""
+        return [(self.actor, self.target)]
+
+    @torch.no_grad()
+    def update_targets(self):
+        """target <- polyak * target + (1 - polyak) * online, for every pair of ``target_pairs``."""
+        for online, target in self.target_pairs():
+            src = [p.detach() for p in online.parameters()]
+            dst = list(target.parameters())
+            if self.polyak == 0.0:
+                torch._foreach_copy_(dst, src)
+            else:
+                torch._foreach_lerp_(dst, src, 1.0 - self.polyak)
+
+    # ----------------------------------------------------------------- batches
+    @staticmethod
+    def unpack_batch(batch):
+        """(obs, act, rew, obs2, discount, weights or None) of a replay mini-batch."""
+        return batch[OBS], batch[ACT], batch[REW], batch[OBS2], batch[DISCOUNT], batch.get(WEIGHT)
+
+    @staticmethod
+    def weighted_mean(x, weights):
+        """Mean of ``x`` (B, 1), weighted by importance-sampling ``weights`` when given."""
+        return (x * weights).mean() if weights is not None else x.mean()
+
+    @staticmethod
+    def report_td_errors(info, td, weights):
+        """Add per-sample |TD errors| to ``info`` for a prioritized replay (the storage
+        takes them out before the info leaves the gradient worker)."""
+        if weights is not None:
+            info[TD_ERROR] = td.detach().abs().reshape(-1).cpu().numpy()

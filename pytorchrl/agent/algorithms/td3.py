@@ -1,0 +1,131 @@
+"""Deterministic policy gradients: DDPG (Lillicrap et al., 2016) and TD3 (Fujimoto et al., 2018)."""
+
+import torch
+
+from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm
+
+
+class DDPG(OffPolicyAlgorithm):
+    """DDPG: a deterministic policy trained to maximise a critic Q(s, a), both with target
+    networks; exploration noise is the actor's (``noise``: Gauss or OU).
+
+    Two optimizers: the critic (``lr_q``) and the policy (``lr_pi``).
+
+    Parameters
+    ----------
+    device, actor, envs
+        As in ``Algorithm`` (``actor``: an ``OffPolicyActor`` built for "DDPG" or "TD3").
+    lr_q : float
+        Learning rate of the critics.
+    lr_pi : float
+        Learning rate of the policy.
+    gamma, polyak, num_updates, update_every, start_steps, mini_batch_size,
+    target_update_interval, max_grad_norm, test_every, num_test_episodes
+        As in ``OffPolicyAlgorithm``.
+    """
+
+    name = "DDPG"
+    group_lr = {"q": "lr_q", "pi": "lr_pi"}
+    #: Policy updates happen every ``target_update_interval`` updates (TD3's delay), or every update.
+    delayed_policy = False
+
+    def __init__(self, device, actor, envs=None, lr_q=1e-3, lr_pi=1e-3, gamma=0.99, polyak=0.995, num_updates=1,
+                 update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=1,
+                 max_grad_norm=None, test_every=10, num_test_episodes=5):
+        super().__init__(device, actor, envs, gamma=gamma, polyak=polyak, num_updates=num_updates,
+                         update_every=update_every, start_steps=start_steps, mini_batch_size=mini_batch_size,
+                         target_update_interval=target_update_interval, max_grad_norm=max_grad_norm,
+                         test_every=test_every, num_test_episodes=num_test_episodes)
+        if getattr(actor, "policy_kind", None) != "deterministic":
+            raise ValueError(f"{self.name} needs an OffPolicyActor built for 'DDPG' or 'TD3'")
+        self.lr_q, self.lr_pi = float(lr_q), float(lr_pi)
+        self.check_hyperparameters()
+
+    def check_hyperparameters(self):
+        super().check_hyperparameters()
+        for name in ("lr_q", "lr_pi"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{self.name} hyperparameter {name} must be >= 0, got {getattr(self, name)}")
+
+    def parameter_groups(self):
+        a = self.actor
+        critics = list(a.critic_obs_net.parameters()) if a.critic_obs_net is not None else []
+        critics += list(a.critics.parameters())
+        if a.critic_act_net is not None:
+            critics += list(a.critic_act_net.parameters())
+        policy = list(a.policy_obs_net.parameters()) if a.policy_obs_net is not None else []
+        policy += list(a.policy_net.parameters())
+        return {"q": critics, "pi": policy}
+
+    def policy_step(self):
+        """Whether the next update trains the policy (and, for TD3, the targets)."""
+        return not self.delayed_policy or (self.updates_applied + 1) % self.target_update_interval == 0
+
+    def next_actions(self, obs2):
+        """Actions of the target policy at the next observations (TD3 smooths them)."""
+        return self.target.deterministic_policy(obs2)
+
+    def compute_loss(self, batch):
+        obs, act, rew, obs2, discount, weights = self.unpack_batch(batch)
+        actor = self.actor
+        a = actor.scaler.from_env(act)
+        with torch.no_grad():
+            q2 = self.target.q_values(obs2, self.next_actions(obs2)).min(0).values
+            y = rew + discount * q2
+        q = actor.q_values(obs, a)
+        td = q - y.unsqueeze(0)
+        q_loss = sum(self.weighted_mean(td[i].pow(2), weights) for i in range(td.shape[0]))
+        losses = {"q": q_loss}
+        info = {"LossQ": float(q_loss.detach()), "QMean": float(q.detach().mean())}
+        if self.policy_step():
+            pi_loss = -actor.q_values(obs, actor.deterministic_policy(obs))[0].mean()
+            losses["pi"] = pi_loss
+            info["LossPi"] = float(pi_loss.detach())
+        self.report_td_errors(info, td.detach().abs().mean(0), weights)
+        return losses, info
+
+
+class TD3(DDPG):
+    """TD3: DDPG with ``num_critics`` critics (their minimum is the target), target policy
+    smoothing, and the policy and targets updated every ``target_update_interval`` updates
+    only (the policy delay).
+
+    Parameters
+    ----------
+    device, actor, envs, lr_q, lr_pi, gamma, polyak, num_updates, update_every, start_steps,
+    mini_batch_size, max_grad_norm, test_every, num_test_episodes
+        As in ``DDPG``.
+    target_update_interval : int
+        Policy delay: critic updates per policy (and target) update.
+    target_noise : float
+        Standard deviation of the noise added to target actions (in units of half the
+        action range).
+    noise_clip : float
+        The target noise is clipped to +- this.
+    """
+
+    name = "TD3"
+    delayed_policy = True
+
+    def __init__(self, device, actor, envs=None, lr_q=1e-3, lr_pi=1e-3, gamma=0.99, polyak=0.995, num_updates=1,
+                 update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=2,
+                 max_grad_norm=None, test_every=10, num_test_episodes=5, target_noise=0.2, noise_clip=0.5):
+        self.target_noise, self.noise_clip = float(target_noise), float(noise_clip)
+        super().__init__(device, actor, envs, lr_q=lr_q, lr_pi=lr_pi, gamma=gamma, polyak=polyak,
+                         num_updates=num_updates, update_every=update_every, start_steps=start_steps,
+                         mini_batch_size=mini_batch_size, target_update_interval=target_update_interval,
+                         max_grad_norm=max_grad_norm, test_every=test_every, num_test_episodes=num_test_episodes)
+
+    def check_hyperparameters(self):
+        super().check_hyperparameters()
+        for name in ("target_noise", "noise_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TD3 hyperparameter {name} must be >= 0, got {getattr(self, name)}")
+
+    def next_actions(self, obs2):
+        a2 = self.target.deterministic_policy(obs2)
+        noise = (torch.randn_like(a2) * self.target_noise).clamp(-self.noise_clip, self.noise_clip)
+        return (a2 + noise).clamp(-1.0, 1.0)
+
+
+__all__ = ["DDPG", "TD3"]

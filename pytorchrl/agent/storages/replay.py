@@ -1,0 +1,370 @@
+"""Replay storages: uniform, n-step and prioritized experience replay.
+
+Collection side (see ``Storage``): a rollout of ``ceil(update_every / num_envs)``
+vectorized steps is recorded; ``get_data`` turns it into transitions ``(OBS, ACT, REW,
+OBS2, DISCOUNT)`` where ``REW`` is the n-step discounted return and ``DISCOUNT`` the factor
+of the bootstrap value of ``OBS2`` (``gamma^k`` after k steps, 0 when the episode
+terminated within them). N-step returns are computed where the steps are contiguous, on
+the collector (as in Ape-X): a window never crosses an episode end; a truncated episode
+(time limit) bootstraps from its final observation; the last ``n - 1`` steps of a rollout
+wait for the next rollout of the same collector to complete their window.
+
+Learner side: transitions go into preallocated ring arrays (no per-transition Python
+object). Once ``start_steps`` transitions are in, every ``update_every`` inserted grant
+``num_updates`` mini-batches of ``mini_batch_size`` (the algorithm's hyperparameters,
+read when data arrives, so hot-swaps apply to the next stage); ``batches()`` yields the
+mini-batches granted so far. The replay ratio is the same whatever the layout: one
+collector or many, synchronous or asynchronous.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+from pytorchrl import ACT, DISCOUNT, INDEX, OBS, OBS2, REW, TD_ERROR, TERM, TRUNC, WEIGHT
+from pytorchrl.agent.factory import ComponentFactory
+from pytorchrl.agent.storages.base import Storage
+from pytorchrl.agent.storages.sum_tree import SumTree, importance_weights
+
+_TRANSITION_KEYS = (OBS, ACT, REW, OBS2, DISCOUNT)
+
+
+def nstep_transitions(obs, nxt, act, rew, term, trunc, gamma, n):
+    """n-step transitions of a contiguous stretch of L vectorized steps.
+
+    Parameters
+    ----------
+    obs : np.ndarray
+        (L, N, *obs_shape): observation each step acted from.
+    nxt : np.ndarray
+        (L, N, *obs_shape): observation after each step (the final observation where the
+        episode ended in that step).
+    act : np.ndarray
+        (L, N, *act_shape): actions.
+    rew, term, trunc : np.ndarray
+        (L, N): rewards and episode ends (terminated, truncated by a time limit).
+    gamma : float
+        Discount factor.
+    n : int
+        Steps per return.
+
+    Returns
+    -------
+    dict
+        Transitions of the first ``L - n + 1`` steps (each has its whole window inside
+        the stretch), flattened step-major to (M, ...): ``OBS``, ``ACT``, ``REW`` (the
+        discounted sum of up to n rewards, stopping after an episode end), ``OBS2``
+        (observation after the last of those steps), ``DISCOUNT`` (gamma^k for k steps,
+        0 if the episode terminated).
+    """
+    L, N = rew.shape
+    E = L - n + 1
+    if E <= 0:
+        return None
+    starts = np.arange(E)
+    ret = np.zeros((E, N), dtype=np.float64)
+    alive = np.ones((E, N), dtype=bool)
+    terminated = np.zeros((E, N), dtype=bool)
+    last = np.repeat(starts[:, None], N, axis=1)
+    for j in range(n):
+        idx = starts + j
+        ret += np.where(alive, (gamma ** j) * rew[idx], 0.0)
+        last = np.where(alive, idx[:, None], last)
+        terminated |= alive & (term[idx] > 0)
+        alive &= ~((term[idx] > 0) | (trunc[idx] > 0))
+    steps = last - starts[:, None] + 1
+    discount = np.where(terminated, 0.0, gamma ** steps)
+    env = np.arange(N)[None, :]
+    flat = E * N
+    return {OBS: obs[:E].reshape(flat, *obs.shape[2:]), ACT: act[:E].reshape(flat, *act.shape[2:]),
+            REW: ret.astype(np.float32).reshape(flat, 1), OBS2: nxt[last, env].reshape(flat, *nxt.shape[2:]),
+            DISCOUNT: discount.astype(np.float32).reshape(flat, 1)}
+
+
+class ReplayBuffer(Storage):
+    """Uniform experience replay (see the module docstring).
+
+    Parameters
+    ----------
+    device : torch.device or str
+        Device of the mini-batches.
+    actor : Actor
+        The actor.
+    algorithm : Algorithm
+        An off-policy algorithm: its ``gamma``, ``update_every``, ``num_updates``,
+        ``start_steps`` and ``mini_batch_size`` drive this storage.
+    envs : TorchVecEnv or None
+        Environments of a collector; None for a learner-side buffer.
+    size : int
+        Capacity in transitions (the oldest are overwritten).
+    """
+
+    n_step = 1
+    fixed_parameters = ("size",)
+
+    def __init__(self, device, actor, algorithm, envs, size):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"replay size must be a positive integer, got {size!r}")
+        for name in ("update_every", "num_updates", "start_steps", "mini_batch_size", "gamma"):
+            if not hasattr(algorithm, name):
+                raise ValueError(f"{type(self).__name__} needs an off-policy algorithm (one with {name}); "
+                                 f"{type(algorithm).__name__} has none")
+        super().__init__(device, actor, algorithm, envs)
+        self.size = size
+        self._tail = None         # last n - 1 steps of the previous rollout (n-step windows)
+        self._arrays = None       # key -> ring array (size, ...)
+        self.pos = 0              # next slot to write
+        self.num_items = 0        # transitions held (<= size)
+        self.num_inserted = 0     # transitions received since the start
+        self._stages = 0          # update stages granted so far
+        self._credits = 0         # mini-batches granted and not yet served
+        self.rng = np.random.default_rng(int(torch.randint(0, 2 ** 31 - 1, ()).item()))
+
+    @classmethod
+    def create_factory(cls, size, **kwargs):
+        """Return a picklable ``factory(device, actor, algorithm, envs)`` (parameters as in the class)."""
+        return ComponentFactory(cls, size=size, **kwargs)
+
+    # ------------------------------------------------------------ hyperparameters
+    @property
+    def hyperparameters(self):
+        return {"size": self.size}
+
+    def check_parameter_value(self, name, value):
+        if name in self.fixed_parameters and value != getattr(self, name):
+            raise ValueError(f"{type(self).__name__} parameter {name!r} is fixed once the buffer is built "
+                             f"(it is {getattr(self, name)!r})")
+        super().check_parameter_value(name, value)
+
+    # ------------------------------------------------------------ collection side
+    def rollout_steps(self, num_envs):
+        return max(1, math.ceil(self.algorithm.update_every / num_envs))
+
+    def recorded_keys(self):
+        return (ACT, REW, TERM, TRUNC)
+
+    def start(self, obs):
+        super().start(obs)
+        if self._tail is not None and not np.array_equal(self._tail_start, self._rec[OBS][0]):
+            self._tail = None  # the environments were replaced or reset: the window is broken
+
+    def finish(self, state=None):
+        """Nothing to bootstrap here: the learner bootstraps from ``OBS2``."""
+
+    def get_data(self, data_to_cpu=True):
+        """The rollout's transitions (n-step: those whose window is complete), a dict of
+        tensors of shape (M, ...)."""
+        rec, k, n = self._rec, self.step, self.n_step
+        out = None
+        if k > 0:
+            nxt = rec[OBS][1:k + 1].copy()
+            for t, i, o, _ in self._final_obs:
+                nxt[t, i] = o
+            seq = {OBS: rec[OBS][:k], "next": nxt, ACT: rec[ACT][:k], REW: rec[REW][:k],
+                   TERM: rec[TERM][:k], TRUNC: rec[TRUNC][:k]}
+            if self._tail is not None:
+                seq = {key: np.concatenate([self._tail[key], v]) for key, v in seq.items()}
+            out = nstep_transitions(seq[OBS], seq["next"], seq[ACT], seq[REW], seq[TERM], seq[TRUNC],
+                                    self.algorithm.gamma, n)
+            if n > 1:
+                # The last n - 1 steps complete their window with the next rollout, which
+                # must start where this one ended (checked by start()).
+                L = len(seq[REW])
+                keep = min(n - 1, L)
+                self._tail = {key: v[L - keep:].copy() for key, v in seq.items()}
+                self._tail_start = rec[OBS][k].copy()
+        if out is None:
+            obs = rec[OBS]
+            out = {OBS: obs[:0, 0], ACT: rec[ACT][:0, 0] if ACT in rec else np.zeros((0, 1), np.int64),
+                   REW: np.zeros((0, 1), np.float32), OBS2: obs[:0, 0], DISCOUNT: np.zeros((0, 1), np.float32)}
+        data = {key: torch.from_numpy(np.array(v)) for key, v in out.items()}
+        if not data_to_cpu and self.device.type != "cpu":
+            data = {key: v.to(self.device) for key, v in data.items()}
+        return data
+
+    # -------------------------------------------------------------- learner side
+    def add_data(self, data):
+        """Insert the transitions of one rollout (from any collector) into the ring."""
+        m = int(data[REW].shape[0])
+        if m == 0:
+            return
+        arrays = {key: np.asarray(data[key].numpy() if isinstance(data[key], torch.Tensor) else data[key])
+                  for key in _TRANSITION_KEYS}
+        if self._arrays is None:
+            self._arrays = {key: np.zeros((self.size,) + v.shape[1:], dtype=v.dtype) for key, v in arrays.items()}
+        if m > self.size:  # more than fits: only the newest survive anyway
+            arrays = {key: v[m - self.size:] for key, v in arrays.items()}
+            m = self.size
+        idx = (self.pos + np.arange(m)) % self.size
+        for key, v in arrays.items():
+            self._arrays[key][idx] = v
+        self._on_insert(idx)
+        self.pos = int((self.pos + m) % self.size)
+        self.num_items = min(self.size, self.num_items + m)
+        self.num_inserted += m
+        self._grant()
+
+    def _grant(self):
+        """Grant ``num_updates`` mini-batches per ``update_every`` transitions inserted,
+        the first stage once ``start_steps`` are in."""
+        a = self.algorithm
+        if self.num_inserted < a.start_steps:
+            return
+        stages = 1 + (self.num_inserted - a.start_steps) // max(1, a.update_every)
+        if stages > self._stages:
+            self._credits += (stages - self._stages) * a.num_updates
+            self._stages = stages
+
+    def ready(self):
+        return self._credits > 0 and self.num_items > 0
+
+    def batches(self):
+        """Yield the mini-batches granted so far (sampled when asked for, so each sees the
+        priorities updated after the previous one)."""
+        while self._credits > 0 and self.num_items > 0:
+            self._credits -= 1
+            yield self.sample(self.algorithm.mini_batch_size)
+
+    def sample(self, batch_size):
+        """One mini-batch of ``batch_size`` transitions (uniform, with replacement)."""
+        idx = self.rng.integers(0, self.num_items, batch_size)
+        return self._batch(idx)
+
+    def _batch(self, idx, **extra):
+        batch = {key: arr[idx] for key, arr in self._arrays.items()}
+        batch.update(extra)
+        out = self._to_device(batch)
+        out[INDEX] = idx
+        return out
+
+    def _on_insert(self, idx):
+        """Called with the slots just written (prioritized replay gives them priorities)."""
+
+    def after_update(self, batch, info):
+        info.pop(TD_ERROR, None)
+
+    def clear(self):
+        """Forget the collector-side window (the learner's replay keeps its transitions:
+        they stay valid for a new actor or algorithm of the same spaces)."""
+        self._tail = None
+
+    # --------------------------------------------------------------- checkpoints
+    def state_dict(self):
+        """The replay contents and counters (for checkpoints that keep the replay)."""
+        return {"arrays": None if self._arrays is None else {k: torch.from_numpy(v.copy())
+                                                             for k, v in self._arrays.items()},
+                "pos": self.pos, "num_items": self.num_items, "num_inserted": self.num_inserted,
+                "stages": self._stages, "credits": self._credits}
+
+    def load_state_dict(self, state):
+        """Restore ``state_dict``'s output."""
+        arrays = state["arrays"]
+        self._arrays = None if arrays is None else {k: v.numpy().copy() for k, v in arrays.items()}
+        self.pos, self.num_items, self.num_inserted = state["pos"], state["num_items"], state["num_inserted"]
+        self._stages, self._credits = state["stages"], state["credits"]
+        if self._arrays is not None:
+            self._on_insert(np.arange(self.num_items))
+
+
+class NStepReplayBuffer(ReplayBuffer):
+    """Uniform replay of n-step transitions (see the module docstring).
+
+    Parameters
+    ----------
+    device, actor, algorithm, envs, size
+        As in ``ReplayBuffer``.
+    n_step : int
+        Steps summed into each transition's return (1: ordinary transitions).
+    """
+
+    fixed_parameters = ("size", "n_step")
+
+    def __init__(self, device, actor, algorithm, envs, size, n_step=1):
+        super().__init__(device, actor, algorithm, envs, size)
+        if not isinstance(n_step, int) or isinstance(n_step, bool) or n_step < 1:
+            raise ValueError(f"n_step must be a positive integer, got {n_step!r}")
+        self.n_step = n_step
+
+    @property
+    def hyperparameters(self):
+        return {"size": self.size, "n_step": self.n_step}
+
+
+class PERBuffer(NStepReplayBuffer):
+    """Prioritized experience replay (Schaul et al., 2016), proportional variant.
+
+    Transition i is sampled with probability p_i / sum_j p_j, p_i = (|delta_i| + epsilon)
+    ^ alpha where delta_i is its latest TD error (the algorithm reports it after each
+    gradient step: ``after_update``); new transitions get the priority of an error
+    ``default_error`` so that they are soon replayed. Mini-batches carry ``prl.WEIGHT``, the
+    importance-sampling weights (N P_i)^-beta normalised by their largest possible value.
+
+    Parameters
+    ----------
+    device, actor, algorithm, envs, size, n_step
+        As in ``NStepReplayBuffer``.
+    epsilon : float
+        Added to every |TD error| so that no transition has zero probability.
+    alpha : float
+        How much the priorities count (0: uniform).
+    beta : float
+        Importance-sampling correction (0: none, 1: full); anneal it with a schedule
+        (``target: storage``).
+    default_error : float
+        TD error assumed for transitions not yet trained on.
+    """
+
+    def __init__(self, device, actor, algorithm, envs, size, n_step=1, epsilon=0.0, alpha=0.0, beta=1.0,
+                 default_error=1e6):
+        super().__init__(device, actor, algorithm, envs, size, n_step)
+        self.epsilon, self.alpha, self.beta = float(epsilon), float(alpha), float(beta)
+        self.default_error = float(default_error)
+        for name in ("epsilon", "alpha", "beta", "default_error"):
+            self.check_parameter_value(name, getattr(self, name))
+        self.tree = SumTree(size)
+
+    @property
+    def hyperparameters(self):
+        return {"size": self.size, "n_step": self.n_step, "epsilon": self.epsilon, "alpha": self.alpha,
+                "beta": self.beta, "default_error": self.default_error}
+
+    def check_parameter_value(self, name, value):
+        super().check_parameter_value(name, value)
+        if name in ("epsilon", "alpha", "default_error") and value < 0:
+            raise ValueError(f"PERBuffer parameter {name} must be >= 0, got {value}")
+        if name == "beta" and not 0.0 <= value <= 1.0:
+            raise ValueError(f"PERBuffer parameter beta must be in [0, 1], got {value}")
+
+    def _priority(self, errors):
+        return (np.abs(errors) + self.epsilon) ** self.alpha
+
+    def _on_insert(self, idx):
+        self.tree.update(idx, float(self._priority(np.float64(self.default_error))))
+
+    def sample(self, batch_size):
+        idx, priorities = self.tree.sample(batch_size, self.rng)
+        weights = importance_weights(priorities, self.tree.total(), self.tree.min(), self.num_items, self.beta)
+        return self._batch(idx, **{WEIGHT: weights.reshape(-1, 1)})
+
+    def after_update(self, batch, info):
+        """Set the priorities of the batch's transitions from the TD errors in ``info``."""
+        errors = info.pop(TD_ERROR, None)
+        if errors is None:
+            raise KeyError(f"PERBuffer needs per-sample TD errors from the algorithm (info[{TD_ERROR!r}]): "
+                           f"{type(self.algorithm).__name__} did not report them")
+        self.tree.update(np.asarray(batch[INDEX]), self._priority(np.asarray(errors, dtype=np.float64).reshape(-1)))
+
+    def state_dict(self):
+        state = super().state_dict()
+        if self.num_items:
+            state["priorities"] = torch.from_numpy(self.tree.get(np.arange(self.num_items)))
+        return state
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        if "priorities" in state:
+            self.tree.update(np.arange(self.num_items), state["priorities"].numpy())
+
+
+__all__ = ["ReplayBuffer", "NStepReplayBuffer", "PERBuffer", "nstep_transitions"]
