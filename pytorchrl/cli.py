@@ -18,42 +18,32 @@ interrupted (Ctrl-C or SIGTERM: the run is saved first).
 
 import argparse
 import datetime
-import math
 import os
-import shutil
-import signal
 import sys
-import threading
-import time
 
 import pytorchrl
 from pytorchrl.agent.env import EnvError
-from pytorchrl.config import ConfigError, build_learner, describe_schema, dump_config, load_config
-from pytorchrl.tools import CHECKPOINT, CONFIG, MODEL, SUMMARY
-from pytorchrl.tools.control import ControlError, ControlServer, apply_changes, running_trainer
+from pytorchrl.config import ConfigError, describe_schema, dump_config, load_config
+from pytorchrl.tools import CHECKPOINT, CONFIG, PREVIOUS_CHECKPOINT
+from pytorchrl.tools.control import ControlError, running_trainer
 from pytorchrl.tools.evaluate import EvaluationError
-from pytorchrl.tools.metrics import MetricsCSV, RunLog  # noqa: F401  (MetricsCSV: public here before)
+from pytorchrl.tools.metrics import MetricsCSV, RunLog  # noqa: F401  (public here before)
 from pytorchrl.tools.plot import PlotError
 from pytorchrl.tools.progress import MODES as PROGRESS_MODES
 from pytorchrl.tools.progress import ProgressDisplay, format_progress, format_status  # noqa: F401
+# The training job lives in pytorchrl.tools.session; these names were defined here before
+# and stay importable from here.
+from pytorchrl.tools.session import (CURVE_POINTS, REDRAW_EVERY_S, StopOnInterrupt,  # noqa: F401
+                                     TrainingSession, UsageError, _config_differences, _finite,
+                                     _schema_check, _stop_schedules, _StoppedSchedule, write_config)
 from pytorchrl.scheme.base.ray_runtime import ResourceError, WorkerError
 
 EXIT_OK = 0
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
-#: Seconds between two redraws of the live status line.
-REDRAW_EVERY_S = 0.5
-#: metrics.csv and TensorBoard get a row at least every target_steps / CURVE_POINTS env
-#: steps (besides every learner.log_every seconds), so that short runs draw smooth curves.
-CURVE_POINTS = 200
-
 #: Keys a resumed run may not change: the checkpoint's weights and optimizer are tied to them.
 FIXED_ON_RESUME = ("env.id", "env.kwargs", "actor", "algorithm.name", "storage.name")
-
-
-class UsageError(Exception):
-    """A problem the user can fix, reported as one line ``error: <message>``."""
 
 
 #: Failures caused by the configuration or the machine rather than by a bug: reported in
@@ -62,64 +52,6 @@ USER_ERRORS = (ConfigError, EnvError, ResourceError, WorkerError, ControlError, 
 
 
 # ----------------------------------------------------------------------------- training
-class StopOnInterrupt:
-    """Context manager turning the first Ctrl-C (or SIGTERM) into a request to stop between updates.
-
-    Stopping at an update boundary leaves the weights and optimizer consistent for the
-    model and checkpoint saved on the way out; a second signal raises KeyboardInterrupt at
-    once. SIGTERM is what cluster schedulers and ``kill`` send: the run is saved and can be
-    resumed. Outside the main thread, or where a signal does not have Python's default
-    handler (SIGINT ignored by a background shell job, or handled by the embedding
-    program), nothing is changed for it.
-
-    The handler only sets ``requested``: printing from it could re-enter a write to the
-    same stream that the signal interrupted.
-    """
-
-    def __init__(self):
-        self.requested = False
-        self._previous = {}
-
-    def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
-                if signal.getsignal(signum) is default:
-                    self._previous[signum] = signal.signal(signum, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
-        return False
-
-
-def write_config(run_dir, config, note):
-    """Write the resolved configuration to ``<run_dir>/config.yaml`` atomically.
-
-    Parameters
-    ----------
-    run_dir : str
-        Run directory.
-    config : dict
-        Resolved configuration.
-    note : str
-        End of the header comment (where the configuration came from).
-    """
-    path = os.path.join(run_dir, CONFIG)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"# Resolved configuration of this run, written by pytorchrl {pytorchrl.__version__} "
-                f"on {datetime.datetime.now():%Y-%m-%d %H:%M:%S} {note}\n")
-        f.write(dump_config(config))
-    os.replace(tmp, path)
-
-
 def make_run_dir(config, conf_path):
     """Create the run directory and write the resolved configuration there.
 
@@ -157,71 +89,6 @@ def make_run_dir(config, conf_path):
     return run_dir, created
 
 
-def _build(config, run_dir, remove_run_dir_on_failure):
-    try:
-        return build_learner(config, log_dir=run_dir)
-    except BaseException as exc:
-        if remove_run_dir_on_failure:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        if isinstance(exc, (ValueError, TypeError)) and not isinstance(exc, ConfigError):
-            # Raised by a component's constructor: a value the schema let through.
-            raise UsageError(str(exc)) from exc
-        raise
-
-
-class _StoppedSchedule:
-    """Stands in for a schedule whose parameter was set live: the user took it over.
-
-    It keeps the place (and ``last_sent``) of the schedule in ``learner.schedules``, whose
-    order the checkpoint relies on."""
-
-    def __init__(self, schedule):
-        self.schedule = schedule
-        self.name, self.target = schedule.name, schedule.target
-        self.last_sent = schedule.last_sent
-
-    def due(self, step, total_steps):
-        return None
-
-
-def _stop_schedules(learner, target, name):
-    """Stop the schedules of parameter ``target.name``; returns their indices."""
-    stopped = []
-    for i, sched in enumerate(learner.schedules):
-        if sched.target == target and sched.name == name and not isinstance(sched, _StoppedSchedule):
-            learner.schedules[i] = _StoppedSchedule(sched)
-            stopped.append(i)
-    return stopped
-
-
-def _schema_check(config):
-    """``check(target, name, value)`` validating a live change against the configuration
-    schema (type and range of the parameter, as in the configuration file)."""
-    from pytorchrl.config.schema import Key, algorithm_keys, storage_keys
-    from pytorchrl.config.validate import check_value
-
-    keys = {"algorithm": algorithm_keys(config["algorithm"]["name"]),
-            "storage": storage_keys(config["storage"]["name"])}
-
-    def check(target, name, value):
-        key = keys[target].get(name)
-        if key is None:
-            return value
-        # null is never a value to switch to while training.
-        key = Key(key.kind, doc=key.doc, choices=key.choices, low=key.low, high=key.high,
-                  low_inclusive=key.low_inclusive)
-        try:
-            return check_value(key, value, f"{target}.{name}")
-        except ConfigError as exc:
-            raise ValueError(f"{exc.path}: {exc.problem}") from None
-    return check
-
-
-def _config_differences(old, new, section):
-    """Keys of ``section`` (other than ``name``) whose value differs between two configs."""
-    return [(k, v) for k, v in new[section].items() if k != "name" and old[section].get(k) != v]
-
-
 def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False, progress="auto",
                  resume=None):
     """Train the Learner of ``config`` in ``run_dir`` and return the exit status.
@@ -229,9 +96,10 @@ def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False, 
     Shows progress (see ``pytorchrl.tools.progress``), logs metrics to metrics.csv and
     TensorBoard every ``learner.log_every`` seconds, answers live-control requests between
     updates (``pytorchrl set``), saves the model and a full checkpoint every
-    ``learner.save_every`` seconds and at the end, evaluates on the test environments if
-    any, writes ``summary.yaml`` and always stops the scheme. Ctrl-C saves the model and
-    the checkpoint and returns ``EXIT_INTERRUPTED``.
+    ``learner.save_every`` seconds and every ``learner.save_every_steps`` env steps and at
+    the end, evaluates on the test environments if any, writes ``summary.yaml`` and always
+    stops the scheme. Ctrl-C saves the model and the checkpoint and returns
+    ``EXIT_INTERRUPTED``. The job is a ``pytorchrl.tools.session.TrainingSession``.
 
     Parameters
     ----------
@@ -247,172 +115,13 @@ def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False, 
     progress : str
         Progress display: "auto", "live", "plain" or "quiet" (see ``ProgressDisplay``).
     resume : dict or None
-        Continue from ``<run_dir>/checkpoint.pt``: ``{"previous": config the checkpoint
-        was made with}``. Algorithm and storage values that differ in ``config`` are
-        applied as hot-swaps after loading.
+        Continue from ``<run_dir>/checkpoint.pt`` (``checkpoint.prev.pt`` if that one is
+        damaged): ``{"previous": config the checkpoint was made with}``. Algorithm and
+        storage values that differ in ``config`` are applied as hot-swaps after loading.
     """
-    stream = stream or sys.stdout
-    learner = _build(config, run_dir, remove_run_dir_on_failure)
-    opts = config["learner"]
-    display = log = control = None
-    stopped_schedules = []
-
-    def save():
-        # The weights for users, and the full state for resuming the run.
-        learner.save_checkpoint(CHECKPOINT, extra={"config": config, "stopped_schedules": stopped_schedules})
-        return learner.save_model(MODEL)
-
-    try:
-        if resume is not None:
-            try:
-                extra = learner.load_checkpoint(os.path.join(run_dir, CHECKPOINT)) or {}
-            except (RuntimeError, KeyError, ValueError) as exc:
-                # A config.yaml edited since (another network) or a damaged file.
-                raise UsageError(f"cannot resume from {os.path.join(run_dir, CHECKPOINT)}: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-            for i in extra.get("stopped_schedules", []):
-                if i < len(learner.schedules):
-                    stopped_schedules.append(i)
-                    learner.schedules[i] = _StoppedSchedule(learner.schedules[i])
-            if learner.done():
-                raise UsageError(f"the run already has {learner.num_samples_collected:,} env steps, "
-                                 f"learner.target_steps is {learner.target_steps:,}: raise it, e.g. "
-                                 f"'pytorchrl resume {run_dir} learner.target_steps={2 * learner.target_steps}'")
-            write_config(run_dir, config, f"(resumed at {learner.num_samples_collected} env steps)")
-        display = ProgressDisplay(learner.target_steps, stream, progress)
-        log = RunLog(run_dir, learner, tensorboard=opts["tensorboard"],
-                     continue_from_step=learner.num_samples_collected if resume is not None else None)
-        what = "resuming" if resume is not None else "training"
-        display.message(f"{what} {config['algorithm']['name']} on {config['env']['id']}: "
-                        f"{learner.num_samples_collected:,}/{opts['target_steps']:,} env steps; "
-                        f"run directory {run_dir}")
-        if resume is not None:
-            for target in ("algorithm", "storage"):
-                for name, value in _config_differences(resume["previous"], config, target):
-                    if target == "algorithm":
-                        learner.update_algorithm_parameter(name, value)
-                    else:
-                        learner.update_storage_parameter(name, value)
-                    # A value set on resume wins over the schedule of the same parameter.
-                    stopped_schedules.extend(_stop_schedules(learner, target, name))
-            for step, kind, name, value in log.record_hot_swaps("resume"):
-                display.message(f"changed on resume: {kind}.{name} = {value!r}")
-        check = _schema_check(config)
-
-        def handle(request_id, assignments):
-            step = learner.num_samples_collected
-            try:
-                changes = apply_changes(learner, assignments, check)
-            except (ValueError, TypeError) as exc:
-                reason = " ".join(str(exc).split())
-                log.record_refusal(", ".join(k for k, _ in assignments),
-                                   ", ".join(repr(v) for _, v in assignments), reason, request_id)
-                display.message(f"live change refused at step {step:,}: {reason}")
-                return {"status": "refused", "step": step, "reason": reason}
-            log.record_hot_swaps("live", request_id)
-            notes = []
-            for target, name, _ in changes:
-                stopped = _stop_schedules(learner, target, name)
-                if stopped:
-                    # Saved in the checkpoint: a resumed run keeps them stopped.
-                    stopped_schedules.extend(stopped)
-                    notes.append(f"the schedule of {target}.{name} is stopped")
-            text = ", ".join(f"{t}.{n} = {v!r}" for t, n, v in changes)
-            display.message(f"live change at step {step:,}: {text}" + (f" ({'; '.join(notes)})" if notes else ""))
-            return {"status": "applied", "step": step, "changes": [[t, n, v] for t, n, v in changes],
-                    "notes": notes}
-
-        control = ControlServer(run_dir, handle)
-        last_log = last_save = next_redraw = time.monotonic()
-        start_steps = learner.num_samples_collected
-        shown_step = None     # env step of the last progress line shown
-        metrics = {}
-        lag = None
-
-        def log_interval(show=True):
-            """A row of metrics.csv and TensorBoard; with ``show``, a progress line too."""
-            nonlocal metrics, shown_step
-            # No second row for the same step (a final log right after a periodic one).
-            if not (metrics and metrics["Scheme/EnvSteps"] == learner.num_samples_collected):
-                metrics = learner.get_metrics(add_algo_metrics=True, add_episodes_metrics=True,
-                                              add_scheme_metrics=True, add_time_metrics=True)
-                log.write_metrics(metrics)
-            if show and shown_step != metrics["Scheme/EnvSteps"]:
-                shown_step = metrics["Scheme/EnvSteps"]
-                display.log(metrics, status_line())
-            return metrics
-
-        def rows_due():
-            # Short runs would get a handful of rows from the clock alone: a curve also
-            # gets a point every 1/CURVE_POINTS of the run.
-            logged = metrics["Scheme/EnvSteps"] if metrics else start_steps
-            return learner.num_samples_collected - logged >= learner.target_steps / CURVE_POINTS
-
-        def status_line():
-            nonlocal lag
-            recent = log.timings.pop_recent_policy_lag()
-            lag = recent if recent is not None else lag
-            episodes = learner.get_metrics(add_algo_metrics=False, add_episodes_metrics=True)
-            return format_status(learner.num_samples_collected, learner.target_steps, learner.fps,
-                                 time.time() - learner.start_time, episodes.get("Episodes/TrainReward"),
-                                 episodes.get("Episodes/TestReward"), lag, width=display.width)
-
-        try:
-            with StopOnInterrupt() as stop:
-                while not learner.done() and not stop.requested:
-                    log.timings.observe(learner.step())
-                    log.record_hot_swaps("schedule")
-                    now = time.monotonic()
-                    control.poll(now)
-                    if now - last_log >= opts["log_every"]:
-                        log_interval()      # (draws the status line in live mode)
-                        last_log = now
-                        next_redraw = now + REDRAW_EVERY_S
-                    elif rows_due():
-                        log_interval(show=False)
-                    if display.live and now >= next_redraw:
-                        display.status(status_line())
-                        next_redraw = now + REDRAW_EVERY_S
-                    if opts["save_every"] and now - last_save >= opts["save_every"]:
-                        save()
-                        last_save = time.monotonic()
-                if stop.requested:
-                    raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            log_interval()
-            display.close()
-            path = save()
-            display.message(f"interrupted at {learner.num_samples_collected:,} env steps; model saved to {path}; "
-                            f"continue with: pytorchrl resume {run_dir}")
-            return EXIT_INTERRUPTED
-        metrics = log_interval()
-        display.close()
-        summary = {"env_steps": learner.num_samples_collected, "updates": learner.num_updates,
-                   "seconds": round(metrics["Time/Elapsed"], 2),
-                   "train_return": _finite(metrics.get("Episodes/TrainReward")), "model": save()}
-        display.message(f"done: {summary['env_steps']:,} env steps, {summary['updates']:,} updates in "
-                        f"{summary['seconds']:.1f} s; model saved to {summary['model']}")
-        if config["env"]["test_env"] and opts["final_eval"]:
-            episodes = opts["final_eval_episodes"] or config["algorithm"].get("num_test_episodes")
-            summary["test_return"] = float(learner.evaluate(episodes))
-            summary["test_episodes"] = episodes
-            display.message(f"evaluation: mean return {summary['test_return']:.1f} over {episodes} episodes "
-                            f"(deterministic)")
-        with open(os.path.join(run_dir, SUMMARY), "w") as f:
-            f.write(dump_config(summary))
-        return EXIT_OK
-    finally:
-        if display is not None:
-            display.close()
-        if control is not None:
-            control.close()
-        if log is not None:
-            log.close()
-        learner.stop()
-
-
-def _finite(value):
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+    session = TrainingSession(config, run_dir, stream=stream, remove_run_dir_on_failure=remove_run_dir_on_failure,
+                              progress=progress, resume=resume)
+    return EXIT_INTERRUPTED if session.run() == "interrupted" else EXIT_OK
 
 
 # --------------------------------------------------------------------------- commands
@@ -447,7 +156,10 @@ def _prefix_of(key):
 def resume_command(args):
     """Handler of `resume`: continue a run from its checkpoint; returns the exit status."""
     run_dir = args.run_dir
-    _check_run_dir(run_dir, CONFIG, CHECKPOINT)
+    _check_run_dir(run_dir, CONFIG)
+    if not any(os.path.isfile(os.path.join(run_dir, name)) for name in (CHECKPOINT, PREVIOUS_CHECKPOINT)):
+        # (checkpoint.prev.pt alone: a save was cut between its two renames; resume uses it.)
+        _check_run_dir(run_dir, CHECKPOINT)
     trainer = running_trainer(run_dir)
     if trainer is not None:
         raise UsageError(f"a job is training in {run_dir} already (pid {trainer.get('pid')} on "
@@ -595,7 +307,9 @@ run directory (default runs/<CONF stem>-<timestamp>, or run_dir in the file):
   tensorboard/      the same metrics as TensorBoard event files (tensorboard --logdir runs)
   hot_swaps.csv     every parameter change: schedules, 'pytorchrl set', resume overrides
   model.state_dict  the actor's weights (at the end, on Ctrl-C, every learner.save_every s)
-  checkpoint.pt     the full training state, saved with the model (for 'pytorchrl resume')
+  checkpoint.pt     the full training state, saved with the model (for 'pytorchrl resume'),
+                    also every learner.save_every_steps env steps if set
+  checkpoint.prev.pt  the checkpoint before it, used by 'pytorchrl resume' if checkpoint.pt is damaged
   summary.yaml      steps, time, final train return and deterministic test return
   monitor/          one CSV line per finished episode (env.monitor)
   control/          requests of 'pytorchrl set' and their answers"""
@@ -620,7 +334,9 @@ Continue a run from RUN_DIR/checkpoint.pt with the configuration in RUN_DIR/conf
 weights, optimizer, step counters, recent returns, schedules, hot-swapped values and
 random states are restored; metrics.csv, hot_swaps.csv and the TensorBoard curves continue
 from the checkpoint's step (rows written after it, by a run that crashed, are dropped).
-Environments start new episodes."""
+Environments start new episodes. If checkpoint.pt cannot be read (empty, truncated,
+damaged), the one saved before it, checkpoint.prev.pt, is used, and the job says so; a
+checkpoint that does not fit the configuration (another network or algorithm) is an error."""
 
 RESUME_EPILOG = """\
 overrides:
@@ -744,7 +460,8 @@ def build_parser():
     evaluate.add_argument("--seed", type=int, default=None,
                           help="seed of the environment (default: the run's seed + 1000)")
     evaluate.add_argument("--model", metavar="FILE", default=None,
-                          help="weights to load instead of RUN_DIR/model.state_dict")
+                          help="weights to load instead of RUN_DIR/model.state_dict: a saved model, or a "
+                               "checkpoint (e.g. RUN_DIR/checkpoint.prev.pt)")
     _add_debug_argument(evaluate)
     evaluate.set_defaults(handler=evaluate_command)
 

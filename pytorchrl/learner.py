@@ -3,12 +3,11 @@
 import collections
 import math
 import os
-import random
 import time
 
 import numpy as np
-import torch
 
+from pytorchrl import checkpoint as ckpt
 from pytorchrl.agent.algorithms.base import check_parameter
 
 #: Episodes averaged in ``Episodes/TrainReward``.
@@ -239,73 +238,130 @@ class Learner:
         self.hot_swaps.append((self.num_samples_collected, "component", component_name, repr(new_component_factory)))
 
     # -------------------------------------------------------------------- saving
-    def save_model(self, fname="model.state_dict"):
-        """Save the actor's weights; a relative ``fname`` goes into ``log_dir``. Returns the path."""
-        path = fname if (os.path.isabs(fname) or not self.log_dir) else os.path.join(self.log_dir, fname)
-        tmp = path + ".tmp"
-        self.update_worker.save_model(tmp)
-        os.replace(tmp, path)  # atomic: a crash never leaves a half-written model
-        return path
+    def _path(self, fname):
+        return fname if (os.path.isabs(fname) or not self.log_dir) else os.path.join(self.log_dir, fname)
 
-    def save_checkpoint(self, fname="checkpoint.pt", extra=None):
-        """Write the full training state, atomically; a relative ``fname`` goes into ``log_dir``.
+    def save_model(self, fname="model.state_dict"):
+        """Save the actor's weights; a relative ``fname`` goes into ``log_dir``. Returns the path.
+
+        Written to ``<fname>.tmp``, flushed to the disk and renamed: a crash never leaves a
+        half-written model. Raises ``pytorchrl.checkpoint.SaveError`` (the previous file
+        intact) when the file cannot be written.
+        """
+        return ckpt.write_atomically(self.update_worker.save_model, self._path(fname))
+
+    def save_checkpoint(self, fname="checkpoint.pt", extra=None, keep_previous=True):
+        """Write the full training state; a relative ``fname`` goes into ``log_dir``. Returns the path.
 
         The state holds the actor and optimizer, hyperparameters (as hot-swapped), weight
         version, step/update/episode counters, recent returns, schedule positions, the hot-swap
-        log and the random states of this process, plus ``extra`` (e.g. the run's config).
-        Written to a temporary file and renamed, so an interrupted save never damages the
-        previous checkpoint. Returns the path.
+        log and the random states of this process (torch, CUDA, numpy, Python, and the
+        actor's numpy generators), plus ``extra`` (e.g. the run's config). Everything is
+        stored in plain types (``pytorchrl.checkpoint.to_plain``) so that ``load_checkpoint``
+        reads it without executing code from the file.
+
+        The file is written to a temporary name, flushed to the disk and renamed (see
+        ``pytorchrl.checkpoint.write_atomically``): a failed or interrupted save never
+        damages the previous checkpoint.
+
+        Parameters
+        ----------
+        fname : str
+            File name (relative: in ``log_dir``).
+        extra : object or None
+            Saved along (plain types: dicts, lists, numbers, strings, tensors), returned by
+            ``load_checkpoint``.
+        keep_previous : bool
+            Keep the checkpoint being replaced as ``<stem>.prev<ext>``
+            (``checkpoint.prev.pt``), a fallback should the newest one be damaged.
+
+        Raises
+        ------
+        pytorchrl.checkpoint.SaveError
+            The file could not be written (disk full, directory not writable); the previous
+            checkpoint is intact.
+        TypeError
+            ``extra`` (or a component's state) holds a value that cannot be stored in
+            plain types.
         """
-        path = fname if (os.path.isabs(fname) or not self.log_dir) else os.path.join(self.log_dir, fname)
+        path = self._path(fname)
         self.update_worker.sync_local_weights()
+        local = self.update_worker.local_worker
         state = {
-            "format": 1,
-            "worker": self.update_worker.local_worker.get_state(),
+            "format": ckpt.FORMAT,
+            "algorithm": _algorithm_name(local.algo),
+            "actor": type(local.actor).__name__,
+            "worker": local.get_state(),
             "learner": {"num_samples_collected": self.num_samples_collected, "num_updates": self.num_updates,
                         "num_episodes": self.num_episodes, "episodes": list(self._episodes),
                         "episode_lengths": list(self._episode_lengths), "test_reward": self.test_reward,
-                        "hot_swaps": list(self.hot_swaps), "elapsed": time.time() - self.start_time,
-                        "target_steps": self.target_steps},
-            "storage": self.update_worker.local_worker.storage.hyperparameters,
+                        "hot_swaps": [list(swap) for swap in self.hot_swaps],
+                        "elapsed": time.time() - self.start_time, "target_steps": self.target_steps},
+            "storage": dict(local.storage.hyperparameters),
             "schedules": [s.last_sent for s in self.schedules],
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+            # The actor's own generators (numpy acting samples from one) are part of the
+            # random state a resumed run must continue from.
+            "rng": {**ckpt.process_rng_state(), "actor": ckpt.generator_states(local.actor)},
             "extra": extra,
         }
-        tmp = path + ".tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-        return path
+        return ckpt.save_torch(ckpt.to_plain(state), path, keep_previous=keep_previous)
 
     def load_checkpoint(self, path):
         """Restore a state written by ``save_checkpoint`` and send the weights to every worker.
 
-        Counters continue where they stopped (``done()`` counts the steps already taken) and
-        hot-swapped values are re-applied on every worker. Returns the checkpoint's ``extra``.
+        Counters continue where they stopped (``done()`` counts the steps already taken),
+        hot-swapped values are re-applied on every worker and the random states restored.
+        The file is read with ``torch.load(weights_only=True)``: it cannot execute code.
+
+        Parameters
+        ----------
+        path : str
+            The checkpoint file.
+
+        Returns
+        -------
+        object
+            The checkpoint's ``extra``.
+
+        Raises
+        ------
+        pytorchrl.checkpoint.CheckpointError
+            A ValueError with a one-line cause: the file is missing or damaged
+            (``damaged`` is True; checked before anything is changed), of another format,
+            or saved by another algorithm, actor or network than this learner's (checked
+            before anything is changed where possible).
         """
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        if state.get("format") != 1:
-            raise ValueError(f"{path} is not a pytorchrl checkpoint")
-        self.update_worker.set_state(state["worker"])
-        for name, value in state["worker"]["algo"]["hyperparameters"].items():
-            self.update_worker.update_algorithm_parameter(name, value)
-        for name, value in state.get("storage", {}).items():
-            self.update_worker.update_storage_parameter(name, value)
-        ls = state["learner"]
-        self.num_samples_collected = ls["num_samples_collected"]
-        self.num_updates = ls["num_updates"]
-        self.num_episodes = ls["num_episodes"]
-        self._episodes.extend(ls["episodes"])
-        self._episode_lengths.extend(ls["episode_lengths"])
-        self.test_reward = ls["test_reward"]
-        self.hot_swaps = list(ls["hot_swaps"])
-        self.start_time = time.time() - ls["elapsed"]
-        self._fps_history = collections.deque([(time.perf_counter(), self.num_samples_collected)])
-        for sched, last in zip(self.schedules, state.get("schedules", [])):
-            sched.last_sent = last
-        rng = state["rng"]
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
+        state = ckpt.read_checkpoint(path)
+        local = self.update_worker.local_worker
+        try:
+            _check_fits(state, local.algo, local.actor, path)
+            self.update_worker.set_state(state["worker"])
+            for name, value in state["worker"]["algo"]["hyperparameters"].items():
+                self.update_worker.update_algorithm_parameter(name, value)
+            for name, value in state.get("storage", {}).items():
+                self.update_worker.update_storage_parameter(name, value)
+            ls = state["learner"]
+            self.num_samples_collected = ls["num_samples_collected"]
+            self.num_updates = ls["num_updates"]
+            self.num_episodes = ls["num_episodes"]
+            self._episodes.clear()
+            self._episodes.extend(ls["episodes"])
+            self._episode_lengths.clear()
+            self._episode_lengths.extend(ls["episode_lengths"])
+            self.test_reward = ls["test_reward"]
+            self.hot_swaps = [tuple(swap) for swap in ls["hot_swaps"]]
+            self.start_time = time.time() - ls["elapsed"]
+            self._fps_history = collections.deque([(time.perf_counter(), self.num_samples_collected)])
+            for sched, last in zip(self.schedules, state.get("schedules", [])):
+                sched.last_sent = last
+            ckpt.set_generator_states(local.actor, state["rng"]["actor"], "actor")
+            ckpt.set_process_rng_state(state["rng"])
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
+            if isinstance(exc, ckpt.CheckpointError):
+                raise
+            # A state dict of another shape, or a hyperparameter this algorithm refuses.
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            raise ckpt.CheckpointError(path, f"does not fit this run: {detail[:300]}") from None
         return state.get("extra")
 
     def evaluate(self, num_episodes=None):
@@ -322,6 +378,44 @@ class Learner:
     def __exit__(self, *exc):
         self.stop()
         return False
+
+
+def _algorithm_name(algo):
+    return getattr(algo, "name", None) or type(algo).__name__
+
+
+def _check_fits(state, algo, actor, path):
+    """Raise CheckpointError unless ``state`` was saved by the same algorithm and actor
+    class with a network of the same parameters (names and shapes) and the same random
+    generators as ``actor``'s; done
+    before anything is loaded, so that a mismatch changes nothing (``path``: the file, for
+    the message)."""
+    saved, mine = state.get("algorithm"), _algorithm_name(algo)
+    if saved != mine:
+        raise ckpt.CheckpointError(path, f"saved by algorithm {saved}; this run's algorithm is {mine}")
+    if state.get("actor") != type(actor).__name__:
+        raise ckpt.CheckpointError(path, f"saved with actor {state.get('actor')}; this run's actor is "
+                                         f"{type(actor).__name__}")
+    saved_params = state["worker"]["algo"]["actor"]
+    own = actor.state_dict()
+    missing = [k for k in own if k not in saved_params]
+    unexpected = [k for k in saved_params if k not in own]
+    if missing or unexpected:
+        parts = ([f"this run's actor has {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
+                  f" which the checkpoint lacks"] if missing else []) + \
+                ([f"the checkpoint has {', '.join(unexpected[:3])}{' ...' if len(unexpected) > 3 else ''}"
+                  f" which this run's actor lacks"] if unexpected else [])
+        raise ckpt.CheckpointError(path, f"its network does not match this run's actor: {'; '.join(parts)}")
+    for key, value in own.items():
+        other = saved_params[key]
+        if tuple(getattr(other, "shape", ())) != tuple(value.shape):
+            raise ckpt.CheckpointError(path, f"its network does not match this run's actor: {key} has shape "
+                                             f"{tuple(other.shape)} in the checkpoint, {tuple(value.shape)} here")
+    saved_rngs, own_rngs = sorted(state["rng"]["actor"]), sorted(ckpt.generator_states(actor))
+    if saved_rngs != own_rngs:
+        # Resuming without them would draw other actions than the saved run: not silently.
+        raise ckpt.CheckpointError(path, f"the actor's random generators ({', '.join(own_rngs) or 'none'}) are "
+                                         f"not those saved ({', '.join(saved_rngs) or 'none'})")
 
 
 __all__ = ["Learner"]

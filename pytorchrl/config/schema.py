@@ -331,6 +331,9 @@ SECTIONS = {
         "save_every": Key("number", 300.0, "Seconds between checkpoints (model and full state) while "
                                            "training; null: only at the end and on Ctrl-C.",
                           low=0.0, low_inclusive=False),
+        "save_every_steps": Key("int", None, "Also save a checkpoint each time the env steps pass a multiple "
+                                             "of this (either interval triggers a save; null: time only).",
+                                low=1),
         "tensorboard": Key("bool", True, "Write TensorBoard event files under <run_dir>/tensorboard "
                                          "(skipped with a warning when tensorboard is not installed)."),
         "final_eval": Key("bool", True, "After training, evaluate deterministically on the test "

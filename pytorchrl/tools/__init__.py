@@ -2,22 +2,24 @@
 
 A run directory (``pytorchrl train`` makes one) holds:
 
-=====================  ==============================================================
-``config.yaml``        the resolved configuration (every default filled in)
-``metrics.csv``        one row every ``learner.log_every`` s and 1/200 of the run, a column per metric
-``tensorboard/``       the same metrics as TensorBoard event files, plus the hot-swaps
-``hot_swaps.csv``      every parameter change (schedule, live ``pytorchrl set``, resume)
-``model.state_dict``   the actor's weights
-``checkpoint.pt``      the full training state (for ``pytorchrl resume``)
-``summary.yaml``       steps, time, final returns (at the end of a run)
-``monitor/``           one CSV line per finished episode
-``control/``           live-control requests and their acknowledgements
-=====================  ==============================================================
+======================  ==============================================================
+``config.yaml``         the resolved configuration (every default filled in)
+``metrics.csv``         one row every ``learner.log_every`` s and 1/200 of the run, a column per metric
+``tensorboard/``        the same metrics as TensorBoard event files, plus the hot-swaps
+``hot_swaps.csv``       every parameter change (schedule, live ``pytorchrl set``, resume)
+``model.state_dict``    the actor's weights
+``checkpoint.pt``       the full training state (for ``pytorchrl resume``)
+``checkpoint.prev.pt``  the checkpoint saved before it (used by ``resume`` if the newest is damaged)
+``summary.yaml``        steps, time, final returns (at the end of a run)
+``monitor/``            one CSV line per finished episode
+``control/``            live-control requests and their acknowledgements
+======================  ==============================================================
 
 Modules: :mod:`~pytorchrl.tools.metrics` (CSV and TensorBoard logs),
 :mod:`~pytorchrl.tools.progress` (the progress line), :mod:`~pytorchrl.tools.control`
 (live control of a running job), :mod:`~pytorchrl.tools.evaluate` and
-:mod:`~pytorchrl.tools.plot` (what ``pytorchrl evaluate`` and ``pytorchrl plot`` do).
+:mod:`~pytorchrl.tools.plot` (what ``pytorchrl evaluate`` and ``pytorchrl plot`` do),
+:mod:`~pytorchrl.tools.session` (a training job: ``pytorchrl train`` and ``resume``).
 """
 
 #: File names inside a run directory.
@@ -27,7 +29,9 @@ HOT_SWAPS = "hot_swaps.csv"
 TENSORBOARD = "tensorboard"
 MODEL = "model.state_dict"
 CHECKPOINT = "checkpoint.pt"
+PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"   # pytorchrl.checkpoint.previous_path(CHECKPOINT)
 SUMMARY = "summary.yaml"
 CONTROL = "control"
 
-__all__ = ["CONFIG", "METRICS", "HOT_SWAPS", "TENSORBOARD", "MODEL", "CHECKPOINT", "SUMMARY", "CONTROL"]
+__all__ = ["CONFIG", "METRICS", "HOT_SWAPS", "TENSORBOARD", "MODEL", "CHECKPOINT", "PREVIOUS_CHECKPOINT",
+           "SUMMARY", "CONTROL"]

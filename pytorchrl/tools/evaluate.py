@@ -9,11 +9,11 @@ Pillow (or imageio), MP4 with imageio and imageio-ffmpeg.
 import importlib
 import importlib.util
 import os
-import pickle
 
 import numpy as np
 import torch
 
+from pytorchrl.checkpoint import CheckpointError, read_torch
 from pytorchrl.tools import CONFIG, MODEL
 
 #: Video formats and the packages that write them (the first available is used).
@@ -123,7 +123,8 @@ def build_policy(config, model_path, render=False):
     config : dict
         Resolved configuration of the run.
     model_path : str
-        ``model.state_dict`` written by the run.
+        ``model.state_dict`` written by the run, or one of its checkpoints
+        (``checkpoint.pt``, ``checkpoint.prev.pt``), whose actor weights are used.
     render : bool
         Build the environment with ``render_mode="rgb_array"``.
 
@@ -152,11 +153,14 @@ def build_policy(config, model_path, render=False):
     _, algorithm_name = build_algorithm_factory(config)
     actor = build_actor_factory(config, env.observation_space, env.action_space, algorithm_name)("cpu")
     try:
-        weights = torch.load(model_path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        # weights_only: tensors and plain values only, no code from the file is executed.
+        weights = read_torch(model_path, "model")
+    except CheckpointError as exc:
         env.close()
-        raise EvaluationError(f"cannot read {model_path}: not a saved model (or damaged): "
-                              f"{type(exc).__name__}") from None
+        raise EvaluationError(f"cannot read {model_path}: not a saved model (or damaged): {exc.cause}") from None
+    if isinstance(weights, dict) and "format" in weights and "worker" in weights:
+        # A full checkpoint (checkpoint.pt, checkpoint.prev.pt): the actor's weights in it.
+        weights = weights["worker"]["algo"]["actor"]
     try:
         actor.load_state_dict(weights)
     except (RuntimeError, KeyError, TypeError, AttributeError) as exc:
@@ -237,7 +241,8 @@ def evaluate_run(run_dir, episodes=10, video=None, video_episodes=1, seed=None, 
     seed : int or None
         Seed of the environment (None: the run's seed + 1000, away from training's seeds).
     model : str or None
-        Weights to load (default: ``<run_dir>/model.state_dict``).
+        Weights to load (default: ``<run_dir>/model.state_dict``): a saved model or a
+        checkpoint of the run.
     on_episode : callable or None
         ``on_episode(index, return, length)`` after each episode.
 
