@@ -30,11 +30,20 @@ class Learner:
     schedules : list of Schedule or None
         Planned parameter changes (see ``pytorchrl.schedules``), applied between updates
         through the same hot-swap path as ``update_algorithm_parameter``.
+    checkpoint_replay : bool
+        Save the contents of the (local gradient worker's) replay storage in checkpoints,
+        so that a resumed run continues with them; costs the buffer's size on disk. Only
+        for replay storages.
     """
 
-    def __init__(self, scheme, target_steps, log_dir=None, schedules=None):
+    def __init__(self, scheme, target_steps, log_dir=None, schedules=None, checkpoint_replay=False):
         if not isinstance(target_steps, (int, np.integer)) or target_steps < 1:
             raise ValueError(f"target_steps must be a positive integer, got {target_steps!r}")
+        storage = scheme.update_worker.local_worker.storage
+        if checkpoint_replay and not hasattr(storage, "state_dict"):
+            raise ValueError(f"checkpoint_replay needs a replay storage; {type(storage).__name__} keeps no "
+                             f"replay between updates")
+        self.checkpoint_replay = bool(checkpoint_replay)
         self.scheme = scheme
         self.update_worker = scheme.update_worker
         self.target_steps = int(target_steps)
@@ -304,6 +313,10 @@ class Learner:
             "rng": {**ckpt.process_rng_state(), "actor": ckpt.generator_states(local.actor)},
             "extra": extra,
         }
+        if self.checkpoint_replay:
+            # The replay's contents, counters and sampling state: a resumed run samples
+            # from the same transitions (local gradient worker's replay only).
+            state["replay"] = {"contents": local.storage.state_dict(), "rng": ckpt.generator_states(local.storage)}
         return ckpt.save_torch(ckpt.to_plain(state), path, keep_previous=keep_previous)
 
     def load_checkpoint(self, path):
@@ -356,6 +369,9 @@ class Learner:
                 sched.last_sent = last
             ckpt.set_generator_states(local.actor, state["rng"]["actor"], "actor")
             ckpt.set_process_rng_state(state["rng"])
+            if "replay" in state and hasattr(local.storage, "load_state_dict"):
+                local.storage.load_state_dict(state["replay"]["contents"])
+                ckpt.set_generator_states(local.storage, state["replay"]["rng"], "storage")
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
             if isinstance(exc, ckpt.CheckpointError):
                 raise
@@ -397,7 +413,7 @@ def _check_fits(state, algo, actor, path):
         raise ckpt.CheckpointError(path, f"saved with actor {state.get('actor')}; this run's actor is "
                                          f"{type(actor).__name__}")
     saved_params = state["worker"]["algo"]["actor"]
-    own = actor.state_dict()
+    own = algo.get_weights()   # the actor's and the learner's own networks (targets)
     missing = [k for k in own if k not in saved_params]
     unexpected = [k for k in saved_params if k not in own]
     if missing or unexpected:

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.actors import OnPolicyActor
+from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import STORAGES
@@ -77,14 +77,35 @@ def build_algorithm_factory(config):
 
 
 def build_actor_factory(config, obs_space, action_space, algorithm_name):
-    """Actor factory of the ``actor`` section for these spaces and algorithm."""
+    """Actor factory of the ``actor`` section for these spaces and algorithm: an
+    ``OnPolicyActor`` for PPO/A2C, an ``OffPolicyActor`` for the others."""
     actor = config["actor"]
-    return OnPolicyActor.create_factory(
-        obs_space, action_space, algorithm_name,
-        feature_extractor_network=FEATURE_EXTRACTORS[actor["feature_extractor"]],
-        feature_extractor_kwargs={"hidden_sizes": list(actor["hidden_sizes"]), "activation": actor["activation"]},
-        shared_policy_value_network=actor["shared_policy_value_network"],
-        ortho_init=actor["ortho_init"], log_std_init=actor["log_std_init"])
+    on_policy = ALGORITHMS[algorithm_name].on_policy
+    name = actor["feature_extractor"]
+    if name == "auto":
+        name = "cnn" if is_image_space(obs_space) else "mlp"
+    mlp_kwargs = {"hidden_sizes": list(actor["hidden_sizes"] or ([64, 64] if on_policy else [256, 256])),
+                  "activation": actor["activation"] or ("tanh" if on_policy else "relu")}
+    if on_policy:
+        if name == "mlp":
+            extractor, kwargs = FEATURE_EXTRACTORS["mlp"], mlp_kwargs
+        else:
+            extractor, kwargs = FEATURE_EXTRACTORS[name], {}
+        return OnPolicyActor.create_factory(
+            obs_space, action_space, algorithm_name, feature_extractor_network=extractor,
+            feature_extractor_kwargs=kwargs, shared_policy_value_network=actor["shared_policy_value_network"],
+            ortho_init=actor["ortho_init"], log_std_init=actor["log_std_init"])
+    return OffPolicyActor.create_factory(
+        obs_space, action_space, algorithm_name, noise=actor["noise"],
+        obs_feature_extractor=None if name == "mlp" else FEATURE_EXTRACTORS[name],
+        common_feature_extractor_kwargs=mlp_kwargs, num_critics=actor["num_critics"],
+        noise_kwargs={"sigma": actor["noise_sigma"]}, dueling=actor["dueling"])
+
+
+def is_image_space(space):
+    """True for a Box of uint8 frames (C, H, W) with H, W > 4: what CNNs are for."""
+    return getattr(space, "dtype", None) == np.uint8 and len(getattr(space, "shape", ()) or ()) == 3 \
+        and min(space.shape[1:]) > 4
 
 
 def build_storage_factory(config):
@@ -160,7 +181,7 @@ def build_learner(config, log_dir=None):
     scheme = build_scheme(config, log_dir)
     try:
         return Learner(scheme, config["learner"]["target_steps"], log_dir=log_dir,
-                       schedules=build_schedules(config))
+                       schedules=build_schedules(config), checkpoint_replay=config["learner"]["checkpoint_replay"])
     except BaseException:
         scheme.stop()
         raise

@@ -25,8 +25,9 @@ Example::
 import inspect
 import re
 
-from pytorchrl.agent.actors import OnPolicyActor
-from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS, MLP
+from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
+from pytorchrl.agent.actors.feature_extractors import get_feature_extractor
+from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import STORAGES
@@ -59,8 +60,13 @@ KINDS = {
     "any": "a value",
 }
 
-#: Feature extractors by configuration name.
-FEATURE_EXTRACTORS = {"mlp": MLP}
+#: Feature extractors by configuration name ("auto": MLP for flat observations, CNN for images).
+FEATURE_EXTRACTORS = {name: get_feature_extractor(name) for name in ("mlp", "cnn", "fixup")}
+
+#: Keys of the ``actor`` section that only one family of algorithms uses: given for the
+#: other family they are refused (they would have no effect).
+ON_POLICY_ACTOR_KEYS = ("shared_policy_value_network", "ortho_init", "log_std_init")
+OFF_POLICY_ACTOR_KEYS = ("noise", "noise_sigma", "num_critics", "dueling")
 
 #: Keys accepted in ``scheme.*_workers_resources``: the arguments of ``Worker.as_remote``.
 RESOURCE_KEYS = tuple(n for n in inspect.signature(Worker.as_remote).parameters if n != "cls")
@@ -283,16 +289,27 @@ SECTIONS = {
                                      "hyperparameters.", choices=tuple(ALGORITHMS)),
     },
     "actor": {
-        "feature_extractor": Key("str", "mlp", "Network between observations and the policy/value heads.",
-                                 choices=tuple(FEATURE_EXTRACTORS)),
-        "hidden_sizes": Key("int_list", [64, 64], "Width of each hidden layer of the MLP.", low=1),
-        "activation": Key("str", "tanh", "Non-linearity of the MLP.", choices=tuple(ACTIVATIONS)),
+        "feature_extractor": Key("str", "auto", "Network applied to observations: mlp, cnn (Nature DQN), "
+                                                "fixup (IMPALA ResNet); auto: cnn for image observations, "
+                                                "mlp otherwise.", choices=("auto",) + tuple(FEATURE_EXTRACTORS)),
+        "hidden_sizes": Key("int_list", None, "Width of each hidden layer of the MLP (after the CNN for "
+                                              "images); null: [64, 64] for PPO/A2C, [256, 256] for the "
+                                              "off-policy algorithms.", low=1),
+        "activation": Key("str", None, "Non-linearity of the MLP; null: tanh for PPO/A2C, relu for the "
+                                       "off-policy algorithms.", choices=tuple(ACTIVATIONS)),
         "shared_policy_value_network": derived(OnPolicyActor, "shared_policy_value_network"),
         "ortho_init": derived(OnPolicyActor, "ortho_init"),
         "log_std_init": derived(OnPolicyActor, "log_std_init"),
+        "noise": derived(OffPolicyActor, "noise", kind="str", choices=("Gauss", "OU", "NoNoise"),
+                         doc="Exploration noise of DDPG and TD3 (null: Gauss)."),
+        "noise_sigma": Key("number", 0.1, "Scale of that noise, in units of half the action range "
+                                          "(DDPG, TD3).", low=0.0),
+        "num_critics": derived(OffPolicyActor, "num_critics", low=1),
+        "dueling": derived(OffPolicyActor, "dueling"),
     },
     "storage": {
-        "name": Key("str", "GAEBuffer", "Storage; the other keys of this section are its parameters.",
+        "name": Key("str", None, "Storage; the other keys of this section are its parameters (null: "
+                                 "GAEBuffer for PPO/A2C, ReplayBuffer for the off-policy algorithms).",
                     choices=tuple(STORAGES)),
     },
     "scheme": {
@@ -334,6 +351,7 @@ SECTIONS = {
         "save_every_steps": Key("int", None, "Also save a checkpoint each time the env steps pass a multiple "
                                              "of this (either interval triggers a save; null: time only).",
                                 low=1),
+        "checkpoint_replay": derived(Learner, "checkpoint_replay"),
         "tensorboard": Key("bool", True, "Write TensorBoard event files under <run_dir>/tensorboard "
                                          "(skipped with a warning when tensorboard is not installed)."),
         "final_eval": Key("bool", True, "After training, evaluate deterministically on the test "

@@ -270,6 +270,44 @@ def _expand_preset(data):
     return resolve_scheme_section(data)
 
 
+def _with_default_storage(data, algorithm_name):
+    """The ``storage`` section with its name filled in when absent: the storage family
+    the algorithm learns from (on-policy rollouts or replay)."""
+    if isinstance(data, dict) and data.get("name") is not None:
+        return data
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    name = "GAEBuffer" if ALGORITHMS[algorithm_name].on_policy else "ReplayBuffer"
+    return {**(data or {}), "name": name} if isinstance(data, dict) or data is None else data
+
+
+def _check_families(config, raw):
+    """Refuse a storage of the other family than the algorithm's, and actor keys that the
+    algorithm's actor does not have (they would have no effect)."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    from pytorchrl.agent.storages import STORAGES, ReplayBuffer
+    algo = config["algorithm"]["name"]
+    on_policy = ALGORITHMS[algo].on_policy
+    storage = config["storage"]["name"]
+    if issubclass(STORAGES[storage], ReplayBuffer) == on_policy:
+        wanted = "an on-policy storage (GAEBuffer, VanillaOnPolicyBuffer)" if on_policy else \
+            "a replay storage (ReplayBuffer, NStepReplayBuffer, PERBuffer)"
+        raise ConfigError("storage.name", f"{algo} learns from {wanted}, got {storage!r}")
+    given = raw.get("actor") if isinstance(raw.get("actor"), dict) else {}
+    other = schema.OFF_POLICY_ACTOR_KEYS if on_policy else schema.ON_POLICY_ACTOR_KEYS
+    for key in other:
+        # A resolved configuration (config.yaml of a run) holds every key at its default:
+        # only a value that would change something is refused.
+        if key in given and given[key] != SECTIONS["actor"][key].default:
+            family = "off-policy algorithms (DDQN, DDPG, TD3, SAC)" if on_policy else "PPO and A2C"
+            raise ConfigError(f"actor.{key}", f"applies to {family}; {algo} has no use for it")
+    if config["learner"]["checkpoint_replay"] and on_policy:
+        raise ConfigError("learner.checkpoint_replay", f"{algo} keeps no replay to save (on-policy)")
+    if config["actor"]["dueling"] and algo != "DDQN":
+        raise ConfigError("actor.dueling", f"a dueling Q-network is for DDQN, not {algo}")
+    if given.get("noise") is not None and algo not in ("DDPG", "TD3"):
+        raise ConfigError("actor.noise", f"exploration noise is for DDPG and TD3; {algo} explores otherwise")
+
+
 def _check_consistency(config):
     scheme_cfg = config["scheme"]
     if scheme_cfg["decentralized_update_execution"] and scheme_cfg["grad_workers_communication"] != "sync":
@@ -333,12 +371,14 @@ def validate_config(raw):
         if section == "algorithm":
             config[section] = _check_named_section(data, SECTIONS[section]["name"], schema.algorithm_keys, section)
         elif section == "storage":
+            data = _with_default_storage(data, config["algorithm"]["name"])
             config[section] = _check_named_section(data, SECTIONS[section]["name"], schema.storage_keys, section)
         elif section == "scheme":
             config[section] = check_mapping(_expand_preset(data), SECTIONS[section], section)
         elif section != "schedules":
             config[section] = check_mapping(data, SECTIONS[section], section)
     config["schedules"] = _check_schedules(raw.get("schedules"), config)
+    _check_families(config, raw)
     _check_consistency(config)
     check_env_id(config["env"]["id"])
     return config

@@ -11,7 +11,6 @@ import importlib.util
 import os
 
 import numpy as np
-import torch
 
 from pytorchrl.checkpoint import CheckpointError, read_torch
 from pytorchrl.tools import CONFIG, MODEL
@@ -161,6 +160,9 @@ def build_policy(config, model_path, render=False):
     if isinstance(weights, dict) and "format" in weights and "worker" in weights:
         # A full checkpoint (checkpoint.pt, checkpoint.prev.pt): the actor's weights in it.
         weights = weights["worker"]["algo"]["actor"]
+    if isinstance(weights, dict):
+        # The learner's weights hold its own networks too (targets: "algo.<name>.*").
+        weights = {k: v for k, v in weights.items() if not str(k).startswith("algo.")}
     try:
         actor.load_state_dict(weights)
     except (RuntimeError, KeyError, TypeError, AttributeError) as exc:
@@ -187,7 +189,7 @@ def run_episodes(env, actor, episodes, seed=None, video=None, video_episodes=1, 
     ----------
     env : gymnasium.Env
         The environment (built with ``render_mode="rgb_array"`` when filming).
-    actor : OnPolicyActor
+    actor : Actor
         The policy; its mode is used as action.
     episodes : int
         Episodes to run.
@@ -209,9 +211,7 @@ def run_episodes(env, actor, episodes, seed=None, video=None, video_episodes=1, 
             video.add(_render(env))
         total, length, done = 0.0, 0, False
         while not done:
-            with torch.inference_mode():
-                _, action, _, _ = actor.get_action(torch.as_tensor(np.asarray(obs)[None]), deterministic=True)
-            action = action.cpu().numpy()[0]
+            action = actor.act(np.asarray(obs)[None], None, deterministic=True)[0][0]
             obs, reward, terminated, truncated, _ = env.step(int(action.reshape(-1)[0]) if discrete else action)
             total += float(reward)
             length += 1

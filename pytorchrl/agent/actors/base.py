@@ -190,12 +190,3 @@ class Actor(nn.Module):
         state = self.__dict__.copy()
         state["_acting"] = None
         return state
-
-    # ------------------------------------------------------------------- rng state
-    def get_rng_state(self):
-        """State of the acting randomness (a plain dict, for checkpoints)."""
-        return self.np_rng.bit_generator.state
-
-    def set_rng_state(self, state):
-        """Restore a state produced by ``get_rng_state``."""
-        self.np_rng.bit_generator.state = state

@@ -317,11 +317,10 @@ class Algorithm(ABC):
 
     def state_dict(self):
         """Full state for checkpoints: weights (learner modules included), optimizers,
-        hyperparameters, update count and the actor's acting randomness."""
+        hyperparameters and update count (random generators are the learner's part)."""
         return {"actor": self.get_weights(),
                 "optimizers": {n: o.state_dict() for n, o in self.optimizers.items()},
-                "hyperparameters": self.hyperparameters, "updates_applied": self.updates_applied,
-                "actor_rng": self.actor.get_rng_state() if hasattr(self.actor, "get_rng_state") else None}
+                "hyperparameters": self.hyperparameters, "updates_applied": self.updates_applied}
 
     def load_state_dict(self, state):
         """Restore a state produced by ``state_dict``."""
@@ -334,8 +333,6 @@ class Algorithm(ABC):
                 setattr(self, name, value)
         self._sync_optimizers()
         self.updates_applied = state.get("updates_applied", state.get("num_updates", 0))
-        if state.get("actor_rng") is not None and hasattr(self.actor, "set_rng_state"):
-            self.actor.set_rng_state(state["actor_rng"])
 
 
 def make_adam(params, lr, eps=1e-8):
