@@ -118,6 +118,7 @@ class ReplayBuffer(Storage):
         self.num_items = 0        # transitions held (<= size)
         self.num_inserted = 0     # transitions received since the start
         self._stages = 0          # update stages granted so far
+        self._last_stage = 0      # num_inserted at the boundary of the last stage granted
         self._credits = 0         # mini-batches granted and not yet served
         self.rng = np.random.default_rng(int(torch.randint(0, 2 ** 31 - 1, ()).item()))
 
@@ -193,6 +194,7 @@ class ReplayBuffer(Storage):
                   for key in _TRANSITION_KEYS}
         if self._arrays is None:
             self._arrays = {key: np.zeros((self.size,) + v.shape[1:], dtype=v.dtype) for key, v in arrays.items()}
+        received = m       # all of them count for the replay schedule
         if m > self.size:  # more than fits: only the newest survive anyway
             arrays = {key: v[m - self.size:] for key, v in arrays.items()}
             m = self.size
@@ -202,19 +204,26 @@ class ReplayBuffer(Storage):
         self._on_insert(idx)
         self.pos = int((self.pos + m) % self.size)
         self.num_items = min(self.size, self.num_items + m)
-        self.num_inserted += m
+        self.num_inserted += received
         self._grant()
 
     def _grant(self):
-        """Grant ``num_updates`` mini-batches per ``update_every`` transitions inserted,
-        the first stage once ``start_steps`` are in."""
+        """Grant ``num_updates`` mini-batches each time ``update_every`` more transitions are
+        in, the first stage once ``start_steps`` (and at least ``update_every``) are in.
+
+        A stage boundary is fixed once reached and the next one placed ``update_every``
+        after it, so that a hot-swap of ``update_every`` or ``num_updates`` applies from the
+        next stage on (it neither grants past stages again nor withholds updates until the
+        total catches up with the new spacing)."""
         a = self.algorithm
-        if self.num_inserted < a.start_steps:
-            return
-        stages = 1 + (self.num_inserted - a.start_steps) // max(1, a.update_every)
-        if stages > self._stages:
-            self._credits += (stages - self._stages) * a.num_updates
-            self._stages = stages
+        every = max(1, a.update_every)
+        while True:
+            boundary = max(a.start_steps, every) if self._stages == 0 else self._last_stage + every
+            if self.num_inserted < boundary:
+                return
+            self._credits += a.num_updates
+            self._stages += 1
+            self._last_stage = boundary
 
     def ready(self):
         return self._credits > 0 and self.num_items > 0
@@ -255,7 +264,7 @@ class ReplayBuffer(Storage):
         return {"arrays": None if self._arrays is None else {k: torch.from_numpy(v.copy())
                                                              for k, v in self._arrays.items()},
                 "pos": self.pos, "num_items": self.num_items, "num_inserted": self.num_inserted,
-                "stages": self._stages, "credits": self._credits}
+                "stages": self._stages, "last_stage": self._last_stage, "credits": self._credits}
 
     def load_state_dict(self, state):
         """Restore ``state_dict``'s output."""
@@ -263,6 +272,11 @@ class ReplayBuffer(Storage):
         self._arrays = None if arrays is None else {k: v.numpy().copy() for k, v in arrays.items()}
         self.pos, self.num_items, self.num_inserted = state["pos"], state["num_items"], state["num_inserted"]
         self._stages, self._credits = state["stages"], state["credits"]
+        if "last_stage" in state:
+            self._last_stage = state["last_stage"]
+        else:  # saved before stage boundaries were kept: where the old rule placed the last one
+            a = self.algorithm
+            self._last_stage = a.start_steps + (self._stages - 1) * max(1, a.update_every) if self._stages else 0
         if self._arrays is not None:
             self._on_insert(np.arange(self.num_items))
 
