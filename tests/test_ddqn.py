@@ -276,6 +276,19 @@ def test_epsilon_and_warmup_reach_a_collector_with_the_acting_weights():
         # The collector's own algorithm never updates: it acts with what it was sent.
         collector.collect_data()
         assert float(collector.actor.epsilon) == pytest.approx(0.9 * 0.5 ** 3)
+        # ... and its acting (whatever path it chose on its first step) follows new buffers:
+        # epsilon 0 from the learner makes it act greedily with the learner's Q-network.
+        obs = np.random.default_rng(2).standard_normal((500, 4)).astype(np.float32)
+        greedy = learner.actor.act(obs, deterministic=True)[0]
+        learner.algo.update_algorithm_parameter("min_epsilon", 0.0)
+        learner.algo.update_algorithm_parameter("initial_epsilon", 0.0)
+        collector.set_weights(learner.get_weights(), version=4)
+        np.testing.assert_array_equal(collector.actor.act(obs)[0], greedy)
+        # and back to exploring when the learner says so
+        learner.algo.update_algorithm_parameter("initial_epsilon", 1.0)
+        learner.algo.update_algorithm_parameter("epsilon_decay", 1.0)
+        collector.set_weights(learner.get_weights(), version=5)
+        assert 0.3 < np.mean(collector.actor.act(obs)[0] != greedy) < 0.7
     finally:
         learner.stop()
         collector.stop()
@@ -346,7 +359,7 @@ class SquaredDDQN(DDQN):
     def compute_loss(self, batch):
         type(self).calls += 1
         loss = sum((p ** 2).sum() for p in self.actor.critics.parameters())
-        return loss, {"Loss": float(loss), "Custom": 1.0}
+        return loss, {"Loss": float(loss.detach()), "Custom": 1.0}
 
 
 def test_a_subclass_overriding_compute_loss_is_used():
