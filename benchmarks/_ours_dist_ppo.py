@@ -92,7 +92,7 @@ def _run(args, t_start, stamp_dir):
             lr=hp["lr"], eps=hp["adam_eps"], gamma=hp["gamma"], num_epochs=hp["num_epochs"],
             mini_batch_size=hp["minibatch_size"], clip_param=hp["clip_param"], entropy_coef=hp["entropy_coef"],
             value_loss_coef=value_loss_coef, max_grad_norm=hp["grad_clip"],
-            normalize_advantages=hp["normalize_advantages"])[0]
+            normalize_advantages=hp["normalize_advantages"], use_clipped_value_loss=False)[0]
 
     # Our value loss is 0.5 * MSE; the form is measured again after training (off the
     # start-up path, where its first autograd call would cost ~0.4 s) and the run refused

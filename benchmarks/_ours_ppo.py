@@ -59,7 +59,7 @@ def main():
                 lr=hp["lr"], eps=hp["adam_eps"], gamma=hp["gamma"], num_epochs=hp["n_epochs"],
                 mini_batch_size=hp["batch_size"], clip_param=hp["clip"], entropy_coef=hp["ent_coef"],
                 value_loss_coef=value_loss_coef, max_grad_norm=hp["max_grad_norm"],
-                normalize_advantages=hp["normalize_advantage"])[0]
+                normalize_advantages=hp["normalize_advantage"], use_clipped_value_loss=False)[0]
 
         # Same objective as SB3: vf_coef 0.5 on the plain MSE (ours is 0.5*MSE -> coef 1.0).
         scale = value_loss_scale(make_algo(1.0), actor_factory)

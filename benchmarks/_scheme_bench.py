@@ -92,7 +92,8 @@ def ppo_factories(env_fn, env_kwargs, vec_env_size, rollout, hidden=(32, 32), sh
     train, action_space, obs_space = VecEnv.create_factory(env_fn=env_fn, env_kwargs=env_kwargs,
                                                            vec_env_size=vec_env_size, seed=seed)
     algo, name = PPO.create_factory(lr=lr, num_epochs=num_epochs, num_mini_batch=num_mini_batch, gamma=0.99,
-                                    clip_param=0.2, entropy_coef=0.0, value_loss_coef=0.5, max_grad_norm=0.5)
+                                    clip_param=0.2, entropy_coef=0.0, value_loss_coef=0.5, max_grad_norm=0.5,
+                                    use_clipped_value_loss=False)
     actor = OnPolicyActor.create_factory(obs_space, action_space, name, feature_extractor_network=MLP,
                                          feature_extractor_kwargs={"hidden_sizes": list(hidden), "activation": "tanh"},
                                          shared_policy_value_network=shared)

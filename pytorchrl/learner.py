@@ -37,7 +37,10 @@ class Learner:
     """
 
     def __init__(self, scheme, target_steps, log_dir=None, schedules=None, checkpoint_replay=False):
-        if not isinstance(target_steps, (int, np.integer)) or target_steps < 1:
+        # 1e7 written in a script is a float: an integral float is the integer meant.
+        if isinstance(target_steps, (float, np.floating)) and float(target_steps).is_integer():
+            target_steps = int(target_steps)
+        if isinstance(target_steps, bool) or not isinstance(target_steps, (int, np.integer)) or target_steps < 1:
             raise ValueError(f"target_steps must be a positive integer, got {target_steps!r}")
         storage = scheme.update_worker.local_worker.storage
         if checkpoint_replay and not hasattr(storage, "state_dict"):

@@ -17,6 +17,8 @@ place) and nothing is copied back. Each is chosen once per actor, algorithm and 
 device), and tests/test_numpy_update.py and tests/test_actor.py check them against torch.
 """
 
+import math
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -156,6 +158,33 @@ class NumpyPolicy:
 
 # ------------------------------------------------------------------------ updates
 
+def clipped_value_error(value, ret, old_value=None, value_clip=None):
+    """(d loss / d value x N, loss) of the value loss 0.5 mean((v - R)^2), or of PPO's
+    clipped form when ``value_clip`` is given (see the module docstring). Works on torch
+    tensors and numpy arrays alike.
+
+    Parameters
+    ----------
+    value, ret : tensor or array (N, 1)
+        Value estimates and return targets.
+    old_value : tensor or array (N, 1) or None
+        Values when the data was collected (needed with ``value_clip``).
+    value_clip : float or None
+        Range of the value change; None: no clipping.
+    """
+    diff = value - ret
+    if value_clip is None:
+        return diff, 0.5 * (diff * diff).mean()
+    delta = value - old_value
+    clipped = old_value + delta.clip(-value_clip, value_clip)
+    diff_c = clipped - ret
+    use_unclipped = diff * diff >= diff_c * diff_c
+    inside = (delta >= -value_clip) & (delta <= value_clip)
+    grad = diff * use_unclipped + diff_c * (~use_unclipped & inside)
+    return grad, 0.5 * (diff * diff * use_unclipped + diff_c * diff_c * ~use_unclipped).mean()
+
+
+
 
 def limit_blas_threads():
     """Make numpy's BLAS single-threaded in this process.
@@ -194,52 +223,103 @@ class NumpyAdam:
     params : list of torch.nn.Parameter
         Parameters, in the actor's order.
     algo : Algorithm
-        Source of the learning rate and of Adam's ``eps`` (read at every step, so
-        hot-swaps apply at once).
+        Source of the learning rate (attribute ``lr_attr``) and of Adam's ``eps`` (its
+        ``eps``, 1e-8 when it has none), read at every step, so hot-swaps apply at once.
     betas : tuple of float
         Adam's decay rates.
+    lr_attr : str
+        The algorithm's hyperparameter holding this optimizer's learning rate (``lr_q``,
+        ``lr_pi``, ... for algorithms with several parameter groups).
     """
 
-    def __init__(self, params, algo, betas=(0.9, 0.999)):
+    def __init__(self, params, algo, betas=(0.9, 0.999), lr_attr="lr"):
         self.params = list(params)
-        self.views = [p.detach().numpy() for p in self.params]
         self.algo = algo
         self.betas = betas
+        self.lr_attr = lr_attr
         self.step_count = 0
-        self.exp_avg = [np.zeros_like(v) for v in self.views]
-        self.exp_avg_sq = [np.zeros_like(v) for v in self.views]
+        self.exp_avg = [np.zeros_like(p.detach().numpy()) for p in self.params]
+        self.exp_avg_sq = [np.zeros_like(p.detach().numpy()) for p in self.params]
+        self._views_of_params()
+
+    def _views_of_params(self):
+        self.views = [p.detach().numpy() for p in self.params]
+        self._scratch = None
+        # torch's fused Adam kernel on tensors sharing the arrays' memory: one pass over
+        # the parameters (numpy needs thirteen); the arithmetic is torch.optim.Adam(fused=True)'s.
+        self._fused = getattr(torch, "_fused_adam_", None) is not None and \
+            all(v.dtype == np.float32 for v in self.views)
+        if self._fused:
+            self._tensors = ([p.detach() for p in self.params], [torch.from_numpy(m) for m in self.exp_avg],
+                             [torch.from_numpy(v) for v in self.exp_avg_sq])
+            self._step_t = torch.zeros((), dtype=torch.float32)
+
+    def __getstate__(self):
+        # Views of the parameters are not copied (a copy would no longer be a view):
+        # a copy (deepcopy, pickle) takes them again from its own parameters.
+        return {k: v for k, v in self.__dict__.items() if k not in ("views", "_scratch", "_tensors", "_step_t")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._views_of_params()
+
+    @property
+    def lr(self):
+        """The learning rate (the algorithm's ``lr_attr``)."""
+        return float(getattr(self.algo, self.lr_attr))
 
     @property
     def eps(self):
         """Adam's epsilon (the algorithm's ``eps``)."""
-        return self.algo.eps
+        return float(getattr(self.algo, "eps", 1e-8))
 
     @property
     def param_groups(self):
         """torch.optim-style view of the hyper-parameters (they live in the algorithm: a
         hot-swap changes them there, and writes into this view are not needed)."""
-        return [{"lr": self.algo.lr, "betas": self.betas}]
+        return [{"lr": self.lr, "betas": self.betas, "eps": self.eps}]
 
     def step(self, grads=None):
         """One Adam step with ``grads`` (numpy arrays, parameter order; None: the
         parameters' ``.grad``)."""
-        if grads is None:
-            grads = [p.grad.detach().numpy() for p in self.params]
-        eps = self.algo.eps
-        b1, b2 = self.betas
         self.step_count += 1
+        b1, b2 = self.betas
+        if self._fused:
+            if grads is None:
+                grads = [p.grad for p in self.params]
+            else:
+                grads = [torch.as_tensor(g) for g in grads]
+            if all(g.dtype == torch.float32 and g.device.type == "cpu" for g in grads):
+                params, exp_avg, exp_avg_sq = self._tensors
+                self._step_t.fill_(float(self.step_count))
+                torch._fused_adam_(params, [g.detach() for g in grads], exp_avg, exp_avg_sq, [],
+                                   [self._step_t] * len(params), lr=self.lr, beta1=b1, beta2=b2,
+                                   weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)
+                return
+            grads = [g.detach().cpu().numpy() for g in grads]
+        elif grads is None:
+            grads = [p.grad.detach().numpy() for p in self.params]
+        eps = self.eps
         bc1 = 1.0 - b1 ** self.step_count
-        bc2_sqrt = np.sqrt(1.0 - b2 ** self.step_count)
-        step_size = self.algo.lr / bc1
-        for p, g, m, v in zip(self.views, grads, self.exp_avg, self.exp_avg_sq):
+        bc2_sqrt = math.sqrt(1.0 - b2 ** self.step_count)
+        step_size = self.lr / bc1
+        if self._scratch is None:
+            self._scratch = [np.zeros_like(v) for v in self.views]
+        for p, g, m, v, t in zip(self.views, grads, self.exp_avg, self.exp_avg_sq, self._scratch):
+            # Same operations as torch.optim.Adam's single-tensor step, without temporaries.
+            np.multiply(g, 1.0 - b1, out=t)
             m *= b1
-            m += (1.0 - b1) * g
+            m += t
+            np.multiply(g, g, out=t)
+            t *= 1.0 - b2
             v *= b2
-            v += (1.0 - b2) * g * g
-            denom = np.sqrt(v)
-            denom /= bc2_sqrt
-            denom += eps
-            p -= step_size * m / denom
+            v += t
+            np.sqrt(v, out=t)
+            t /= bc2_sqrt
+            t += eps
+            np.divide(m, t, out=t)
+            t *= step_size
+            p -= t
 
     def zero_grad(self, set_to_none=True):
         """Drop the parameters' gradients."""
@@ -251,7 +331,7 @@ class NumpyAdam:
         state = {i: {"step": torch.tensor(float(self.step_count)), "exp_avg": torch.from_numpy(m.copy()),
                      "exp_avg_sq": torch.from_numpy(v.copy())}
                  for i, (m, v) in enumerate(zip(self.exp_avg, self.exp_avg_sq))}
-        group = {"lr": self.algo.lr, "betas": self.betas, "eps": self.eps, "weight_decay": 0,
+        group = {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": 0,
                  "amsgrad": False, "params": list(range(len(self.params)))}
         return {"state": state, "param_groups": [group]}
 
@@ -260,6 +340,9 @@ class NumpyAdam:
         state = state_dict["state"]
         if not state:
             self.step_count = 0
+            for m, v in zip(self.exp_avg, self.exp_avg_sq):
+                m[...] = 0.0
+                v[...] = 0.0
             return
         self.step_count = int(float(state[0]["step"]))
         for i, (m, v) in enumerate(zip(self.exp_avg, self.exp_avg_sq)):
@@ -417,8 +500,10 @@ class NumpyActorCriticUpdate:
             g_logp = np.where(active, surr1, 0.0).astype(np.float32) / -n
             stats["ApproxKL"] = float(((ratio - 1) - log_ratio).mean())
             stats["ClipFraction"] = float((np.abs(ratio - 1) > clip).mean())
-        diff = value - ret
-        value_loss = 0.5 * float((diff * diff).mean())
+        vclip = algo.value_clip
+        diff, value_loss = clipped_value_error(value, ret, batch[prl.VAL].numpy() if vclip is not None else None,
+                                               vclip)
+        value_loss = float(value_loss)
         entropy = float(ent.mean())
         loss = pi_loss + algo.value_loss_coef * value_loss - algo.entropy_coef * entropy
 

@@ -190,3 +190,33 @@ class Actor(nn.Module):
         state = self.__dict__.copy()
         state["_acting"] = None
         return state
+
+    def load_restart_model(self, path):
+        """Load the weights of a saved model or of a full checkpoint into this actor.
+
+        Used for ``restart_model``. The file is read without executing code from it
+        (``weights_only``); a checkpoint's learner-only networks (``algo.*``) are left out.
+
+        Parameters
+        ----------
+        path : str
+            A ``model.state_dict`` saved by a run, or its ``checkpoint.pt``.
+
+        Raises
+        ------
+        ValueError
+            One line naming the file and the cause (unreadable, or another network).
+        """
+        from pytorchrl.checkpoint import read_torch
+        weights = read_torch(path, "model")
+        if isinstance(weights, dict) and "format" in weights and "worker" in weights:
+            weights = weights["worker"]["algo"]["actor"]
+        if not isinstance(weights, dict):
+            raise ValueError(f"{path} is not a saved model (a state dict)")
+        weights = {k: v for k, v in weights.items() if not str(k).startswith("algo.")}
+        try:
+            self.load_state_dict(weights)
+        except RuntimeError as exc:
+            detail = " ".join(str(exc).split())
+            raise ValueError(f"{path} does not match this {type(self).__name__}: {detail[:300]}") from None
+

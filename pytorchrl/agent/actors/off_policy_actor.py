@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pytorchrl.agent.actors.base import Actor
+from pytorchrl.agent.actors.base import Actor, say_once
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, get_activation
 from pytorchrl.agent.factory import ComponentFactory
 
@@ -35,6 +35,12 @@ ALGORITHM_NETWORKS = {"DDQN": ("q", None), "DQN": ("q", None), "DDPG": ("qsa", "
                       "TD3": ("qsa", "deterministic"), "SAC": ("qsa", "stochastic")}
 NOISES = (None, "Gauss", "OU", "NoNoise")
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+def _refuse_recurrent(recurrent_net, recurrent_nets=False):
+    if recurrent_net is not None or recurrent_nets:
+        raise NotImplementedError("recurrent off-policy actors are not available yet: build OffPolicyActor "
+                                  "without recurrent_net")
 
 
 class EnsembleMLP(nn.Module):
@@ -121,6 +127,8 @@ class OffPolicyActor(Actor):
         Recurrent memory; not available yet (a clear error if given).
     recurrent_net_kwargs : dict
         Keyword arguments of the recurrent network.
+    recurrent_nets : bool
+        Older pytorchrl scripts' switch for a recurrent actor (True: not available yet).
     obs_feature_extractor : nn.Module class or None
         Network applied to observations before the MLP (e.g. a CNN for images), built as
         ``obs_feature_extractor(input_space, **obs_feature_extractor_kwargs)``; one for
@@ -150,12 +158,10 @@ class OffPolicyActor(Actor):
                  sequence_overlap=0.5, recurrent_net=None, recurrent_net_kwargs=None, obs_feature_extractor=None,
                  obs_feature_extractor_kwargs=None, act_feature_extractor=None, act_feature_extractor_kwargs=None,
                  common_feature_extractor=MLP, common_feature_extractor_kwargs=None, num_critics=2,
-                 noise_kwargs=None, dueling=False):
+                 noise_kwargs=None, dueling=False, recurrent_nets=False):
         if algorithm_name not in ALGORITHM_NETWORKS:
             raise ValueError(f"OffPolicyActor serves {sorted(ALGORITHM_NETWORKS)}, not {algorithm_name!r}")
-        if recurrent_net is not None:
-            raise NotImplementedError("recurrent off-policy actors are not available yet: "
-                                      "build OffPolicyActor without recurrent_net")
+        _refuse_recurrent(recurrent_net, recurrent_nets)
         if noise not in NOISES:
             raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
         super().__init__(device, input_space, action_space, algorithm_name)
@@ -217,18 +223,17 @@ class OffPolicyActor(Actor):
         self.register_buffer("warmup", torch.tensor(1.0))    # 1: uniform random actions (before learning)
         self.to(self.device)
         if restart_model:
-            self.load_state_dict(torch.load(restart_model, map_location=self.device, weights_only=True))
+            self.load_restart_model(restart_model)
 
     @classmethod
     def create_factory(cls, input_space, action_space, algorithm_name="DDQN", noise=None, restart_model=None,
                        sequence_overlap=0.5, recurrent_net=None, recurrent_net_kwargs=None,
                        obs_feature_extractor=None, obs_feature_extractor_kwargs=None, act_feature_extractor=None,
                        act_feature_extractor_kwargs=None, common_feature_extractor=MLP,
-                       common_feature_extractor_kwargs=None, num_critics=2, noise_kwargs=None, dueling=False):
+                       common_feature_extractor_kwargs=None, num_critics=2, noise_kwargs=None, dueling=False,
+                       recurrent_nets=False):
         """Return a picklable ``factory(device)`` building an OffPolicyActor (parameters as in the class)."""
-        if recurrent_net is not None:
-            raise NotImplementedError("recurrent off-policy actors are not available yet: "
-                                      "build OffPolicyActor without recurrent_net")
+        _refuse_recurrent(recurrent_net, recurrent_nets)
         return ComponentFactory(
             cls, input_space=input_space, action_space=action_space, algorithm_name=algorithm_name, noise=noise,
             restart_model=restart_model, sequence_overlap=sequence_overlap, recurrent_net=recurrent_net,
@@ -322,6 +327,17 @@ class OffPolicyActor(Actor):
         if state is not None:
             state[env_indices] = 0.0
         return state
+
+    def build_fast_acting(self):
+        """The numpy acting program (``NumpyOffPolicyActing``: warm-up, epsilon-greedy,
+        squashed Gaussian or categorical sample, deterministic action with noise) when it
+        computes what ``act_torch`` does for this actor; None (said once) otherwise."""
+        from pytorchrl.agent.numpy_offpolicy import NumpyOffPolicyActing
+        acting, reason = NumpyOffPolicyActing.build(self)
+        if acting is None:
+            say_once(("numpy acting", type(self).__name__, reason),
+                     f"{type(self).__name__}: numpy acting not used ({reason}); acting in torch")
+        return acting
 
     def act_torch(self, obs, state=None, deterministic=False):
         n = obs.shape[0]

@@ -23,6 +23,21 @@ def _orthogonal_init(module, gain):
             nn.init.zeros_(m.bias)
 
 
+def default_feature_extractor(input_space):
+    """``CNN`` for image observations (uint8 frames (C, H, W)), ``MLP`` otherwise."""
+    from pytorchrl.agent.actors.feature_extractors.cnn import CNN
+    shape = getattr(input_space, "shape", None) or ()
+    if len(shape) == 3 and getattr(input_space, "dtype", None) == np.uint8 and min(shape[1:]) > 4:
+        return CNN
+    return MLP
+
+
+def _refuse_recurrent(recurrent_net):
+    if recurrent_net is not None:
+        raise NotImplementedError("recurrent on-policy actors are not available yet: build OnPolicyActor "
+                                  "without recurrent_net")
+
+
 class OnPolicyActor(Actor):
     """Policy and value function for on-policy algorithms.
 
@@ -41,9 +56,14 @@ class OnPolicyActor(Actor):
     algorithm_name : str
         Name of the algorithm the actor serves (checked for compatibility).
     restart_model : str or None
-        Path of a saved state dict to load after building.
-    feature_extractor_network : nn.Module class
-        Network mapping observations to features; built as
+        Path of a saved model (``model.state_dict``) or checkpoint to load after building.
+    recurrent_net : nn.Module class or None
+        Recurrent memory (``get_memory_network``); not available yet: a clear error if given.
+    recurrent_net_kwargs : dict or None
+        Keyword arguments of the recurrent network.
+    feature_extractor_network : nn.Module class or None
+        Network mapping observations to features (None: ``CNN`` for image observations,
+        ``MLP`` otherwise); built as
         ``feature_extractor_network(input_space, **feature_extractor_kwargs)`` and exposing
         ``num_outputs`` (or inferred by a dummy forward pass).
     feature_extractor_kwargs : dict
@@ -60,8 +80,12 @@ class OnPolicyActor(Actor):
     ON_POLICY_ALGORITHMS = ("PPO", "A2C")
 
     def __init__(self, device, input_space, action_space, algorithm_name="PPO", restart_model=None,
-                 feature_extractor_network=MLP, feature_extractor_kwargs=None,
-                 shared_policy_value_network=False, ortho_init=True, log_std_init=0.0):
+                 feature_extractor_network=None, feature_extractor_kwargs=None,
+                 shared_policy_value_network=True, ortho_init=True, log_std_init=0.0, recurrent_net=None,
+                 recurrent_net_kwargs=None):
+        _refuse_recurrent(recurrent_net)
+        if feature_extractor_network is None:
+            feature_extractor_network = default_feature_extractor(input_space)
         if algorithm_name not in self.ON_POLICY_ALGORITHMS:
             raise ValueError(f"OnPolicyActor serves {self.ON_POLICY_ALGORITHMS}, not {algorithm_name!r}")
         super().__init__(device, input_space, action_space, algorithm_name)
@@ -107,7 +131,7 @@ class OnPolicyActor(Actor):
         if self._low is not None:
             self._low, self._high = self._low.to(self.device), self._high.to(self.device)
         if restart_model:
-            self.load_state_dict(torch.load(restart_model, map_location=self.device))
+            self.load_restart_model(restart_model)
 
     @staticmethod
     def _num_outputs(net):
@@ -117,9 +141,11 @@ class OnPolicyActor(Actor):
 
     @classmethod
     def create_factory(cls, input_space, action_space, algorithm_name="PPO", restart_model=None,
-                       feature_extractor_network=MLP, feature_extractor_kwargs=None,
-                       shared_policy_value_network=False, ortho_init=True, log_std_init=0.0):
+                       feature_extractor_network=None, feature_extractor_kwargs=None,
+                       shared_policy_value_network=True, ortho_init=True, log_std_init=0.0, recurrent_net=None,
+                       recurrent_net_kwargs=None):
         """Return a picklable ``factory(device)`` building an OnPolicyActor (parameters as in the class)."""
+        _refuse_recurrent(recurrent_net)
         return ComponentFactory(cls, input_space=input_space, action_space=action_space,
                                 algorithm_name=algorithm_name, restart_model=restart_model,
                                 feature_extractor_network=feature_extractor_network,

@@ -58,6 +58,7 @@ class Algorithm(ABC):
         self.updates_applied = 0   # optimizer steps taken (the weight version of one learner)
         self._optimizers = None
         self._params = None
+        self._groups = None
 
     # ------------------------------------------------------------ parameters
     def parameter_groups(self):
@@ -73,8 +74,14 @@ class Algorithm(ABC):
         """Every parameter that gets a gradient, group after group: the order of the
         gradient lists that ``compute_gradients`` returns and ``apply_gradients`` takes."""
         if self._params is None:
-            self._params = [p for params in self.parameter_groups().values() for p in params]
+            self._params = [p for params in self._parameter_groups().values() for p in params]
         return self._params
+
+    def _parameter_groups(self):
+        """``parameter_groups()``, computed once (it runs at every update)."""
+        if self._groups is None:
+            self._groups = self.parameter_groups()
+        return self._groups
 
     # The optimizers are built on first use: collection workers act but never train, and
     # the first torch.optim optimizer of a process costs seconds (it imports torch._dynamo).
@@ -238,7 +245,7 @@ class Algorithm(ABC):
             for p in params:  # not optimizer.zero_grad: no optimizer is needed here
                 p.grad = None
             if isinstance(loss, dict):
-                groups = self.parameter_groups()
+                groups = self._parameter_groups()
                 todo = [(loss[g], groups[g]) for g in groups if loss.get(g) is not None]
                 for i, (group_loss, group_params) in enumerate(todo):
                     # Each loss trains its own group: the policy loss of SAC flows through
@@ -276,7 +283,7 @@ class Algorithm(ABC):
             for p, g in zip(params, gradients):
                 p.grad = None if g is None else g.to(p.device)
         max_norm = getattr(self, "max_grad_norm", None)
-        for name, group_params in self.parameter_groups().items():
+        for name, group_params in self._parameter_groups().items():
             if all(p.grad is None for p in group_params):
                 continue  # this group had no loss this update (TD3's delayed policy)
             if max_norm is not None and max_norm > 0:

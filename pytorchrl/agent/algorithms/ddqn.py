@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm
+from pytorchrl.agent.numpy_offpolicy import NumpyDDQNUpdate
 
 LOSSES = ("mse", "huber")
 
@@ -27,7 +28,7 @@ class DDQN(OffPolicyAlgorithm):
     eps : float
         Adam's epsilon.
     gamma, polyak, num_updates, update_every, start_steps, mini_batch_size,
-    target_update_interval, max_grad_norm, test_every, num_test_episodes
+    target_update_interval, max_grad_norm, test_every, num_test_episodes, numpy_update
         As in ``OffPolicyAlgorithm``.
     initial_epsilon : float
         Probability of a random action at the start.
@@ -40,15 +41,16 @@ class DDQN(OffPolicyAlgorithm):
     """
 
     name = "DDQN"
+    numpy_engine = NumpyDDQNUpdate
 
     def __init__(self, device, actor, envs=None, lr=1e-4, eps=1e-8, gamma=0.99, polyak=0.995, num_updates=50,
                  update_every=50, start_steps=20000, mini_batch_size=64, target_update_interval=1,
                  max_grad_norm=None, test_every=10, num_test_episodes=5, initial_epsilon=1.0, epsilon_decay=0.999,
-                 min_epsilon=0.05, loss="mse"):
+                 min_epsilon=0.05, loss="mse", numpy_update=True):
         super().__init__(device, actor, envs, gamma=gamma, polyak=polyak, num_updates=num_updates,
                          update_every=update_every, start_steps=start_steps, mini_batch_size=mini_batch_size,
                          target_update_interval=target_update_interval, max_grad_norm=max_grad_norm,
-                         test_every=test_every, num_test_episodes=num_test_episodes)
+                         test_every=test_every, num_test_episodes=num_test_episodes, numpy_update=numpy_update)
         if getattr(actor, "policy_kind", "x") is not None or not getattr(actor, "discrete", False):
             raise ValueError("DDQN needs an OffPolicyActor built for 'DDQN' (a Q-network over Discrete actions)")
         self.lr = float(lr)

@@ -14,17 +14,22 @@ Gradients used (N samples, p = softmax(logits), lp = log p, a = taken action, A 
   smaller one (or the ratio is inside the clipping range), 0 where the clipped one is.
 - A2C: d/d logp of -mean(logp A) is -A / N.
 - d/d logits of -c_e mean(H) is c_e p (lp + H) / N, with H = -sum p lp.
-- d/d value of c_v 0.5 mean((v - R)^2) is c_v (v - R) / N.
+- d/d value of c_v 0.5 mean((v - R)^2) is c_v (v - R) / N; with PPO's value clipping
+  (v_c = v_old + clip(v - v_old, -eps, eps), loss 0.5 max((v - R)^2, (v_c - R)^2)) it is
+  c_v (v - R) / N where the unclipped error is the larger one, c_v (v_c - R) / N where the
+  clipped one is and v - v_old lies inside the range, 0 elsewhere.
 """
 
 import torch
 import torch.nn.functional as F
 
+from pytorchrl.agent.numpy_engine import clipped_value_error
+
 
 class _CategoricalActorCriticLoss(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, logits, value, act, old_logp, adv, ret, clip, value_coef, entropy_coef):
+    def forward(ctx, logits, value, act, old_logp, adv, ret, clip, value_coef, entropy_coef, old_value, value_clip):
         n = logits.shape[0]
         lp = F.log_softmax(logits, dim=-1)
         p = lp.exp()
@@ -45,8 +50,7 @@ class _CategoricalActorCriticLoss(torch.autograd.Function):
             g_logp = torch.where(active, surr1, 0.0) / -n
             stats["ApproxKL"] = ((ratio - 1) - log_ratio).mean()
             stats["ClipFraction"] = ((ratio - 1).abs() > clip).float().mean()
-        diff = value - ret
-        value_loss = 0.5 * (diff * diff).mean()
+        diff, value_loss = clipped_value_error(value, ret, old_value, value_clip)
         entropy = ent.mean()
         loss = pi_loss + value_coef * value_loss - entropy_coef * entropy
 
@@ -62,10 +66,11 @@ class _CategoricalActorCriticLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, *unused):
         g_logits, g_value = ctx.saved_tensors
-        return g_logits * grad_loss, g_value * grad_loss, None, None, None, None, None, None, None
+        return g_logits * grad_loss, g_value * grad_loss, None, None, None, None, None, None, None, None, None
 
 
-def categorical_actor_critic_loss(logits, value, act, old_logp, adv, ret, clip, value_coef, entropy_coef):
+def categorical_actor_critic_loss(logits, value, act, old_logp, adv, ret, clip, value_coef, entropy_coef,
+                                  old_value=None, value_clip=None):
     """Loss of a categorical actor-critic in one autograd node.
 
     Parameters
@@ -86,6 +91,10 @@ def categorical_actor_critic_loss(logits, value, act, old_logp, adv, ret, clip, 
         PPO clipping range; None gives the A2C policy loss.
     value_coef, entropy_coef : float
         Weights of the value loss and of the entropy bonus.
+    old_value : torch.Tensor or None
+        Values (N, 1) when the data was collected (for ``value_clip``).
+    value_clip : float or None
+        PPO's clipping range of the value change; None: unclipped value loss.
 
     Returns
     -------
@@ -96,7 +105,8 @@ def categorical_actor_critic_loss(logits, value, act, old_logp, adv, ret, clip, 
     """
     out = _CategoricalActorCriticLoss.apply(logits, value, act.long(), old_logp, adv, ret,
                                             None if clip is None else float(clip),
-                                            float(value_coef), float(entropy_coef))
+                                            float(value_coef), float(entropy_coef), old_value,
+                                            None if value_clip is None else float(value_clip))
     loss, pi_loss, value_loss, entropy = out[:4]
     info = {"PolicyLoss": pi_loss, "ValueLoss": value_loss, "Entropy": entropy, "Loss": loss.detach()}
     if clip is not None:

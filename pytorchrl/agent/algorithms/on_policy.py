@@ -133,6 +133,9 @@ class OnPolicyAlgorithm(Algorithm):
         """Clipping range of the fused and numpy losses (None: unclipped)."""
         return None if self.fused_clip_param is None else getattr(self, self.fused_clip_param)
 
+    #: Range of PPO's value clipping (None: the value loss is not clipped).
+    value_clip = None
+
     def compute_loss(self, batch, fused=True):
         """Return (loss, info dict of floats) for one mini-batch.
 
@@ -151,7 +154,7 @@ class OnPolicyAlgorithm(Algorithm):
             logits, value = self.actor.logits_and_value(batch[OBS])
             loss, info = categorical_actor_critic_loss(
                 logits, value, batch[ACT], batch[LOGP], adv, batch[RET], self.fused_clip,
-                self.value_loss_coef, self.entropy_coef)
+                self.value_loss_coef, self.entropy_coef, batch.get(VAL), self.value_clip)
         else:
             loss, info = self._reference_loss(batch, adv)
         # One conversion for all the reported scalars instead of one per scalar.
@@ -161,7 +164,11 @@ class OnPolicyAlgorithm(Algorithm):
         logp, entropy, value = self.actor.evaluate_actions(batch[OBS], batch[ACT],
                                                            entropy_grad=self.entropy_coef != 0.0)
         pi_loss, info = self.policy_loss(logp, batch[LOGP], adv)
-        value_loss = 0.5 * (batch[RET] - value).pow(2).mean()
+        if self.value_clip is None:
+            value_loss = 0.5 * (batch[RET] - value).pow(2).mean()
+        else:
+            clipped = batch[VAL] + (value - batch[VAL]).clamp(-self.value_clip, self.value_clip)
+            value_loss = 0.5 * torch.max((value - batch[RET]).pow(2), (clipped - batch[RET]).pow(2)).mean()
         entropy = entropy.mean()
         loss = pi_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
         info = {"PolicyLoss": pi_loss.detach(), "ValueLoss": value_loss.detach(), "Entropy": entropy.detach(),

@@ -12,6 +12,10 @@ class PPO(OnPolicyAlgorithm):
     ----------
     clip_param : float
         Clipping range of the probability ratio.
+    use_clipped_value_loss : bool
+        Clip the change of the value estimate to ``clip_param`` around the value the data
+        was collected with, taking the larger of the clipped and unclipped errors
+        (pytorchrl's default; Stable-Baselines3's ``clip_range_vf=None`` is False).
 
     All other parameters are those of ``OnPolicyAlgorithm``.
     """
@@ -20,9 +24,9 @@ class PPO(OnPolicyAlgorithm):
     fused_clip_param = "clip_param"
 
     def __init__(self, device, actor, envs=None, lr=3e-4, eps=1e-5, gamma=0.99, num_epochs=4,
-                 num_mini_batch=4, mini_batch_size=None, clip_param=0.2, entropy_coef=0.0,
+                 num_mini_batch=1, mini_batch_size=None, clip_param=0.2, entropy_coef=0.0,
                  value_loss_coef=0.5, max_grad_norm=0.5, normalize_advantages=True,
-                 test_every=10, num_test_episodes=10, numpy_update=True):
+                 test_every=10, num_test_episodes=10, numpy_update=True, use_clipped_value_loss=True):
         super().__init__(device, actor, envs, lr=lr, eps=eps, gamma=gamma, num_epochs=num_epochs,
                          num_mini_batch=num_mini_batch, mini_batch_size=mini_batch_size,
                          entropy_coef=entropy_coef, value_loss_coef=value_loss_coef,
@@ -30,6 +34,12 @@ class PPO(OnPolicyAlgorithm):
                          test_every=test_every, num_test_episodes=num_test_episodes,
                          numpy_update=numpy_update)
         self.clip_param = float(clip_param)
+        self.use_clipped_value_loss = bool(use_clipped_value_loss)
+
+    @property
+    def value_clip(self):
+        """Range of the value clipping (``clip_param``), or None when it is off."""
+        return self.clip_param if self.use_clipped_value_loss else None
 
     def policy_loss(self, logp, old_logp, adv):
         """Clipped surrogate loss; info holds ApproxKL and ClipFraction as 0-d tensors."""

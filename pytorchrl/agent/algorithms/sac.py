@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm
+from pytorchrl.agent.numpy_offpolicy import NumpySACUpdate
 
 
 class _LogAlpha(nn.Module):
@@ -36,7 +37,7 @@ class SAC(OffPolicyAlgorithm):
     lr_alpha : float
         Learning rate of log(alpha).
     gamma, polyak, num_updates, update_every, start_steps, mini_batch_size,
-    target_update_interval, max_grad_norm, test_every, num_test_episodes
+    target_update_interval, max_grad_norm, test_every, num_test_episodes, numpy_update
         As in ``OffPolicyAlgorithm``.
     initial_alpha : float
         Entropy coefficient at the start.
@@ -46,15 +47,17 @@ class SAC(OffPolicyAlgorithm):
     """
 
     name = "SAC"
+    numpy_engine = NumpySACUpdate
     group_lr = {"q": "lr_q", "pi": "lr_pi", "alpha": "lr_alpha"}
 
     def __init__(self, device, actor, envs=None, lr_q=3e-4, lr_pi=3e-4, lr_alpha=3e-4, gamma=0.99, polyak=0.995,
                  num_updates=1, update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=1,
-                 max_grad_norm=None, test_every=10, num_test_episodes=5, initial_alpha=1.0, target_entropy=None):
+                 max_grad_norm=None, test_every=10, num_test_episodes=5, initial_alpha=1.0, target_entropy=None,
+                 numpy_update=True):
         super().__init__(device, actor, envs, gamma=gamma, polyak=polyak, num_updates=num_updates,
                          update_every=update_every, start_steps=start_steps, mini_batch_size=mini_batch_size,
                          target_update_interval=target_update_interval, max_grad_norm=max_grad_norm,
-                         test_every=test_every, num_test_episodes=num_test_episodes)
+                         test_every=test_every, num_test_episodes=num_test_episodes, numpy_update=numpy_update)
         if getattr(actor, "policy_kind", None) != "stochastic":
             raise ValueError("SAC needs an OffPolicyActor built for 'SAC'")
         self.lr_q, self.lr_pi, self.lr_alpha = float(lr_q), float(lr_pi), float(lr_alpha)

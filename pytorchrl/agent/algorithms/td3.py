@@ -3,6 +3,7 @@
 import torch
 
 from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm
+from pytorchrl.agent.numpy_offpolicy import NumpyTD3Update
 
 
 class DDPG(OffPolicyAlgorithm):
@@ -20,22 +21,23 @@ class DDPG(OffPolicyAlgorithm):
     lr_pi : float
         Learning rate of the policy.
     gamma, polyak, num_updates, update_every, start_steps, mini_batch_size,
-    target_update_interval, max_grad_norm, test_every, num_test_episodes
+    target_update_interval, max_grad_norm, test_every, num_test_episodes, numpy_update
         As in ``OffPolicyAlgorithm``.
     """
 
     name = "DDPG"
+    numpy_engine = NumpyTD3Update
     group_lr = {"q": "lr_q", "pi": "lr_pi"}
     #: Policy updates happen every ``target_update_interval`` updates (TD3's delay), or every update.
     delayed_policy = False
 
     def __init__(self, device, actor, envs=None, lr_q=1e-3, lr_pi=1e-3, gamma=0.99, polyak=0.995, num_updates=1,
                  update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=1,
-                 max_grad_norm=None, test_every=10, num_test_episodes=5):
+                 max_grad_norm=None, test_every=10, num_test_episodes=5, numpy_update=True):
         super().__init__(device, actor, envs, gamma=gamma, polyak=polyak, num_updates=num_updates,
                          update_every=update_every, start_steps=start_steps, mini_batch_size=mini_batch_size,
                          target_update_interval=target_update_interval, max_grad_norm=max_grad_norm,
-                         test_every=test_every, num_test_episodes=num_test_episodes)
+                         test_every=test_every, num_test_episodes=num_test_episodes, numpy_update=numpy_update)
         if getattr(actor, "policy_kind", None) != "deterministic":
             raise ValueError(f"{self.name} needs an OffPolicyActor built for 'DDPG' or 'TD3'")
         self.lr_q, self.lr_pi = float(lr_q), float(lr_pi)
@@ -93,7 +95,7 @@ class TD3(DDPG):
     Parameters
     ----------
     device, actor, envs, lr_q, lr_pi, gamma, polyak, num_updates, update_every, start_steps,
-    mini_batch_size, max_grad_norm, test_every, num_test_episodes
+    mini_batch_size, max_grad_norm, test_every, num_test_episodes, numpy_update
         As in ``DDPG``.
     target_update_interval : int
         Policy delay: critic updates per policy (and target) update.
@@ -109,12 +111,14 @@ class TD3(DDPG):
 
     def __init__(self, device, actor, envs=None, lr_q=1e-3, lr_pi=1e-3, gamma=0.99, polyak=0.995, num_updates=1,
                  update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=2,
-                 max_grad_norm=None, test_every=10, num_test_episodes=5, target_noise=0.2, noise_clip=0.5):
+                 max_grad_norm=None, test_every=10, num_test_episodes=5, target_noise=0.2, noise_clip=0.5,
+                 numpy_update=True):
         self.target_noise, self.noise_clip = float(target_noise), float(noise_clip)
         super().__init__(device, actor, envs, lr_q=lr_q, lr_pi=lr_pi, gamma=gamma, polyak=polyak,
                          num_updates=num_updates, update_every=update_every, start_steps=start_steps,
                          mini_batch_size=mini_batch_size, target_update_interval=target_update_interval,
-                         max_grad_norm=max_grad_norm, test_every=test_every, num_test_episodes=num_test_episodes)
+                         max_grad_norm=max_grad_norm, test_every=test_every, num_test_episodes=num_test_episodes,
+                         numpy_update=numpy_update)
 
     def check_hyperparameters(self):
         super().check_hyperparameters()

@@ -2,11 +2,11 @@
 
 from pytorchrl.agent.storages.base import Storage
 from pytorchrl.agent.storages.on_policy import GAEBuffer, VanillaOnPolicyBuffer, compute_gae
-from pytorchrl.agent.storages.replay import NStepReplayBuffer, PERBuffer, ReplayBuffer
+from pytorchrl.agent.storages.replay import EREBuffer, NStepReplayBuffer, PERBuffer, ReplayBuffer
 
 #: Storages by name, for configuration files.
 STORAGES = {cls.__name__: cls for cls in (GAEBuffer, VanillaOnPolicyBuffer, ReplayBuffer, NStepReplayBuffer,
-                                          PERBuffer)}
+                                          PERBuffer, EREBuffer)}
 
-__all__ = ["Storage", "GAEBuffer", "VanillaOnPolicyBuffer", "ReplayBuffer", "NStepReplayBuffer", "PERBuffer",
+__all__ = ["Storage", "GAEBuffer", "VanillaOnPolicyBuffer", "ReplayBuffer", "NStepReplayBuffer", "PERBuffer", "EREBuffer",
            "compute_gae", "STORAGES"]

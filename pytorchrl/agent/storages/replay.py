@@ -381,4 +381,63 @@ class PERBuffer(NStepReplayBuffer):
             self.tree.update(np.arange(self.num_items), state["priorities"].numpy())
 
 
-__all__ = ["ReplayBuffer", "NStepReplayBuffer", "PERBuffer", "nstep_transitions"]
+class EREBuffer(PERBuffer):
+    """Emphasizing Recent Experience (Wang and Ross, 2019), optionally with priorities.
+
+    The k-th of the K = ``num_updates`` mini-batches of a stage is drawn from the newest
+    c_k = max(N eta^(1000 k / K), c_min) transitions only (N: transitions held), so that
+    early updates of a stage see the whole buffer and later ones the recent data. With
+    ``alpha`` > 0 the draw inside that window follows the priorities (as PERBuffer,
+    importance weights relative to the window); with ``alpha`` 0 it is uniform.
+
+    Parameters
+    ----------
+    device, actor, algorithm, envs, size, n_step, epsilon, alpha, beta, default_error
+        As in ``PERBuffer`` (its defaults make it uniform).
+    eta : float
+        In (0, 1]: how fast the window shrinks along a stage (1: never, plain replay).
+    cmin : int
+        Smallest window, in transitions.
+    """
+
+    def __init__(self, device, actor, algorithm, envs, size, n_step=1, epsilon=0.0, alpha=0.0, beta=1.0,
+                 default_error=1e6, eta=1.0, cmin=5000):
+        super().__init__(device, actor, algorithm, envs, size, n_step, epsilon, alpha, beta, default_error)
+        self.eta, self.cmin = float(eta), int(cmin)
+        self.check_parameter_value("eta", self.eta)
+        self.check_parameter_value("cmin", self.cmin)
+        self._served = 0
+
+    @property
+    def hyperparameters(self):
+        return {**super().hyperparameters, "eta": self.eta, "cmin": self.cmin}
+
+    def check_parameter_value(self, name, value):
+        super().check_parameter_value(name, value)
+        if name == "eta" and not 0.0 < value <= 1.0:
+            raise ValueError(f"EREBuffer parameter eta must be in (0, 1], got {value}")
+        if name == "cmin" and value < 1:
+            raise ValueError(f"EREBuffer parameter cmin must be >= 1, got {value}")
+
+    def window(self):
+        """Size c_k of the recent window the next mini-batch is drawn from."""
+        k_total = max(1, self.algorithm.num_updates)
+        k = self._served % k_total
+        n = self.num_items
+        return int(min(n, max(n * self.eta ** (1000.0 * k / k_total), self.cmin)))
+
+    def sample(self, batch_size):
+        c = self.window()
+        self._served += 1
+        newest = (self.pos - 1 - np.arange(c)) % self.size   # newest first
+        if self.alpha == 0.0:
+            return self._batch(newest[self.rng.integers(0, c, batch_size)])
+        priorities = self.tree.get(newest)
+        probs = priorities / priorities.sum()
+        pick = self.rng.choice(c, size=batch_size, p=probs)
+        weights = (c * probs[pick]) ** -self.beta
+        weights /= (c * probs.min()) ** -self.beta
+        return self._batch(newest[pick], **{WEIGHT: weights.astype(np.float32).reshape(-1, 1)})
+
+
+__all__ = ["ReplayBuffer", "NStepReplayBuffer", "PERBuffer", "EREBuffer", "nstep_transitions"]
