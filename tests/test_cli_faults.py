@@ -93,8 +93,8 @@ def test_env_errors_are_restarted_by_default_and_logged(tmp_path):
                         cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rebuilt = [ln for ln in result.stdout.splitlines() if "environments rebuilt" in ln]
-    assert rebuilt and rebuilt[0].endswith("collection worker 0: environment fault_envs:RaisingCartPole-v0 (env 0 of 2) "
-                                           "failed in step(): RuntimeError: simulator diverged at step 100; "
-                                           "environments rebuilt (restart 1 of 100)"), rebuilt
+    assert rebuilt and rebuilt[0].endswith(
+        "collection worker 0: environment fault_envs:RaisingCartPole-v0 (env 0 of 2) failed in step(): RuntimeError: "
+        "simulator diverged at step 100; environments rebuilt (restart 1 of 100)"), rebuilt
     rows = read_csv(run_dir / "metrics.csv")
     assert int(rows[-1]["Scheme/EnvRestarts"]) == len(rebuilt) and int(rows[-1]["Scheme/EnvSteps"]) >= 1000

@@ -126,7 +126,8 @@ _NODE_LOSS_DRIVER = textwrap.dedent("""
     layout = {layout!r}
     hold = None
     if {hold_a_cpu}:
-        hold = ray.remote(num_cpus=1, resources={{"node_a": 0.001}})(type("Hold", (), {{"ping": lambda self: 1}})).remote()
+        Hold = type("Hold", (), {{"ping": lambda self: 1}})
+        hold = ray.remote(num_cpus=1, resources={{"node_a": 0.001}})(Hold).remote()
         ray.get(hold.ping.remote())
     kwargs = dict(num_col_workers=2, col_workers_resources={{"num_cpus": 1}}) if layout == "collectors" else \\
         dict(num_grad_workers=2, grad_workers_resources={{"num_cpus": 1}}, decentralized_update_execution=True)

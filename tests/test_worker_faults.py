@@ -62,9 +62,18 @@ def _assert_same_weights(a, b):
         assert torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])), k
 
 
-def _swap_hyperparameters(learner):
-    """Hot-swaps made before the failures: a replaced algorithm (other epochs, clipping) and
-    parameters changed after it. Returns the values every worker must hold."""
+def _swap_hyperparameters(learner, actor=False):
+    """Hot-swaps made before the failures: a replaced algorithm (other epochs, clipping),
+    parameters changed after it and, with ``actor``, a replaced actor (another network).
+    Returns the values every worker must hold."""
+    if actor:
+        from pytorchrl.agent.actors import OnPolicyActor
+        from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+        envs = factories()["train_envs_factory"]("cpu")
+        learner.replace_agent_component("actor", OnPolicyActor.create_factory(
+            envs.observation_space, envs.action_space, "PPO", feature_extractor_network=MLP,
+            feature_extractor_kwargs={"hidden_sizes": [32], "activation": "tanh"}))
+        envs.close()
     new_algo, _ = PPO.create_factory(**{**PPO_KWARGS, "num_epochs": 4, "clip_param": 0.15})
     learner.replace_agent_component("algo", new_algo)
     learner.update_algorithm_parameter("clip_param", 0.123)
@@ -86,7 +95,8 @@ def _assert_params(worker_params, expected):
 def test_killed_collector_is_replaced(col, how):
     """A collector killed between two updates is replaced: the run reaches its target, the
     restart is counted and logged, and the replacement holds the current weights and version
-    and the hyperparameters hot-swapped since the start (a replaced algorithm included)."""
+    and the hyperparameters hot-swapped since the start (a replaced actor and algorithm
+    included: the replacement acts with the new network)."""
     import ray
     torch.manual_seed(0)
     scheme = Scheme(**factories(), num_col_workers=2, col_workers_communication=col, col_workers_resources=SMALL,
@@ -96,7 +106,7 @@ def test_killed_collector_is_replaced(col, how):
     col_set = _col_set(scheme)
     try:
         learner.step()
-        expected = _swap_hyperparameters(learner)
+        expected = _swap_hyperparameters(learner, actor=True)
         for _ in range(3):
             learner.step()
         old_pid = scheme.process_info()[1][1]
@@ -120,7 +130,9 @@ def test_killed_collector_is_replaced(col, how):
         assert replacement is not victim
         params = ray.get(replacement.get_hyperparameters.remote())
         assert params["index_worker"] == 2 and params["version"] == col_set.version
-        _assert_same_weights(ray.get(replacement.get_weights.remote()), col_set.local_worker().get_weights())
+        weights = ray.get(replacement.get_weights.remote())
+        _assert_same_weights(weights, col_set.local_worker().get_weights())
+        assert {tuple(v.shape) for v in weights.values()} >= {(2, 32), (1, 32)}   # the replaced actor's heads
         # (The event reaches the learner with the next round its gradient worker collects.)
         assert [e["kind"] for e in col_set.restarts.events] == ["worker"]
 
@@ -233,8 +245,8 @@ def test_gradient_worker_layout_replaces_collectors_and_gradient_workers():
         ray.kill(gw1, no_restart=True)
         while not learner.done():
             learner.step()
-        assert any(line.startswith("collection worker 2 of gradient worker 2 died (its process ended "
-                                   "unexpectedly") and line.endswith("replaced (restart 1 of 3)") for line in lines), lines
+        assert any(line.startswith("collection worker 2 of gradient worker 2 died (its process ended unexpectedly")
+                   and line.endswith("replaced (restart 1 of 3)") for line in lines), lines
         assert any(line.startswith("gradient worker 1 died (killed with ray.kill()); replaced (restart 1 of 3)")
                    for line in lines), lines
         assert learner.get_metrics(add_scheme_metrics=True)["Scheme/WorkerRestarts"] == 2

@@ -80,6 +80,13 @@ class Scheme:
     on_env_error : str
         What an environment that raises does: "restart" (default) rebuilds the worker's
         environments, drops the rollout and goes on; "stop" ends the run with the error.
+
+    Attributes
+    ----------
+    fault_policy : FaultPolicy
+        The three options above (and ``start_timeout_s``, the time a replacement may wait
+        for resources), shared by the worker sets in this process; remote gradient workers
+        hold a copy made when they were built (see ``pytorchrl.scheme.base.faults``).
     """
 
     def __init__(self, algo_factory, actor_factory, storage_factory, train_envs_factory,

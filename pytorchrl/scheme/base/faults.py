@@ -148,7 +148,8 @@ def event(kind, headline, restart, limit, done):
         ``kind``, ``restart``, ``limit`` and ``text``: the line logged, e.g. "collection
         worker 2 of gradient worker 1 died (killed by SIGKILL); replaced (restart 1 of 3)".
     """
-    return {"kind": kind, "restart": restart, "limit": limit, "text": f"{headline}; {done} (restart {restart} of {limit})"}
+    return {"kind": kind, "restart": restart, "limit": limit,
+            "text": f"{headline}; {done} (restart {restart} of {limit})"}
 
 
 # ------------------------------------------------------------------ classifying errors

@@ -181,12 +181,7 @@ class GWorker(Worker):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("", 0))
             port = s.getsockname()[1]
-        try:
-            import ray
-            ip = ray.util.get_node_ip_address()
-        except Exception:  # not in a Ray worker: a single-machine run
-            ip = "127.0.0.1"
-        return ip, port
+        return _node_ip(), port
 
     #: Seconds a collective (the all-reduce of every update) or the rendezvous may wait for
     #: a peer before failing: a peer that died makes the others fail instead of hang (one
@@ -217,7 +212,7 @@ class GWorker(Worker):
             # Gloo otherwise picks the address this machine's hostname resolves to, which
             # need not be the one the cluster reaches this node by (several interfaces,
             # containers, network namespaces): use the interface of Ray's node address.
-            interface = _interface_of(self.get_address()[0])
+            interface = _interface_of(_node_ip())
             if interface is not None:
                 os.environ["GLOO_SOCKET_IFNAME"] = interface
         timeout = datetime.timedelta(seconds=self.DIST_TIMEOUT_S if timeout_s is None else timeout_s)
@@ -316,6 +311,15 @@ class GWorker(Worker):
         """Stop the collection workers and leave the distributed group (idempotent)."""
         self.col_workers.stop()
         self.leave_distributed()
+
+
+def _node_ip():
+    """The address the Ray cluster reaches this node by (127.0.0.1 outside Ray)."""
+    try:
+        import ray
+        return ray.util.get_node_ip_address()
+    except Exception:  # not in a Ray worker: a single-machine run
+        return "127.0.0.1"
 
 
 def _interface_of(ip):
