@@ -327,7 +327,9 @@ while it runs:
 
 {RUN_DIR_HELP}
 
-exit status: 0 done, 2 error (configuration, environment, resources), 130 interrupted (Ctrl-C, SIGTERM)"""
+exit status: 0 done, 2 error (configuration, environment, resources; a worker that keeps dying or an
+environment error under scheme.on_env_error=stop, after the checkpoint is saved), 130 interrupted
+(Ctrl-C, SIGTERM)"""
 
 RESUME_DESCRIPTION = """\
 Continue a run from RUN_DIR/checkpoint.pt with the configuration in RUN_DIR/config.yaml:
@@ -346,7 +348,8 @@ overrides:
   The environment (env.id, env.kwargs), the actor and the algorithm and storage names
   cannot change: the checkpoint's model depends on them.
 
-exit status: 0 done, 2 error (no checkpoint, target already reached, ...), 130 interrupted (Ctrl-C, SIGTERM)"""
+exit status: 0 done, 2 error (no checkpoint, target already reached, a worker that keeps dying, ...),
+130 interrupted (Ctrl-C, SIGTERM)"""
 
 EVALUATE_DESCRIPTION = """\
 Run deterministic episodes (the mode of the policy) with the model saved in RUN_DIR

@@ -1,6 +1,7 @@
 """Learner: drives a Scheme, keeps metrics, applies hot-swaps and saves models."""
 
 import collections
+import logging
 import math
 import os
 import time
@@ -14,6 +15,10 @@ from pytorchrl.agent.algorithms.base import check_parameter
 RECENT_EPISODES = 100
 #: Seconds of history used for the steps-per-second figure.
 FPS_WINDOW_S = 10.0
+#: Worker restarts kept in ``Learner.worker_events``.
+RECENT_EVENTS = 1000
+
+logger = logging.getLogger("pytorchrl")
 
 
 class Learner:
@@ -34,6 +39,18 @@ class Learner:
         Save the contents of the (local gradient worker's) replay storage in checkpoints,
         so that a resumed run continues with them; costs the buffer's size on disk. Only
         for replay storages.
+
+    Attributes
+    ----------
+    worker_restarts, env_restarts : int
+        Remote workers replaced after they died, and environments rebuilt after they
+        failed, since the start (``Scheme/WorkerRestarts``, ``Scheme/EnvRestarts``).
+    worker_events : deque of (int, dict)
+        (env step, event) of the latest restarts; each event's ``text`` is its log line.
+    on_worker_event : callable
+        ``on_worker_event(text)`` is called with the line of each restart; by default it is
+        logged as a warning on the "pytorchrl" logger (``pytorchrl train`` shows it with its
+        progress).
     """
 
     def __init__(self, scheme, target_steps, log_dir=None, schedules=None, checkpoint_replay=False):
@@ -64,6 +81,10 @@ class Learner:
         self._scheme_info = collections.defaultdict(list)
         self._time_info = collections.defaultdict(float)
         self._dropped_rollouts = {}
+        self.worker_restarts = 0
+        self.env_restarts = 0
+        self.worker_events = collections.deque(maxlen=RECENT_EVENTS)
+        self.on_worker_event = logger.warning
         self.test_reward = None
         self.hot_swaps = []   # (env step, kind, name, value) of every change applied
         self.schedules = list(schedules or [])
@@ -107,6 +128,13 @@ class Learner:
                 self._time_info[key] += info[key]
         if "grad_asynchrony" in info:
             self._scheme_info["GradAsynchrony"].append(info["grad_asynchrony"])
+        for event in info.get("worker_events", ()):
+            if event["kind"] == "env":
+                self.env_restarts += 1
+            else:
+                self.worker_restarts += 1
+            self.worker_events.append((self.num_samples_collected, event))
+            self.on_worker_event(event["text"])
         if "collected_samples" in info:
             self.num_samples_collected += int(info["collected_samples"])
             for ret, length in info.get("episodes", ()):
@@ -156,7 +184,9 @@ class Learner:
         add_scheme_metrics : bool
             Policy lag (mean and max), gradient asynchrony, bytes moved and compression ratio
             (rollouts and gradients sent by remote workers), cut rollouts, dropped stale
-            rollouts and gradients.
+            rollouts and gradients, and the restarts since the start: ``WorkerRestarts``
+            (remote workers replaced after they died) and ``EnvRestarts`` (environments
+            rebuilt after they failed).
         add_time_metrics : bool
             Steps per second, elapsed time, seconds spent in each phase.
         """
@@ -190,6 +220,8 @@ class Learner:
                 m["Scheme/GradCompressionRatio"] = float(np.sum(s["GradBytesRaw"]) / max(1, np.sum(s["GradBytesSent"])))
             if self._dropped_rollouts:
                 m["Scheme/DroppedRollouts"] = int(sum(self._dropped_rollouts.values()))
+            m["Scheme/WorkerRestarts"] = self.worker_restarts
+            m["Scheme/EnvRestarts"] = self.env_restarts
             dropped_grads = getattr(self.update_worker, "stats", {}).get("dropped_gradients", 0)
             if dropped_grads:
                 m["Scheme/DroppedGradients"] = int(dropped_grads)

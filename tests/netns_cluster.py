@@ -69,6 +69,9 @@ class NetnsCluster:
     ----------
     num_cpus : int
         Logical CPUs each node declares to Ray (``ray start --num-cpus``).
+    num_cpus_a : int or None
+        Logical CPUs of node A (the head, where drivers run) if not ``num_cpus``: room for
+        the replacements of workers lost with node B.
     start_timeout : float
         Seconds each ``ray start`` may take before the setup fails.
     system_config : dict or None
@@ -87,7 +90,7 @@ class NetnsCluster:
         Port of the head's GCS; ``address`` is ``"ip_a:port"``, the RAY_ADDRESS of drivers.
     """
 
-    def __init__(self, num_cpus=1, start_timeout=90.0, system_config=None):
+    def __init__(self, num_cpus=1, start_timeout=90.0, system_config=None, num_cpus_a=None):
         tag = f"{os.getpid()}x{next(_counter)}"
         self.ns_a, self.ns_b = f"prl{tag}a", f"prl{tag}b"
         # Interface names are limited to 15 characters.
@@ -97,6 +100,7 @@ class NetnsCluster:
         self.port = 6379
         self.address = f"{self.ip_a}:{self.port}"
         self.num_cpus = num_cpus
+        self.num_cpus_a = num_cpus if num_cpus_a is None else num_cpus_a
         self.start_timeout = start_timeout
         self.system_config = dict(system_config or {})
         self._made = []       # namespaces created, deleted on exit
@@ -159,15 +163,15 @@ class NetnsCluster:
         fd = os.open(self._token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
-        common = [f"--num-cpus={self.num_cpus}", "--num-gpus=0", f"--object-store-memory={OBJECT_STORE_BYTES}",
-                  "--disable-usage-stats"]
+        common = ["--num-gpus=0", f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats"]
         head = [self._ray, "start", "--head", f"--node-ip-address={self.ip_a}", f"--port={self.port}",
-                "--include-dashboard=false", f"--temp-dir={self._tmp}/a",
+                "--include-dashboard=false", f"--temp-dir={self._tmp}/a", f"--num-cpus={self.num_cpus_a}",
                 f"--resources={json.dumps({'node_a': 1})}"] + common
         if self.system_config:
             head.append(f"--system-config={json.dumps(self.system_config)}")
         node = [self._ray, "start", f"--address={self.address}", f"--node-ip-address={self.ip_b}",
-                f"--temp-dir={self._tmp}/b", f"--resources={json.dumps({'node_b': 1})}"] + common
+                f"--temp-dir={self._tmp}/b", f"--num-cpus={self.num_cpus}",
+                f"--resources={json.dumps({'node_b': 1})}"] + common
         for ns, cmd in ((self.ns_a, head), (self.ns_b, node)):
             proc = subprocess.run(["ip", "netns", "exec", ns] + cmd, capture_output=True, text=True,
                                   env=self._env(), timeout=self.start_timeout)
@@ -232,12 +236,7 @@ class NetnsCluster:
         subprocess.CompletedProcess
             With text ``stdout`` and ``stderr``.
         """
-        path = os.path.join(self._tmp, f"driver{next(_counter)}.py")
-        with open(path, "w") as f:
-            f.write(script)
-        proc = subprocess.Popen(["ip", "netns", "exec", self.ns_a, sys.executable, path], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=self._env({"RAY_ADDRESS": self.address,
-                                                                                   **(env or {})}))
+        proc = self._popen_driver(script, env, stdin=None, stderr=subprocess.PIPE)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -247,6 +246,45 @@ class NetnsCluster:
         finally:
             self._remember_pids()
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def start_driver(self, script, env=None):
+        """Start a Python script as a Ray driver inside namespace A (as ``run_driver``) and
+        return at once: a ``subprocess.Popen`` with text pipes to its stdin and its stdout
+        (stderr merged in), so that a test can talk to it while it runs, e.g. read the line
+        saying that it is ready for node B to be killed, then write the line that lets it go
+        on. End it with ``finish_driver``.
+
+        Parameters
+        ----------
+        script : str
+            Python source (joins the cluster through RAY_ADDRESS).
+        env : dict or None
+            Extra environment variables of the driver.
+        """
+        return self._popen_driver(script, env, stdin=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def finish_driver(self, proc, timeout=120):
+        """Wait for a driver of ``start_driver`` to end (killed after ``timeout`` s, with
+        ``subprocess.TimeoutExpired`` raised); returns the rest of its output."""
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            self._remember_pids()
+        return out
+
+    def _popen_driver(self, script, env, stdin, stderr):
+        path = os.path.join(self._tmp, f"driver{next(_counter)}.py")
+        with open(path, "w") as f:
+            f.write(script)
+        proc = subprocess.Popen(["ip", "netns", "exec", self.ns_a, sys.executable, path], stdin=stdin,
+                                stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                env=self._env({"RAY_ADDRESS": self.address, **(env or {})}))
+        self._remember_pids()
+        return proc
 
     # ---------------------------------------------------------------- killing
     def kill_node_b(self, timeout=15.0):

@@ -81,6 +81,7 @@ PARAMETER_RANGES = {
     "size": dict(low=1), "gae_lambda": dict(low=0.0, high=1.0), "vec_env_size": dict(low=1),
     "num_col_workers": dict(low=1), "num_grad_workers": dict(low=1), "max_policy_lag": dict(low=0),
     "max_grad_lag": dict(low=0), "col_requests_in_flight": dict(low=1), "target_steps": dict(low=1),
+    "max_worker_restarts": dict(low=0), "worker_restart_delay_s": dict(low=0.0),
     "start_step": dict(low=0),
     "end_step": dict(low=1), "min_relative_change": dict(low=0.0),
 }
@@ -334,6 +335,16 @@ SECTIONS = {
         "max_policy_lag": derived(Scheme, "max_policy_lag"),
         "col_requests_in_flight": derived(Scheme, "col_requests_in_flight"),
         "max_grad_lag": derived(Scheme, "max_grad_lag"),
+        "max_worker_restarts": derived(Scheme, "max_worker_restarts",
+                                       doc="Restarts allowed to each worker over the run: a remote worker "
+                                           "that dies is replaced with the current weights and hot-swapped "
+                                           "parameters, a failed environment rebuilt (each counts one); its "
+                                           "next failure ends the run (checkpoint saved, exit status 2)."),
+        "worker_restart_delay_s": derived(Scheme, "worker_restart_delay_s"),
+        "on_env_error": derived(Scheme, "on_env_error", choices=("restart", "stop"),
+                                doc="restart: an environment that raises is rebuilt in its worker, its "
+                                    "rollout dropped, and training goes on; stop: the run ends with the "
+                                    "error (checkpoint saved, exit status 2)."),
         "local_device": derived(Scheme, "local_device", doc="Device of the workers in this process "
                                                            "(cpu, cuda, cuda:1, auto; null: cpu)."),
         "ray_address": Key("str", None, "Ray cluster to join when a level has several workers "

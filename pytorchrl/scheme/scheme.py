@@ -2,6 +2,7 @@
 
 import pytorchrl as prl
 from pytorchrl.scheme.base.checks import check_fraction, check_int
+from pytorchrl.scheme.base.faults import FaultPolicy
 from pytorchrl.scheme.base.worker import default_remote_config
 from pytorchrl.scheme.collection.c_worker import no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
@@ -66,6 +67,26 @@ class Scheme:
         Asynchronous collection: rollout requests queued at each remote collection worker
         (default 1). 2 keeps every collector busy while the learner reacts, at the cost of
         rollouts made with weights one rollout older; see ``CWorkerSet``.
+    max_worker_restarts : int
+        Restarts allowed to each worker over the run (default 3): a remote worker whose
+        process dies is replaced with the current weights and the hot-swapped parameters,
+        an environment that fails is rebuilt, and each counts as one restart of that
+        worker; its next failure ends the run with one line naming it (``WorkerFailure``).
+        The limit is per worker, not a total: a lost node costs each of its workers one
+        restart, while a worker that keeps dying ends the run.
+    worker_restart_delay_s : float
+        Seconds waited before each restart, so that a worker that dies at once is not
+        rebuilt in a tight loop.
+    on_env_error : str
+        What an environment that raises does: "restart" (default) rebuilds the worker's
+        environments, drops the rollout and goes on; "stop" ends the run with the error.
+
+    Attributes
+    ----------
+    fault_policy : FaultPolicy
+        The three options above (and ``start_timeout_s``, the time a replacement may wait
+        for resources), shared by the worker sets in this process; remote gradient workers
+        hold a copy made when they were built (see ``pytorchrl.scheme.base.faults``).
     """
 
     def __init__(self, algo_factory, actor_factory, storage_factory, train_envs_factory,
@@ -74,7 +95,8 @@ class Scheme:
                  col_preemption_thresholds=None, num_grad_workers=1, grad_compress_data=False,
                  grad_workers_communication=prl.SYNC, grad_workers_resources=None, local_device=None,
                  decentralized_update_execution=False, max_policy_lag=None, max_grad_lag=None,
-                 col_requests_in_flight=1):
+                 col_requests_in_flight=1, max_worker_restarts=3, worker_restart_delay_s=1.0,
+                 on_env_error="restart"):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -99,6 +121,8 @@ class Scheme:
         check_int("col_requests_in_flight", col_requests_in_flight, 1)
         if col_requests_in_flight > 1 and col_workers_communication != prl.ASYNC:
             raise ValueError("col_requests_in_flight > 1 needs col_workers_communication=prl.ASYNC")
+        self.fault_policy = FaultPolicy(max_worker_restarts=max_worker_restarts,
+                                        worker_restart_delay_s=worker_restart_delay_s, on_env_error=on_env_error)
         from pytorchrl.scheme.base.ray_runtime import validate_resources
         col_res = validate_resources(col_workers_resources or DEFAULT_COL_RESOURCES, "collection workers")
         grad_res = validate_resources(grad_workers_resources or DEFAULT_GRAD_RESOURCES, "gradient workers")
@@ -128,7 +152,7 @@ class Scheme:
                           col_fraction_workers=thresholds["fraction_workers"],
                           compress_data_to_send=col_compress_data, col_worker_resources=col_res,
                           communication=col_workers_communication, max_policy_lag=max_policy_lag,
-                          requests_in_flight=col_requests_in_flight)
+                          requests_in_flight=col_requests_in_flight, fault_policy=self.fault_policy)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.
@@ -137,7 +161,8 @@ class Scheme:
         grad_factory = GWorkerSet.create_factory(
             num_workers=remote_grads, col_workers_factory=col_factory,
             local_col_workers_factory=local_col_factory, compress_grads_to_send=grad_compress_data,
-            decentralized=decentralized_update_execution, grad_worker_resources=grad_res)
+            decentralized=decentralized_update_execution, grad_worker_resources=grad_res,
+            fault_policy=self.fault_policy)
         try:
             self.update_worker = UWorker(grad_factory, grad_communication=grad_workers_communication,
                                          decentralized_update_execution=decentralized_update_execution,

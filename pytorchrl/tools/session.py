@@ -14,6 +14,14 @@ on a line of its own and tried again at the next interval: the previous checkpoi
 intact, and the run may still end well. A failed final save (end or Ctrl-C) is an error
 (exit status 2). Temporary files left by an interrupted save are removed when a job starts.
 
+Worker failures. Remote workers that die are replaced and environments that fail are
+rebuilt by the scheme (``scheme.max_worker_restarts``, ``scheme.worker_restart_delay_s``,
+``scheme.on_env_error``); each restart is a line of the job's output and is counted in
+metrics.csv (``Scheme/WorkerRestarts``, ``Scheme/EnvRestarts``). When the run cannot go on
+(a worker that keeps dying, an environment error under ``on_env_error: stop``, any other
+failure of a remote worker) the job saves the model and a checkpoint of the last complete
+update and ends with one line: exit status 2, and ``pytorchrl resume`` continues it.
+
 Resuming. ``checkpoint.pt`` is used; if it cannot be read (missing, empty, truncated,
 random bytes, failed checksum) and ``checkpoint.prev.pt`` can, the job says so on one
 line and resumes from that older one. A readable checkpoint that does not fit the run
@@ -31,8 +39,10 @@ import threading
 import time
 
 import pytorchrl
+from pytorchrl.agent.env import EnvError
 from pytorchrl.checkpoint import CheckpointError, SaveError, previous_path, remove_orphans
 from pytorchrl.config import ConfigError, build_learner, dump_config
+from pytorchrl.scheme.base.ray_runtime import WorkerError
 from pytorchrl.tools import CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVIOUS_CHECKPOINT, SUMMARY
 from pytorchrl.tools.control import ControlServer, apply_changes
 from pytorchrl.tools.metrics import RunLog
@@ -308,6 +318,9 @@ class TrainingSession:
             for step, kind, name, value in self.log.record_hot_swaps("resume"):
                 self.display.message(f"changed on resume: {kind}.{name} = {value!r}")
         self._check = _schema_check(config)
+        # Restarts of workers and environments are lines of the job's output.
+        learner.on_worker_event = lambda text: self.display.message(
+            f"at {self.learner.num_samples_collected:,} env steps: {text}")
         self.control = ControlServer(self.run_dir, self.handle_control_request)
         self._last_log = self._last_save = self._next_redraw = time.monotonic()
         self._start_steps = self._save_step_mark = learner.num_samples_collected
@@ -477,6 +490,29 @@ class TrainingSession:
         self.display.message(f"interrupted at {learner.num_samples_collected:,} env steps; model saved to {path}; "
                              f"continue with: pytorchrl resume {self.run_dir}")
 
+    def stopped_by_failure(self, exc):
+        """After a failure that ends the run (a worker that keeps dying, an environment error
+        under ``on_env_error: stop``): log, save the model and the checkpoint of the last
+        complete update, and raise the one-line ``UsageError`` that says so (exit status 2).
+
+        Parameters
+        ----------
+        exc : Exception
+            The ``WorkerError`` or ``EnvError`` that stopped the run.
+        """
+        learner = self.learner
+        cause = " ".join(str(exc).split())
+        self.log_interval(show=False)
+        self.display.close()
+        try:
+            self.save()
+        except (SaveError, WorkerError) as save_exc:
+            raise UsageError(f"{cause}; stopped at {learner.num_samples_collected:,} env steps and the checkpoint "
+                             f"could not be saved ({' '.join(str(save_exc).split())}); "
+                             f"{self._last_checkpoint()}") from None
+        raise UsageError(f"{cause}; stopped at {learner.num_samples_collected:,} env steps, checkpoint saved: "
+                         f"continue with 'pytorchrl resume {self.run_dir}'") from None
+
     def finish(self):
         """After the last update: log, save, evaluate on the test environments (if any) and
         write summary.yaml; returns the summary."""
@@ -521,7 +557,8 @@ class TrainingSession:
         ------
         UsageError
             A problem the user can fix (a refused component value, a checkpoint that cannot
-            be used, a target already reached, a failed final save).
+            be used, a target already reached, a failed final save), or a failure that ended
+            the run after its checkpoint was saved (``stopped_by_failure``).
         """
         self.build()
         try:
@@ -532,6 +569,9 @@ class TrainingSession:
                 interrupted = self.train()
             except KeyboardInterrupt:   # a second Ctrl-C, or one outside StopOnInterrupt's reach
                 interrupted = True
+            except (WorkerError, EnvError) as exc:
+                # The driver's state is that of the last complete update: saved, then one line.
+                self.stopped_by_failure(exc)
             if interrupted:
                 self.interrupted()
                 return "interrupted"

@@ -30,9 +30,13 @@ from pytorchrl.agent.factory import accepted_kwargs
 class EnvError(RuntimeError):
     """Raised when an environment cannot be built or fails while stepping.
 
-    The message names the environment and the cause, so that callers (the command line,
-    remote workers) can report it in one line.
+    The message names the environment (its id, or its function's name), which one of the
+    vector failed, and the original error, so that callers (the command line, remote
+    workers) can report it in one line. ``component`` is set by the collection worker
+    that met it: "envs_train" or "envs_test".
     """
+
+    component = None
 
 
 def _call_env_fn(env_fn, env_kwargs, index_col_worker, index_grad_worker, index_env, mode):
@@ -116,7 +120,11 @@ class _InProcessVector:
 
     def reset(self, seed=None):
         for i, env in enumerate(self.envs):
-            obs, _ = env.reset(seed=None if seed is None else seed + i)
+            try:
+                obs, _ = env.reset(seed=None if seed is None else seed + i)
+            except Exception:
+                self.failed_env = i
+                raise
             self._obs[i] = obs
         return self._obs
 
@@ -126,14 +134,18 @@ class _InProcessVector:
         final_obs = {}
         obs_buf, rew, term, trunc = self._obs, self._rew, self._term, self._trunc
         for i, env in enumerate(self.envs):
-            obs, r, te, tr, info = env.step(actions[i])
-            rew[i] = r
-            term[i] = te
-            trunc[i] = tr
-            if te or tr:
-                final_obs[i] = obs
-                self.final_info[i] = info
-                obs, _ = env.reset()
+            try:
+                obs, r, te, tr, info = env.step(actions[i])
+                rew[i] = r
+                term[i] = te
+                trunc[i] = tr
+                if te or tr:
+                    final_obs[i] = obs
+                    self.final_info[i] = info
+                    obs, _ = env.reset()
+            except Exception:
+                self.failed_env = i   # named in the EnvError raised by TorchVecEnv
+                raise
             obs_buf[i] = obs
         return obs_buf, rew, term, trunc, final_obs
 
@@ -189,10 +201,15 @@ class TorchVecEnv:
         Keys of the env's ``info`` dict recorded in the episode log (in-process only).
     seed : int or None
         Seed of the first env; env ``i`` gets ``seed + i``.
+    name : str or None
+        Name of the environments in error messages (default: the first env's registered
+        id, else ``DEFAULT_NAME``).
     """
 
+    DEFAULT_NAME = "environment"
+
     def __init__(self, env_fns, device="cpu", vectorization="sync", log_dir=None,
-                 log_name="monitor", info_keywords=(), seed=None):
+                 log_name="monitor", info_keywords=(), seed=None, name=None):
         self.device = torch.device(device)
         if vectorization == "sync":
             self._vec = _InProcessVector([fn() for fn in env_fns])
@@ -203,6 +220,8 @@ class TorchVecEnv:
         else:
             raise ValueError(f"vectorization must be 'sync' or 'subprocess', got {vectorization!r}")
         self.num_envs = self._vec.num_envs
+        spec = getattr(probe, "spec", None) if vectorization == "sync" else None
+        self.name = name or getattr(spec, "id", None) or self.DEFAULT_NAME
         self.observation_space = probe.single_observation_space if vectorization != "sync" \
             else probe.observation_space
         self.action_space = probe.single_action_space if vectorization != "sync" \
@@ -238,7 +257,10 @@ class TorchVecEnv:
         """
         self._ep_return[:] = 0
         self._ep_length[:] = 0
-        obs = self._vec.reset(seed=self._seed)
+        try:
+            obs = self._vec.reset(seed=self._seed)
+        except Exception as exc:
+            raise self._error("reset()", exc) from exc
         # The seed only applies to the first reset: later resets continue the env's RNG.
         self._seed = None
         return obs
@@ -271,13 +293,21 @@ class TorchVecEnv:
         try:
             obs, rew, term, trunc, final_obs = self._vec.step(action)
         except Exception as exc:
-            raise EnvError(f"environment step failed: {type(exc).__name__}: {exc}") from exc
+            raise self._error("step()", exc) from exc
         trunc = trunc & ~term
         self._ep_return += rew
         self._ep_length += 1
         if final_obs:
             self._record_episodes(final_obs)
         return obs, rew, term, trunc, final_obs
+
+    def _error(self, call, exc):
+        """The EnvError (one line) for ``exc`` raised by the environments in ``call``."""
+        index = getattr(self._vec, "failed_env", None)
+        self._vec.failed_env = None
+        which = f"env {index} of {self.num_envs}" if index is not None else f"{self.num_envs} envs"
+        text = " ".join(str(exc).split()) or "(no message)"
+        return EnvError(f"environment {self.name} ({which}) failed in {call}: {type(exc).__name__}: {text}")
 
     def _record_episodes(self, final_obs):
         for i in final_obs:
@@ -340,9 +370,16 @@ class _VecEnvFactory:
             # Distinct, reproducible streams for every env of every worker and mode.
             seed = self.seed + 10_000 * index_grad_worker + 1_000 * index_col_worker \
                 + (500 if mode == "test" else 0)
-        return TorchVecEnv(fns, device=device, vectorization=self.vectorization, log_dir=self.log_dir,
+        # Named in error messages by the id it was given, else by its registered id (read
+        # by TorchVecEnv), else by its function's name.
+        env_id = self.env_kwargs.get("env_id") or self.env_kwargs.get("id")
+        envs = TorchVecEnv(fns, device=device, vectorization=self.vectorization, log_dir=self.log_dir,
                            log_name=f"{mode}_monitor_g{index_grad_worker}_c{index_col_worker}",
-                           info_keywords=self.info_keywords, seed=seed)
+                           info_keywords=self.info_keywords, seed=seed,
+                           name=env_id if isinstance(env_id, str) else None)
+        if envs.name == TorchVecEnv.DEFAULT_NAME:
+            envs.name = getattr(self.env_fn, "__name__", envs.name)
+        return envs
 
 
 class _EnvThunk:

@@ -18,6 +18,12 @@ class WorkerError(RuntimeError):
     """A remote worker failed; the message names the workers, the error type and its text."""
 
 
+class WorkerFailure(WorkerError):
+    """The run cannot go on: a worker kept dying (its restart limit is reached), could not
+    be replaced, or an environment failed under ``on_env_error="stop"``. One line that
+    names the worker and the cause (see ``pytorchrl.scheme.base.faults``)."""
+
+
 # A local Ray instance started by this module is shut down when the last scheme using it
 # stops; a cluster that was joined (or initialised by the user) is never shut down here.
 _lock = threading.Lock()
@@ -225,6 +231,9 @@ def as_worker_error(exc, what, timeout=None):
                            f"(not enough free resources in the cluster to start them?)")
     if isinstance(exc, RayTaskError):
         cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+        if isinstance(cause, WorkerFailure):
+            # Names the worker and its path already ("collection worker 2 of gradient worker 1").
+            return cause
         if isinstance(cause, WorkerError):
             # Already one line from a worker further down (a gradient worker reporting its
             # collectors): keep it, naming the path.

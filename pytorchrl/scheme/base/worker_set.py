@@ -4,6 +4,8 @@ import time
 
 import torch
 
+from pytorchrl.scheme.base.faults import (FaultPolicy, RestartBook, WorkerFailure, death_cause, drain,
+                                         worker_died)
 from pytorchrl.scheme.base.worker import default_remote_config
 
 
@@ -54,6 +56,15 @@ class WorkerSet:
     startup_timeout : float
         Seconds to wait for the remote workers to be built before failing (they wait for
         free resources: a request that fits the cluster but not what is free now waits).
+    fault_policy : FaultPolicy or None
+        What to do when a remote worker dies (see ``pytorchrl.scheme.base.faults``); None:
+        the defaults of ``FaultPolicy``.
+
+    Replacing workers. A remote worker that died is replaced by ``replace_worker``: same
+    index, a seed drawn from the set's seed and the restart number, the hot-swaps applied
+    to the set since it started replayed in their order (``log_hot_swap``), then what the
+    owner adds (the current weights). Each restart is counted per worker against
+    ``fault_policy.max_worker_restarts`` and reported as an event (``pop_events``).
     """
 
     #: Words naming the workers of this set in messages.
@@ -64,12 +75,18 @@ class WorkerSet:
     stop_timeout = 10.0
 
     def __init__(self, worker_class, worker_params, index_parent, num_workers, worker_remote_config=None,
-                 local_device=None, startup_timeout=120.0):
+                 local_device=None, startup_timeout=120.0, fault_policy=None):
         self.worker_class = worker_class
         self.worker_params = worker_params
         self.index_parent = index_parent
         self.num_workers = int(num_workers)
         self.remote_config = dict(worker_remote_config or default_remote_config())
+        self.fault_policy = fault_policy or FaultPolicy()
+        self.restarts = RestartBook(self.fault_policy)
+        self._swap_log = []        # (method, args) of the hot-swaps applied, replayed on replacements
+        self._seeds = []
+        self._remote_cls = None
+        self._remote_device = "cpu"
         self._remote_workers = []
         self._local_worker = None
         self._local_worker = self._build_local(worker_class, worker_params, local_device)
@@ -88,13 +105,13 @@ class WorkerSet:
         ensure_ray()
         self.remote_config = validate_resources(self.remote_config, self.role)
         check_schedulable([(self.role, self.num_workers, self.remote_config)])
-        remote_cls = worker_class.as_remote(**self.remote_config)
+        remote_cls = self._remote_cls = worker_class.as_remote(**self.remote_config)
         # A GPU reserved for a remote worker is the only one it sees (CUDA_VISIBLE_DEVICES).
-        device = "cuda" if self.remote_config.get("num_gpus") else "cpu"
+        device = self._remote_device = "cuda" if self.remote_config.get("num_gpus") else "cpu"
         # Distinct, reproducible seeds: from this process's seed and the owner's index (two
         # remote gradient workers start from the same default seed, but own different sets).
         gen = torch.Generator().manual_seed((torch.initial_seed() + 7919 * self.index_parent) % 2 ** 63)
-        seeds = torch.randint(0, 2 ** 31 - 1, (self.num_workers,), generator=gen).tolist()
+        seeds = self._seeds = torch.randint(0, 2 ** 31 - 1, (self.num_workers,), generator=gen).tolist()
         pings = []
         for i in range(self.num_workers):
             w = self._build_remote(remote_cls, i + 1, worker_params, device, seeds[i])
@@ -132,8 +149,134 @@ class WorkerSet:
         """(node id, pid) of every remote worker of this set (and of the workers they own)."""
         if not self._remote_workers:
             return []
-        from pytorchrl.scheme.base.ray_runtime import remote_get
-        return remote_get([w.process_info.remote() for w in self._remote_workers], what=self.role)
+        from pytorchrl.scheme.base.faults import get_all
+        return get_all([w.process_info.remote() for w in self._remote_workers], what=self.role)
+
+    # ------------------------------------------------------------------ failures
+    def log_hot_swap(self, method, args):
+        """Remember a hot-swap sent to every remote worker, to replay it on replacements.
+
+        A parameter set again replaces its earlier entry unless a component was replaced
+        in between (which may have read the earlier value), so the log stays as long as
+        the number of distinct changes, not of schedule steps.
+
+        Parameters
+        ----------
+        method : str
+            The worker method ("update_algorithm_parameter", "update_storage_parameter",
+            "replace_agent_component").
+        args : tuple
+            Its arguments (parameter or component name first).
+        """
+        args = tuple(args)
+        if method != "replace_agent_component":
+            for j in range(len(self._swap_log) - 1, -1, -1):
+                m, a = self._swap_log[j]
+                if m == "replace_agent_component":
+                    break
+                if m == method and a[0] == args[0]:
+                    del self._swap_log[j]
+                    break
+        self._swap_log.append((method, args))
+
+    def hot_swap_log(self):
+        """The hot-swaps replayed on a replacement: a list of (method, args), oldest first."""
+        return list(self._swap_log)
+
+    def pop_events(self):
+        """Restart events of this set's workers since the last call (see ``faults.event``)."""
+        return self.restarts.pop_events()
+
+    def _replacement_params(self):
+        """Constructor parameters of a replacement: the set's, without initial weights (the
+        actor may have been replaced since; the current weights are sent once it is built)."""
+        return dict(self.worker_params, initial_weights=None)
+
+    def replace_worker(self, position, what, prepare=None):
+        """Replace the remote worker at ``position`` (0-based; named ``position + 1``).
+
+        The restart is counted (``WorkerFailure`` once the worker's limit is reached), the
+        restart delay waited, the old actor killed, and a new one started with the same
+        index and a seed of its own; the hot-swap log is replayed on it, then the calls of
+        ``prepare``. Returns once it answered.
+
+        Parameters
+        ----------
+        position : int
+            Index of the worker in ``remote_workers()``.
+        what : str
+            What happened to it, e.g. "died (killed by SIGKILL)", for the messages.
+        prepare : callable or None
+            ``prepare(handle)`` -> list of ObjectRefs: calls that bring the replacement up to
+            date (the current weights and version), submitted after the replay.
+
+        Returns
+        -------
+        ActorHandle
+            The replacement (also in ``remote_workers()``).
+
+        Raises
+        ------
+        WorkerFailure
+            The restart limit is reached, the set no longer fits the cluster, the
+            replacement did not start within ``fault_policy.start_timeout_s`` or failed
+            while being built.
+        """
+        from pytorchrl.scheme.base.ray_runtime import ResourceError, as_worker_error, check_schedulable, require_ray
+        ray = require_ray()
+        name = self.worker_name(position + 1)
+        headline = f"{name} {what}"
+        while True:
+            restart = self.restarts.allow(position, headline)
+            self._kill(self._remote_workers[position])
+            try:
+                # A lost node takes its resources with it: if the set cannot fit any more,
+                # say so now rather than wait for resources that will not come.
+                check_schedulable([(self.role, self.num_workers, self.remote_config)])
+            except ResourceError as exc:
+                raise WorkerFailure(f"{headline}; it cannot be replaced: {exc}") from None
+            seed = (self._seeds[position] + 1_000_003 * restart) % (2 ** 31 - 1)
+            w = self._build_remote(self._remote_cls, position + 1, self._replacement_params(), self._remote_device,
+                                   seed)
+            self._remote_workers[position] = w
+            refs = [w.set_seed.remote(seed)]
+            refs += [getattr(w, method).remote(*args) for method, args in self._swap_log]
+            refs += list(prepare(w) if prepare is not None else [])
+            refs.append(w.ping.remote())
+            timeout = self.fault_policy.start_timeout_s
+            ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+            if pending:
+                self._kill(w)
+                drain(refs, timeout=5.0)
+                free = ray.available_resources()
+                have = ", ".join(f"{free.get(k, 0.0):g} {k}" for k in ("CPU", "GPU") if k in ray.cluster_resources())
+                raise WorkerFailure(f"{headline}; its replacement did not start within {timeout:g} s: not enough "
+                                    f"free resources in the Ray cluster (free now: {have or 'nothing'})")
+            error = None
+            for ref in refs:
+                try:
+                    ray.get(ref)
+                except Exception as exc:  # every result is read; the first failure decides
+                    error = error or exc
+            if error is None:
+                self.restarts.record("worker", headline, restart, "replaced")
+                return w
+            text = getattr(error, "error_msg", None) or str(error)
+            if worker_died(error) and "creation task" not in text:
+                # The replacement died too: one more restart of this worker, within its limit.
+                headline = f"{name} died again while being replaced ({death_cause(error)})"
+                continue
+            self._kill(w)
+            raise WorkerFailure(f"{headline}; its replacement failed: {as_worker_error(error, name)}") from None
+
+    @staticmethod
+    def _kill(handle):
+        """End an actor that died or is being given up (nothing happens if it is gone)."""
+        from pytorchrl.scheme.base.ray_runtime import require_ray
+        try:
+            require_ray().kill(handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - an actor Ray already forgot needs no killing
+            pass
 
     def stop(self):
         """Stop the local worker and end every remote worker (idempotent).
@@ -152,8 +295,9 @@ class WorkerSet:
                     refs.append(w.stop.remote())
                 except Exception:  # an actor that is already gone needs no stopping
                     pass
-            if refs:
-                ray.wait(refs, num_returns=len(refs), timeout=self.stop_timeout)
+            # (Read, not only awaited: a worker that died answers with an error, which Ray
+            # would otherwise report as unhandled.)
+            drain(refs, timeout=self.stop_timeout)
             for w in remotes:
                 try:
                     ray.kill(w, no_restart=True)
@@ -167,7 +311,6 @@ class WorkerSet:
                     pings.append(w.ping.remote())
                 except Exception:
                     pass
-            if pings:
-                ray.wait(pings, num_returns=len(pings), timeout=self.stop_timeout)
+            drain(pings, timeout=self.stop_timeout)
         if self._local_worker is not None:
             self._local_worker.stop()

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, OBS2, REW, TERM, TRUNC
+from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.transport import pack, weights_from_wire
@@ -64,6 +65,9 @@ class CWorker(Worker):
         self.fraction_samples = fraction_samples
         self.compress_data_to_send = compress_data_to_send
         self.device = self.resolve_device(device)
+        # Kept to rebuild environments that failed (restart_envs).
+        self._env_factories = {"envs_train": train_envs_factory, "envs_test": test_envs_factory}
+        self._env_failure = None
         self.envs_train = train_envs_factory(self.device, index_worker, index_parent, "train")
         self.envs_test = test_envs_factory(self.device, index_worker, index_parent, "test")
         self.actor = actor_factory(self.device)
@@ -121,15 +125,18 @@ class CWorker(Worker):
         """
         if weights is not None:
             self.set_weights(weights, version)
+        self._check_envs()
         info = {}
         if self.envs_test is not None and self.iter % self.algo.test_every == 0:
-            info["TestReward"] = self.evaluate()
+            info["TestReward"] = self._guarded(self.evaluate, "envs_test")
         listen = None
         if "sync" in listen_to:
             listen = round_id if round_id is not None else ("local", self.iter)
             self._listening_round = listen
-        col_time, steps, cut = self._rollout(self.update_every, listen)
-        self._listening_round = None
+        try:
+            col_time, steps, cut = self._guarded(self._rollout, "envs_train", self.update_every, listen)
+        finally:
+            self._listening_round = None
         data = self.storage.get_data(data_to_cpu)
         info.update(collected_samples=steps * self.envs_train.num_envs, steps=steps, col_time=col_time,
                     version=self.actor_version, episodes=self.envs_train.pop_finished_episodes(),
@@ -156,13 +163,59 @@ class CWorker(Worker):
         steps = self.update_every if num_steps is None else int(num_steps)
         if steps < 1:
             raise ValueError(f"collect_train_data needs num_steps >= 1, got {num_steps!r}")
+        self._check_envs()
         col_time = 0.0
         for _ in range(math.ceil(steps / self.update_every)):
-            dt, done, _ = self._rollout(min(steps, self.update_every), None)
+            dt, done, _ = self._guarded(self._rollout, "envs_train", min(steps, self.update_every), None)
             col_time += dt
             steps -= done
         eps = self.envs_train.pop_finished_episodes()
         return col_time, (float(np.mean([r for r, _ in eps])) if eps else float("nan"))
+
+    # ------------------------------------------------------------ env failures
+    def _guarded(self, fn, component, *args):
+        """Run ``fn(*args)``; an EnvError it raises is tagged with the failed ``component``
+        and remembered: the environments are in an unknown state until ``restart_envs``."""
+        try:
+            return fn(*args)
+        except EnvError as exc:
+            exc.component = component
+            self._env_failure = exc
+            raise
+
+    def _check_envs(self):
+        """Refuse to collect with environments that failed and were not rebuilt (a request
+        queued behind the failed one fails at once instead of stepping broken envs)."""
+        failed = self._env_failure
+        if failed is not None:
+            err = EnvError(f"{failed} (not rebuilt yet)")
+            err.component = failed.component
+            raise err
+
+    def restart_envs(self, component="envs_train"):
+        """Rebuild the ``component`` environments ("envs_train" or "envs_test") with the
+        factory they were built with, after they failed.
+
+        The rollout they were producing is dropped: the next one starts from the new
+        environments' first observations (and the actor's initial state).
+
+        Returns
+        -------
+        str
+            The component rebuilt.
+        """
+        if component not in self._env_factories:
+            raise ValueError(f"restart_envs: component must be 'envs_train' or 'envs_test', got {component!r}")
+        old = getattr(self, component)
+        setattr(self, component, None)
+        if old is not None:
+            try:
+                old.close()
+            except Exception:  # noqa: BLE001 - a broken env may fail to close; it is dropped anyway
+                pass
+        self.replace_agent_component(component, self._env_factories[component])
+        self._env_failure = None
+        return component
 
     def interrupt(self, round_id=None, min_steps=0):
         """Ask the ``collect_data(listen_to=["sync"], round_id=round_id)`` call to stop at a step
@@ -305,6 +358,8 @@ class CWorker(Worker):
             Factory of the new component, with that component's factory signature.
         """
         rebuild_component(self, component_name, new_component_factory)
+        if component_name in self._env_factories:
+            self._env_factories[component_name] = new_component_factory
         if component_name == "envs_train":
             self.obs = self.envs_train.reset_numpy().copy()
         if component_name in ("envs_train", "actor") and self.envs_train is not None:

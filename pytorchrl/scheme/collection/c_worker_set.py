@@ -5,6 +5,7 @@ import time
 
 import pytorchrl as prl
 from pytorchrl.scheme.base.checks import check_fraction, check_int
+from pytorchrl.scheme.base.faults import WorkerFailure, death_cause, drain, env_error_of, failure_of, worker_died
 from pytorchrl.scheme.base.worker import Worker, default_remote_config
 from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
 from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
@@ -72,6 +73,18 @@ class CWorkerSet(WorkerSet):
         learner's reaction time); with 2 the next request is already waiting, so it never
         idles, but that request carries the weights of one rollout earlier (larger policy
         lag).
+    fault_policy : FaultPolicy or None
+        What to do when a remote worker dies or an environment fails (see
+        ``pytorchrl.scheme.base.faults``); None: ``FaultPolicy()``.
+
+    Failures. A remote worker that dies is replaced (``WorkerSet.replace_worker``) with the
+    current weights and version and the hot-swaps applied since the start; its rollout in
+    flight is dropped. In a synchronous round the replacement is asked for the rollout
+    again (same weights, same round), so every round still holds one rollout of every
+    worker; in asynchronous collection the replacement gets the dropped requests. An
+    environment that raises is rebuilt in its worker (``on_env_error="restart"``; the
+    rollout is dropped and asked for again) or ends the run (``"stop"``). Both count
+    against the worker's restart limit and are reported by ``pop_events``.
     """
 
     role = "collection workers"
@@ -81,7 +94,7 @@ class CWorkerSet(WorkerSet):
                  local_device=None, initial_weights=None, fraction_samples=1.0, fraction_workers=1.0,
                  total_parent_workers=0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, worker_remote_config=None, communication=prl.SYNC,
-                 max_policy_lag=None, requests_in_flight=1):
+                 max_policy_lag=None, requests_in_flight=1, fault_policy=None):
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
@@ -115,9 +128,11 @@ class CWorkerSet(WorkerSet):
         self.version = 0            # version of the local (learner's) weights
         self._round = 0
         self._in_flight = {}        # async: ref -> worker
+        self._abandoned = []        # requests of a round given up, read by stop()
         self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0}
         super().__init__(CWorker, params, index_parent, num_workers,
-                         worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device)
+                         worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device,
+                         fault_policy=fault_policy)
         self.broadcast = WeightBroadcast(self.local_worker().get_weights, stats=self.stats)
 
     def _build_local(self, worker_class, worker_params, local_device):
@@ -127,11 +142,18 @@ class CWorkerSet(WorkerSet):
     def _build_remote(self, remote_cls, index, worker_params, device="cpu", seed=None):
         return remote_cls.remote(index_worker=index, device=device, **worker_params, **self._remote_params)
 
+    def worker_name(self, index):
+        """Words naming collection worker ``index`` in messages: "collection worker 2 of
+        gradient worker 1" (just "collection worker 2" in a scheme of one gradient worker)."""
+        if self.total_parent_workers <= 1:
+            return f"collection worker {index}"
+        return f"collection worker {index} of gradient worker {self.index_parent}"
+
     @classmethod
     def create_factory(cls, num_workers, algo_factory, actor_factory, storage_factory, test_envs_factory=no_envs,
                        train_envs_factory=no_envs, total_parent_workers=0, col_fraction_samples=1.0,
                        col_fraction_workers=1.0, compress_data_to_send=False, col_worker_resources=None,
-                       communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1):
+                       communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -145,7 +167,7 @@ class CWorkerSet(WorkerSet):
                                 compress_data_to_send=compress_data_to_send, train_envs_factory=train_envs_factory,
                                 test_envs_factory=test_envs_factory, worker_remote_config=col_worker_resources,
                                 communication=communication, max_policy_lag=max_policy_lag,
-                                requests_in_flight=requests_in_flight)
+                                requests_in_flight=requests_in_flight, fault_policy=fault_policy)
 
     # ------------------------------------------------------------------ weights
     def set_version(self, version):
@@ -180,10 +202,12 @@ class CWorkerSet(WorkerSet):
         info = {}
         local = self._local_worker
         if not self._remote_workers:
-            rollouts = [local.collect_data()]   # in this process: nothing was packed
+            rollouts = [self._collect_local()]   # in this process: nothing was packed
         else:
             if local.envs_test is not None and self._round % local.algo.test_every == 0:
-                info["TestReward"] = local.evaluate()
+                reward = self._evaluate_local()
+                if reward is not None:
+                    info["TestReward"] = reward
             rollouts = self._collect_sync() if self.communication == prl.SYNC else self._collect_async()
             rollouts = [(unpack(d), i) for d, i in rollouts]
         self._round += 1
@@ -195,18 +219,104 @@ class CWorkerSet(WorkerSet):
         info["collect_wait"] = time.perf_counter() - t0
         return rollouts, info
 
+    def _collect_local(self):
+        """One rollout of the local worker; environments that fail are rebuilt (or end the
+        run) as the fault policy says, and the rollout is collected again."""
+        from pytorchrl.agent.env import EnvError
+        while True:
+            try:
+                return self._local_worker.collect_data()
+            except EnvError as exc:
+                self._local_env_failed(exc)
+
+    def _evaluate_local(self):
+        """The local worker's evaluation, or None when its test environments failed and
+        were rebuilt (the evaluation is skipped this round)."""
+        from pytorchrl.agent.env import EnvError
+        try:
+            return self._local_worker.evaluate()
+        except EnvError as exc:
+            exc.component = "envs_test"
+            self._local_env_failed(exc)
+            return None
+
+    def _local_env_failed(self, exc):
+        name = self.worker_name(0)
+        headline = f"{name}: {exc}"
+        if self.fault_policy.on_env_error == "stop":
+            raise WorkerFailure(f"{headline} (scheme.on_env_error=stop)") from None
+        # The local worker is restarted in place; its restarts are counted as worker 0's.
+        restart = self.restarts.allow("local", headline)
+        self._local_worker.restart_envs(exc.component or "envs_train")
+        self.restarts.record("env", headline, restart, "environments rebuilt")
+
+    def _recover(self, position, exc):
+        """Deal with the failure ``exc`` of a request to remote worker ``position``: replace
+        a worker that died, rebuild environments that failed (or stop, as the policy says),
+        raise anything else as one line. The worker's other requests in flight
+        (asynchronous collection) are dropped with it and sent again to the replacement."""
+        from pytorchrl.scheme.base.ray_runtime import as_worker_error
+        name = self.worker_name(position + 1)
+        old = self._remote_workers[position]
+        stale = [ref for ref, w in self._in_flight.items() if w is old]
+        for ref in stale:
+            del self._in_flight[ref]
+        try:
+            env_exc = env_error_of(exc)
+            if worker_died(exc):
+                self.replace_worker(position, f"died ({death_cause(exc)})", prepare=self._bring_up_to_date)
+            elif env_exc is not None:
+                self._remote_env_failed(position, env_exc)
+            else:
+                failure = failure_of(exc)
+                raise (failure if failure is not None else as_worker_error(exc, name)) from None
+        finally:
+            # Their values are dropped with the failed request, and so are their errors (a
+            # worker that died fails them all): read, not left to Ray to report as unhandled.
+            drain(stale, timeout=self.fault_policy.start_timeout_s)
+        for _ in stale:
+            self._submit(self._remote_workers[position])
+
+    def _remote_env_failed(self, position, exc):
+        from pytorchrl.scheme.base.faults import gather
+        from pytorchrl.scheme.base.ray_runtime import as_worker_error
+        name = self.worker_name(position + 1)
+        headline = f"{name}: {exc}"
+        if self.fault_policy.on_env_error == "stop":
+            raise WorkerFailure(f"{headline} (scheme.on_env_error=stop)") from None
+        restart = self.restarts.allow(position, headline)
+        worker = self._remote_workers[position]
+        (_, error), = gather([worker.restart_envs.remote(exc.component or "envs_train")])
+        if error is None:
+            self.restarts.record("env", headline, restart, "environments rebuilt")
+        elif worker_died(error):
+            # It died while rebuilding them: replaced like any worker that dies.
+            self.replace_worker(position, f"died while rebuilding its environments ({death_cause(error)})",
+                                prepare=self._bring_up_to_date)
+        else:
+            raise WorkerFailure(f"{headline}; rebuilding its environments failed: "
+                                f"{as_worker_error(error, name)}") from None
+
+    def _bring_up_to_date(self, worker):
+        """Calls that give a replacement the current weights and version."""
+        return [worker.set_weights.remote(self._current_weights(), self.version)]
+
     def _collect_sync(self):
-        from pytorchrl.scheme.base.ray_runtime import require_ray, remote_get
+        from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
+        from ray.exceptions import RayError
         weights = self._current_weights()
-        workers = self.remote_workers()
-        n = len(workers)
+        n = len(self._remote_workers)
         round_id = self._round
-        refs = [w.collect_data.remote(listen_to=["sync"], weights=weights, version=self.version,
-                                      round_id=round_id, pack_data=True) for w in workers]
-        slot = {ref: i for i, ref in enumerate(refs)}
+
+        def request(i):
+            return self._remote_workers[i].collect_data.remote(listen_to=["sync"], weights=weights,
+                                                             version=self.version, round_id=round_id,
+                                                             pack_data=True)
+
+        slot = {request(i): i for i in range(n)}
         results = [None] * n
-        pending = list(refs)
+        pending = list(slot)
         preempting = self.fraction_samples < 1.0 or self.fraction_workers < 1.0
         # Workers that must have finished before stragglers may be cut (at least one: its
         # rollout tells how many samples a full one holds).
@@ -215,8 +325,24 @@ class CWorkerSet(WorkerSet):
         done_samples, full_steps, num_envs = 0, None, None
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
-            i = slot[ready[0]]
-            results[i] = remote_get(ready[0], what=self.worker_name(i + 1))
+            i = slot.pop(ready[0])
+            try:
+                results[i] = ray.get(ready[0])
+            except RayError as exc:
+                # The rollout is dropped; once the worker is replaced (or its environments
+                # rebuilt) it is asked again, with the same weights, for the same round.
+                try:
+                    self._recover(i, exc)
+                except BaseException:
+                    # The round is given up: the others' results (rollouts, or the errors of
+                    # workers failing at the same time) are read when the set stops.
+                    self._abandoned += pending
+                    raise
+                sent.pop(i, None)
+                ref = request(i)
+                slot[ref] = i
+                pending.append(ref)
+                continue
             winfo = results[i][1]
             done_samples += winfo["collected_samples"]
             if full_steps is None and not winfo.get("cut"):
@@ -236,13 +362,15 @@ class CWorkerSet(WorkerSet):
                 continue  # they must finish anyway: nothing to cut yet
             for j in stragglers:
                 if sent.get(j, full_steps) > min_steps:
-                    workers[j].interrupt.options(concurrency_group=Worker.CONTROL).remote(round_id, min_steps)
+                    self._remote_workers[j].interrupt.options(concurrency_group=Worker.CONTROL).remote(
+                        round_id, min_steps)
                     sent[j] = min_steps
         return results
 
     def _collect_async(self):
-        from pytorchrl.scheme.base.ray_runtime import require_ray, remote_get
+        from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
+        from ray.exceptions import RayError
         if not self._in_flight:
             for _ in range(self.requests_in_flight):
                 for w in self.remote_workers():
@@ -252,8 +380,17 @@ class CWorkerSet(WorkerSet):
             # which keeps the largest policy lag smallest.
             ready, _ = ray.wait(list(self._in_flight), num_returns=1)
             worker = self._in_flight.pop(ready[0])
-            index = self.remote_workers().index(worker) + 1
-            data, winfo = remote_get(ready[0], what=self.worker_name(index))
+            position = self._remote_workers.index(worker)
+            try:
+                data, winfo = ray.get(ready[0])
+            except RayError as exc:
+                # Its other queued requests go with it (a dead worker fails them all; a worker
+                # whose environments failed refuses them until they are rebuilt), and the
+                # replacement (or the rebuilt worker) gets as many new ones, and this one's.
+                # (If it raises, the requests still in flight are read when the set stops.)
+                self._recover(position, exc)
+                self._submit(self._remote_workers[position])
+                continue
             self._submit(worker)  # back to work at once, with the newest weights
             lag = self.version - winfo["version"]
             if self.max_policy_lag is not None and lag > self.max_policy_lag:
@@ -270,7 +407,9 @@ class CWorkerSet(WorkerSet):
         """Call ``method(*args)`` on the local and every remote worker; return the local result.
 
         Remote calls are queued behind the worker's current call, so they apply between
-        rollouts; the call returns once every worker has applied it (acknowledged).
+        rollouts; the call returns once every worker has applied it (acknowledged). The
+        change is logged and replayed on workers that replace dead ones; a worker found
+        dead now is replaced (and gets it with the replay).
         """
         local = self.local_worker()
         remotes = self.remote_workers()
@@ -284,19 +423,33 @@ class CWorkerSet(WorkerSet):
         if method == "replace_agent_component":
             self.invalidate_weights()
         if remotes:
-            from pytorchrl.scheme.base.ray_runtime import remote_get
-            remote_get([getattr(w, method).remote(*args) for w in remotes], what=self.role)
+            from pytorchrl.scheme.base.faults import gather
+            self.log_hot_swap(method, args)
+            outcomes = gather([getattr(w, method).remote(*args) for w in remotes])
+            for position, (_, exc) in enumerate(outcomes):
+                if exc is not None:
+                    if env_error_of(exc) is not None:
+                        # Only reported by a worker asked to replace its environments; that
+                        # is no failure of environments that ran.
+                        from pytorchrl.scheme.base.ray_runtime import as_worker_error
+                        raise as_worker_error(exc, self.worker_name(position + 1)) from None
+                    # A dead worker's replacement gets this change with the replayed log.
+                    self._recover(position, exc)
         return from_local
 
     def get_hyperparameters(self):
         """``get_hyperparameters()`` of the local worker and of every remote worker, in order."""
         out = [self.local_worker().get_hyperparameters()]
         if self.remote_workers():
-            from pytorchrl.scheme.base.ray_runtime import remote_get
-            out += remote_get([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
+            from pytorchrl.scheme.base.faults import get_all
+            out += get_all([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
         return out
 
     def stop(self):
         """Drop in-flight requests and stop every worker."""
-        self._in_flight = {}
+        in_flight, self._in_flight = list(self._in_flight) + self._abandoned, {}
+        self._abandoned = []
         super().stop()
+        # The requests still out failed when their workers were killed (or earlier, with the
+        # failure that ended the run): read, so that Ray does not report them as unhandled.
+        drain(in_flight, timeout=self.stop_timeout)

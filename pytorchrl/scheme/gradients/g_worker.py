@@ -1,5 +1,6 @@
 """GWorker: turns the rollouts of its collection workers into gradients."""
 
+import os
 import socket
 import time
 
@@ -156,6 +157,11 @@ class GWorker(Worker):
         if packed:
             info.update(raw_bytes=raw, sent_bytes=sent)
         info.update({f"col_{k}": v for k, v in self.col_workers.stats.items()})
+        # Restarts of this worker's collectors (or of their environments) since the last
+        # round travel up with the round, to be counted and logged by the Learner.
+        events = self.col_workers.pop_events()
+        if events:
+            info["worker_events"] = events
         self._round_info = info
 
     def apply_gradients(self, gradients=None):
@@ -175,22 +181,54 @@ class GWorker(Worker):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("", 0))
             port = s.getsockname()[1]
-        try:
-            import ray
-            ip = ray.util.get_node_ip_address()
-        except Exception:  # not in a Ray worker: a single-machine run
-            ip = "127.0.0.1"
-        return ip, port
+        return _node_ip(), port
 
-    def setup_distributed(self, master_addr, master_port, rank, world_size, backend=None):
-        """Join the torch.distributed group of the gradient workers (gloo on CPU, nccl on GPU)."""
+    #: Seconds a collective (the all-reduce of every update) or the rendezvous may wait for
+    #: a peer before failing: a peer that died makes the others fail instead of hang (one
+    #: killed on a live node closes its sockets and they fail at once; a lost machine is only
+    #: noticed by this timeout). It must exceed the longest collection round of a peer.
+    DIST_TIMEOUT_S = 120.0
+
+    def setup_distributed(self, master_addr, master_port, rank, world_size, backend=None, timeout_s=None):
+        """Join the torch.distributed group of the gradient workers (gloo on CPU, nccl on GPU),
+        leaving the group this worker was in first (a group re-formed after a peer died).
+
+        Parameters
+        ----------
+        master_addr, master_port : str, int
+            Rendezvous address (``get_address`` of rank 0).
+        rank, world_size : int
+            This worker's rank and the number of gradient workers.
+        backend : str or None
+            torch.distributed backend (None: nccl on a GPU, gloo otherwise).
+        timeout_s : float or None
+            Timeout of the rendezvous and of every collective (None: ``DIST_TIMEOUT_S``).
+        """
         import torch.distributed as dist
         import datetime
+        self.leave_distributed()
         backend = backend or ("nccl" if self.device.type == "cuda" else "gloo")
-        # A bounded timeout: a peer that died makes the others fail instead of hang.
+        if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
+            # Gloo otherwise picks the address this machine's hostname resolves to, which
+            # need not be the one the cluster reaches this node by (several interfaces,
+            # containers, network namespaces): use the interface of Ray's node address.
+            interface = _interface_of(_node_ip())
+            if interface is not None:
+                os.environ["GLOO_SOCKET_IFNAME"] = interface
+        timeout = datetime.timedelta(seconds=self.DIST_TIMEOUT_S if timeout_s is None else timeout_s)
         dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
-                                rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120))
+                                rank=rank, world_size=world_size, timeout=timeout)
         self._dist = True
+        return True
+
+    def leave_distributed(self):
+        """Leave the torch.distributed group (after a peer died its group is unusable);
+        returns True. Nothing happens outside a group."""
+        if self._dist:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self._dist = False
         return True
 
     def _all_reduce_gradients(self):
@@ -272,8 +310,28 @@ class GWorker(Worker):
     def stop(self):
         """Stop the collection workers and leave the distributed group (idempotent)."""
         self.col_workers.stop()
-        if self._dist:
-            import torch.distributed as dist
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            self._dist = False
+        self.leave_distributed()
+
+
+def _node_ip():
+    """The address the Ray cluster reaches this node by (127.0.0.1 outside Ray)."""
+    try:
+        import ray
+        return ray.util.get_node_ip_address()
+    except Exception:  # not in a Ray worker: a single-machine run
+        return "127.0.0.1"
+
+
+def _interface_of(ip):
+    """Name of the network interface holding the IPv4 address ``ip`` (None: no such one,
+    e.g. 127.0.0.1 outside Ray, which gloo finds by itself)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil comes with Ray
+        return None
+    if ip.startswith("127."):
+        return None
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == ip for a in addrs):
+            return name
+    return None

@@ -34,23 +34,32 @@ class GWorkerSet(WorkerSet):
         Remote gradient workers all-reduce their gradients and step their own optimizers.
     worker_remote_config : dict
         Ray resources of each remote gradient worker.
+    fault_policy : FaultPolicy or None
+        What to do when a remote gradient worker dies (see
+        ``pytorchrl.scheme.base.faults``); None: ``FaultPolicy()``. Its collection workers
+        follow the policy given to ``col_workers_factory``.
+
+    A gradient worker that died is replaced by the update worker (``UWorker``), which
+    knows the weights to give it, with ``replace_worker``; with decentralized updates the
+    torch.distributed group is then formed again (``setup_distributed``).
     """
 
     role = "gradient workers"
 
     def __init__(self, num_workers, col_workers_factory, local_col_workers_factory=None, local_device=None,
                  initial_weights=None, compress_grads_to_send=False, decentralized=False,
-                 worker_remote_config=None):
+                 worker_remote_config=None, fault_policy=None):
         self._local_col_factory = local_col_workers_factory or col_workers_factory
         self.decentralized = decentralized
         params = dict(col_workers_factory=col_workers_factory, compress_grads_to_send=compress_grads_to_send,
                       initial_weights=initial_weights, decentralized=decentralized)
         self._initial_weights = initial_weights
         super().__init__(GWorker, params, 0, num_workers,
-                         worker_remote_config or DEFAULT_GRAD_WORKER_RESOURCES, local_device)
+                         worker_remote_config or DEFAULT_GRAD_WORKER_RESOURCES, local_device,
+                         fault_policy=fault_policy)
         if decentralized and self.num_workers > 1:
             try:
-                self._setup_distributed()
+                self.setup_distributed()
             except BaseException:
                 self.stop()
                 raise
@@ -69,22 +78,24 @@ class GWorkerSet(WorkerSet):
         # Seeded in its constructor: it draws its collectors' seeds while being built.
         return remote_cls.remote(index_worker=index, device=device, seed=seed, **worker_params)
 
-    def _setup_distributed(self):
+    def setup_distributed(self):
         """Join the remote gradient workers in one torch.distributed group (rank = order);
-        the first one's node hosts the rendezvous."""
+        the first one's node hosts the rendezvous, at a port chosen now. Workers already in
+        a group leave it first, so this also forms the group again after a peer died."""
+        from pytorchrl.scheme.base.faults import get_all
         from pytorchrl.scheme.base.ray_runtime import remote_get
         workers = self.remote_workers()
         addr, port = remote_get(workers[0].get_address.remote(), what=self.role)
-        remote_get([w.setup_distributed.remote(addr, port, rank, len(workers))
-                    for rank, w in enumerate(workers)], timeout=180, what=self.role)
+        get_all([w.setup_distributed.remote(addr, port, rank, len(workers))
+                 for rank, w in enumerate(workers)], what=self.role)
 
     def get_hyperparameters(self):
         """``GWorker.get_hyperparameters()`` of the local and of every remote gradient worker:
         one list per gradient worker (the worker's own parameters, then its collectors')."""
         out = [self.local_worker().get_hyperparameters()]
         if self.remote_workers():
-            from pytorchrl.scheme.base.ray_runtime import remote_get
-            out += remote_get([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
+            from pytorchrl.scheme.base.faults import get_all
+            out += get_all([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
         return out
 
     def process_info(self):
@@ -93,17 +104,18 @@ class GWorkerSet(WorkerSet):
         remote collectors."""
         out = list(self.local_worker().col_workers.process_info())
         if self.remote_workers():
-            from pytorchrl.scheme.base.ray_runtime import remote_get
-            for infos in remote_get([w.process_info_all.remote() for w in self.remote_workers()], what=self.role):
+            from pytorchrl.scheme.base.faults import get_all
+            for infos in get_all([w.process_info_all.remote() for w in self.remote_workers()], what=self.role):
                 out += infos
         return out
 
     @classmethod
     def create_factory(cls, num_workers, col_workers_factory, local_col_workers_factory=None,
-                       compress_grads_to_send=False, decentralized=False, grad_worker_resources=None):
+                       compress_grads_to_send=False, decentralized=False, grad_worker_resources=None,
+                       fault_policy=None):
         """Return ``factory(device, initial_weights=None)`` creating GWorkerSets (parameters as in the class)."""
         return WorkerSetFactory(cls, {"local_device": None, "initial_weights": None}, num_workers=num_workers,
                                 col_workers_factory=col_workers_factory,
                                 local_col_workers_factory=local_col_workers_factory,
                                 compress_grads_to_send=compress_grads_to_send, decentralized=decentralized,
-                                worker_remote_config=grad_worker_resources)
+                                worker_remote_config=grad_worker_resources, fault_policy=fault_policy)

@@ -5,6 +5,7 @@ import time
 import torch
 
 import pytorchrl as prl
+from pytorchrl.scheme.base.faults import death_cause, drain, failure_of, gather, worker_died
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.transport import WeightBroadcast
 
@@ -37,6 +38,16 @@ class UWorker(Worker):
     max_grad_lag : int or None
         Asynchronous gradients computed from weights more than this many versions old are
         dropped; None applies them all.
+
+    Failures. A remote gradient worker that dies is replaced (``GWorkerSet.replace_worker``:
+    same index, hot-swaps replayed) and given the current weights and version; its gradient
+    in flight is dropped. Synchronous central updates average the gradients of the others
+    (if none came, the step is asked of all again); asynchronous ones send the replacement
+    a new request. With decentralized updates (DD-PPO) the survivors' all-reduce fails with
+    the peer (or completes, if it died after); the dead are replaced, every worker takes the
+    weights, optimizer state and version of one survivor (one that completed the step if
+    any), and the torch.distributed group is formed again with a new rendezvous. Restarts
+    are reported with the step's information (``worker_events``).
     """
 
     def __init__(self, grad_workers_factory, index_worker=0, grad_communication=prl.SYNC,
@@ -71,7 +82,9 @@ class UWorker(Worker):
         Returns
         -------
         infos : list of dict
-            Information of every gradient used (losses, versions, collection rounds).
+            Information of every gradient used (losses, versions, collection rounds); the
+            first also holds ``worker_events``: the restarts of gradient workers since the
+            last step (collectors' restarts come with their rounds' information).
         """
         t0 = time.perf_counter()
         remotes = self.grad_workers._remote_workers
@@ -81,46 +94,83 @@ class UWorker(Worker):
             self.local_worker.apply_gradients()
             infos = [info]
         elif self.decentralized:
-            from pytorchrl.scheme.base.ray_runtime import remote_get
-            # Every gradient worker all-reduces its gradient with the others and steps its
-            # own optimizer: nothing comes back but the information.
-            infos = [i for _, i in remote_get([w.step.remote(return_grads=False) for w in remotes],
-                                              what="gradient workers")]
-            t1 = time.perf_counter()
-            self.local_worker.version += 1
-            self._remote_version_known = False
+            infos, t1 = self._step_decentralized()
         elif self.grad_communication == prl.SYNC:
-            infos, t1 = self._step_sync(remotes)
+            infos, t1 = self._step_sync()
         else:
-            infos, t1 = self._step_async(remotes)
+            infos, t1 = self._step_async()
         t2 = time.perf_counter()
         for info in infos:
             info["grad_asynchrony"] = self.version - 1 - info["version"]
         infos[0]["wait_time"] = t1 - t0
         infos[0]["update_time"] = t2 - t1
+        events = self.grad_workers.pop_events()
+        if events:
+            infos[0]["worker_events"] = list(infos[0].get("worker_events", [])) + events
         return infos
 
-    def _step_sync(self, remotes):
-        from pytorchrl.scheme.base.ray_runtime import remote_get
-        weights, version = self._weights(), self.version
-        results = remote_get([w.step.remote(weights=weights, version=version, pack_grads=True) for w in remotes],
-                             what="gradient workers")
-        t1 = time.perf_counter()
+    def _step_decentralized(self):
+        while True:
+            # Every gradient worker all-reduces its gradient with the others and steps its
+            # own optimizer: nothing comes back but the information.
+            outcomes = gather([w.step.remote(return_grads=False) for w in self.grad_workers.remote_workers()])
+            t1 = time.perf_counter()
+            dead = {i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None and worker_died(exc)}
+            if not dead:
+                self._raise_failures(outcomes)
+                self.local_worker.version += 1
+                self._remote_version_known = False
+                return [info for _, info in (value for value, _ in outcomes)], t1
+            # A peer died: the survivors' all-reduce failed with it (their errors are that),
+            # unless it died after the all-reduce; a collector's restart limit still ends the run.
+            for _, exc in outcomes:
+                failure = failure_of(exc) if exc is not None else None
+                if failure is not None:
+                    raise failure from None
+            succeeded = [i for i, (_, exc) in enumerate(outcomes) if exc is None]
+            self._reform(dead, succeeded)
+            if succeeded:
+                # Their update is everyone's now (the state was taken from one of them).
+                return [outcomes[i][0][1] for i in succeeded], t1
+
+    def _step_sync(self):
+        while True:
+            weights, version = self._weights(), self.version
+            outcomes = gather([w.step.remote(weights=weights, version=version, pack_grads=True)
+                               for w in self.grad_workers.remote_workers()])
+            t1 = time.perf_counter()
+            self._raise_failures(outcomes)
+            # The gradients of workers that died are dropped; the others' are averaged.
+            results = [value for value, exc in outcomes if exc is None]
+            self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
+            if results:
+                break
         grads = [self._unpack(g) for g, _ in results]
         averaged = [None if gs[0] is None else torch.stack(gs).mean(0) for gs in zip(*grads)]
         self.local_worker.apply_gradients(averaged)
         return [i for _, i in results], t1
 
-    def _step_async(self, remotes):
-        from pytorchrl.scheme.base.ray_runtime import remote_get, require_ray
+    def _step_async(self):
+        from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
+        from ray.exceptions import RayError
         if not self._in_flight:
-            for w in remotes:
+            for w in self.grad_workers.remote_workers():
                 self._submit(w)
         while True:
             ready, _ = ray.wait(list(self._in_flight), num_returns=1)
             worker = self._in_flight.pop(ready[0])
-            grads, info = remote_get(ready[0], what="gradient workers")
+            try:
+                grads, info = ray.get(ready[0])
+            except RayError as exc:
+                position = self.grad_workers.remote_workers().index(worker)
+                outcomes = [(None, exc) if i == position else (None, None)
+                            for i in range(len(self.grad_workers.remote_workers()))]
+                # (If it raises, the requests still in flight are read when the worker stops.)
+                self._raise_failures(outcomes)
+                # Its gradient is dropped; the replacement starts on a new request.
+                self._handle_deaths({position: exc})
+                continue
             t1 = time.perf_counter()
             lag = self.version - info["version"]
             if self.max_grad_lag is not None and lag > self.max_grad_lag:
@@ -135,6 +185,86 @@ class UWorker(Worker):
         ref = worker.step.remote(weights=self._weights(), version=self.version, pack_grads=True)
         self._in_flight[ref] = worker
 
+    # ------------------------------------------------------------------ failures
+    def _raise_failures(self, outcomes):
+        """Raise the first failure among ``outcomes`` (``gather``'s pairs) that is not a
+        worker's death, as one line naming the gradient worker."""
+        from pytorchrl.scheme.base.ray_runtime import as_worker_error
+        for i, (_, exc) in enumerate(outcomes):
+            if exc is not None and not worker_died(exc):
+                failure = failure_of(exc)
+                raise (failure if failure is not None else
+                       as_worker_error(exc, self.grad_workers.worker_name(i + 1))) from None
+
+    def _handle_deaths(self, dead):
+        """Replace the gradient workers that died: ``dead`` maps their positions to the Ray
+        exception that said so. Decentralized: the group is formed again (``_reform``)."""
+        if not dead:
+            return
+        if self.decentralized:
+            self._reform(dict(dead))
+            return
+        for position, exc in sorted(dead.items()):
+            old = self.grad_workers.remote_workers()[position]
+            stale = [ref for ref, w in self._in_flight.items() if w is old]
+            for ref in stale:
+                del self._in_flight[ref]
+            drain(stale, timeout=self.grad_workers.fault_policy.start_timeout_s)
+            new = self.grad_workers.replace_worker(
+                position, f"died ({death_cause(exc)})",
+                prepare=lambda w: [w.set_weights.remote(self._weights(), self.version)])
+            if self.grad_communication == prl.ASYNC:
+                self._submit(new)
+
+    def _reform(self, dead, succeeded=()):
+        """Decentralized updates: replace the gradient workers that died and form the
+        torch.distributed group again, every worker holding the same state.
+
+        Parameters
+        ----------
+        dead : dict
+            Position -> Ray exception of the workers that died.
+        succeeded : sequence of int
+            Positions of survivors whose last step completed (their state is the newest).
+        """
+        from pytorchrl.scheme.base.ray_runtime import as_worker_error
+        gws = self.grad_workers
+        remotes = list(gws.remote_workers())
+        survivors = [i for i in range(len(remotes)) if i not in dead]
+        state = None
+        # The state everyone continues from: a survivor's that completed the step, else any
+        # survivor's (they all failed in the same all-reduce: none stepped its optimizer).
+        for i in sorted(survivors, key=lambda i: i not in succeeded):
+            (value, exc), = gather([remotes[i].get_state.remote()])
+            if exc is None:
+                state = value
+                break
+            if not worker_died(exc):
+                raise as_worker_error(exc, gws.worker_name(i + 1)) from None
+            dead[i] = exc
+        survivors = [i for i in survivors if i not in dead]
+        if state is None:
+            # Every gradient worker died: the last state fetched here is the newest left.
+            state = self.local_worker.get_state()
+        # The survivors leave the broken group before the new rendezvous.
+        for i, (_, exc) in zip(survivors, gather([remotes[i].leave_distributed.remote() for i in survivors])):
+            if exc is not None:
+                if not worker_died(exc):
+                    raise as_worker_error(exc, gws.worker_name(i + 1)) from None
+                dead[i] = exc
+        survivors = [i for i in survivors if i not in dead]
+        for position, exc in sorted(dead.items()):
+            gws.replace_worker(position, f"died ({death_cause(exc)})",
+                               prepare=lambda w: [w.set_state.remote(state)])
+        # One survivor may have stepped and another not: all take the same state.
+        for i, (_, exc) in zip(survivors, gather([remotes[i].set_state.remote(state) for i in survivors])):
+            if exc is not None:
+                raise as_worker_error(exc, gws.worker_name(i + 1)) from None
+        gws.setup_distributed()
+        self.local_worker.set_state(state)
+        self._remote_version_known = True
+        self.broadcast.invalidate()
+
     @staticmethod
     def _unpack(grads):
         from pytorchrl.scheme.transport import Packed, unpack
@@ -147,25 +277,37 @@ class UWorker(Worker):
     def sync_local_weights(self):
         """Make the local copy of the weights current (decentralized updates keep the
         authoritative copy on the remote gradient workers: all hold the same weights and
-        optimizer state, so the first one's full state is fetched, for evaluation,
-        checkpoints and saved models alike)."""
+        optimizer state, so the full state of the first one that answers is fetched, for
+        evaluation, checkpoints and saved models alike).
+
+        A gradient worker found dead here is left to the next ``step`` to replace: this
+        is also how the state is saved after a failure that ends the run."""
         if not self._remote_version_known:
-            from pytorchrl.scheme.base.ray_runtime import remote_get
-            remote = self.grad_workers.remote_workers()[0]
-            state = remote_get(remote.get_state.remote(), what="gradient workers")
-            self.local_worker.set_state(state)
-            self._remote_version_known = True
+            from pytorchrl.scheme.base.ray_runtime import WorkerError, as_worker_error
+            causes = []
+            for i, remote in enumerate(self.grad_workers.remote_workers()):
+                (state, exc), = gather([remote.get_state.remote()])
+                if exc is None:
+                    self.local_worker.set_state(state)
+                    self._remote_version_known = True
+                    return
+                self._raise_failures([(None, None)] * i + [(None, exc)])
+                causes.append(str(as_worker_error(exc, self.grad_workers.worker_name(i + 1))))
+            raise WorkerError(f"no gradient worker could give its weights: {'; '.join(causes)}")
 
     def set_state(self, state):
         """Restore a checkpointed state (``GWorker.get_state``) on every gradient worker, so
         that their weights, optimizers and versions agree before the next update."""
+        drain(list(self._in_flight), timeout=None)
         self._in_flight = {}
         self.broadcast.invalidate()  # same version number, other weights
         self.local_worker.set_state(state)
         remotes = self.grad_workers.remote_workers()
         if remotes:
-            from pytorchrl.scheme.base.ray_runtime import remote_get
-            remote_get([w.set_state.remote(state) for w in remotes], what="gradient workers")
+            outcomes = gather([w.set_state.remote(state) for w in remotes])
+            self._raise_failures(outcomes)
+            # A replacement gets the restored state (central updates: its weights).
+            self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
         self._remote_version_known = True
 
     def get_weights(self):
@@ -178,11 +320,15 @@ class UWorker(Worker):
         """Call ``method(*args)`` on every gradient worker (each forwards it to its
         collectors); in-flight asynchronous gradients are awaited first so that the change
         lands between updates."""
-        from pytorchrl.scheme.base.ray_runtime import remote_get
         result = getattr(self.local_worker, method)(*args)
         remotes = self.grad_workers.remote_workers()
         if remotes:
-            remote_get([getattr(w, method).remote(*args) for w in remotes], what="gradient workers")
+            # Logged for replacements (which get it with the replay, so a worker found dead
+            # now is simply replaced).
+            self.grad_workers.log_hot_swap(method, args)
+            outcomes = gather([getattr(w, method).remote(*args) for w in remotes])
+            self._raise_failures(outcomes)
+            self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
         return result
 
     def update_algorithm_parameter(self, parameter_name, new_parameter_value):
@@ -201,6 +347,9 @@ class UWorker(Worker):
         continue from the same weights. Gradients in flight are discarded.
         """
         self.sync_local_weights()
+        # (The gradients in flight are computed before the replacement reaches their workers
+        # anyway: waited for and dropped.)
+        drain(list(self._in_flight), timeout=None)
         self._in_flight = {}
         result = self._apply_everywhere("replace_agent_component", component_name, new_component_factory)
         if component_name in ("actor", "algo"):
@@ -208,9 +357,10 @@ class UWorker(Worker):
             self.broadcast.invalidate()
             remotes = self.grad_workers.remote_workers()
             if remotes:
-                from pytorchrl.scheme.base.ray_runtime import remote_get
                 weights = self._weights()
-                remote_get([w.set_weights.remote(weights, self.version) for w in remotes], what="gradient workers")
+                outcomes = gather([w.set_weights.remote(weights, self.version) for w in remotes])
+                self._raise_failures(outcomes)
+                self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
         return result
 
     def get_hyperparameters(self):
@@ -236,5 +386,7 @@ class UWorker(Worker):
 
     def stop(self):
         """Stop every worker of the scheme (idempotent)."""
-        self._in_flight = {}
+        in_flight, self._in_flight = list(self._in_flight), {}
         self.grad_workers.stop()
+        # The requests still out failed when their workers were killed: read, not reported.
+        drain(in_flight, timeout=self.grad_workers.stop_timeout)
