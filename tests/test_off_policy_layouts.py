@@ -104,15 +104,7 @@ def identical(dicts):
     return [k for k in first if not all(torch.equal(first[k], d[k]) for d in dicts[1:])]
 
 
-#: Gradients travel through ``transport.pack``, which turns 0-d tensors into shape (1,)
-#: (``np.ascontiguousarray``); SAC's log(alpha) gradient is one.
-ZERO_D_GRADIENT = pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
-    "scheme bug: transport.pack sends a 0-d tensor as shape (1,) (np.ascontiguousarray), so SAC's log_alpha "
-    "gradient from a remote gradient worker cannot be assigned to the 0-d parameter"))
-CASES = [pytest.param(algo, layout, id=f"{lid}-{algo}",
-                      marks=[ZERO_D_GRADIENT] if algo == "SAC" and "grad-sync" in lid or
-                      algo == "SAC" and "grad-async" in lid else [])
-         for lid, layout in LAYOUTS for algo in ("DDQN", "SAC")]
+CASES = [pytest.param(algo, layout, id=f"{lid}-{algo}") for lid, layout in LAYOUTS for algo in ("DDQN", "SAC")]
 
 
 @pytest.mark.parametrize("algo,layout", CASES)
@@ -179,12 +171,6 @@ def test_off_policy_layout(ray_for_module, algo, layout):
         learner.stop()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "scheme bugs: (1) a remote gradient worker loads its initial weights into its collector's actor only "
-    "(CWorker.set_weights), never into its algorithm, so its target networks stay copies of its own random "
-    "initialisation; a decentralized run never sends weights again, so the targets differ between "
-    "gradient workers for good (they only agree after a hard copy); (2) GWorker._all_reduce_gradients "
-    "all-reduces actor.parameters() only, so SAC's log_alpha gradient stays local and alpha drifts apart"))
 @pytest.mark.parametrize("algo,overrides", [("SAC", {}), ("DDQN", {"polyak": 0.99, "target_update_interval": 1})],
                          ids=["SAC", "DDQN-polyak"])
 def test_decentralized_gradient_workers_share_learner_networks(ray_for_module, algo, overrides):
@@ -242,9 +228,6 @@ def test_remote_collectors_act_with_the_learners_exploration(ray_for_module, lay
 
 
 # --------------------------------------------------------------- step accounting
-@pytest.mark.xfail(strict=True, reason="scheme bug: GWorker._collect_round overwrites _round_info when the "
-                   "replay needs several rounds before its first mini-batch (warm-up): only the last round's "
-                   "collected_samples and episodes reach the Learner")
 def test_learner_counts_every_transition_collected():
     """In-process: the learner's step count is the number of transitions collected
     (the warm-up needs several collection rounds before the first update)."""
@@ -260,9 +243,6 @@ def test_learner_counts_every_transition_collected():
 
 
 # ------------------------------------------------------------ decentralized TD3
-@pytest.mark.xfail(strict=True, reason="scheme bug: GWorker._all_reduce_gradients replaces missing gradients "
-                   "(TD3's policy between delayed updates) by zeros, so apply_gradients steps the policy's Adam "
-                   "with zero gradients and its momentum moves the policy at every update")
 def test_decentralized_td3_keeps_the_policy_delay():
     """A decentralized gradient worker (DD-PPO style; here in a torch.distributed group of
     one, the same code path as with several) must not step the policy between TD3's

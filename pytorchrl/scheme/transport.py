@@ -78,7 +78,8 @@ def pack(data, compress=False):
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu().numpy()
         if isinstance(value, np.ndarray):
-            arr = np.ascontiguousarray(value)
+            # ascontiguousarray makes 0-d arrays 1-d: keep the shape (a scalar parameter's gradient).
+            arr = np.ascontiguousarray(value).reshape(value.shape)
             raw += arr.nbytes
             if _should_compress(arr, compress):
                 payload = lz4.frame.compress(arr.data, compression_level=0, store_size=True)

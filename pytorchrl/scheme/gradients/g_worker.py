@@ -50,6 +50,10 @@ class GWorker(Worker):
         self.compress_grads_to_send = compress_grads_to_send
         self.decentralized = decentralized
         self.col_workers = col_workers_factory(self.device, initial_weights, index_worker)
+        if initial_weights is not None:
+            # The learner's own networks (targets, SAC's alpha) start from the same values
+            # on every gradient worker; the collectors only took the acting weights.
+            self.algo.set_weights(weights_from_wire(initial_weights))
         self.version = 0
         self._batches = None
         self._round_info = None
@@ -162,7 +166,9 @@ class GWorker(Worker):
         events = self.col_workers.pop_events()
         if events:
             info["worker_events"] = events
-        self._round_info = info
+        # A storage may need several rounds before its first mini-batch (replay warm-up):
+        # every round's steps, episodes and events reach the learner with that batch.
+        self._round_info = info if self._round_info is None else merge_round_infos(self._round_info, info)
 
     def apply_gradients(self, gradients=None):
         """Take one optimizer step (with ``gradients``, or those held in ``.grad``) and
@@ -233,8 +239,14 @@ class GWorker(Worker):
 
     def _all_reduce_gradients(self):
         import torch.distributed as dist
-        params = [p for p in self.actor.parameters()]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        # Every trainable parameter (SAC's alpha included). Parameters without a gradient
+        # this update (TD3's delayed policy) are left out rather than given zeros, which
+        # would move them through the optimizer's momentum; the gradient workers hold the
+        # same version, so they all leave out the same ones.
+        params = [p for p in self.algo.trainable_parameters() if p.grad is not None]
+        if not params:
+            return
+        grads = [p.grad for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat /= dist.get_world_size()
@@ -335,3 +347,22 @@ def _interface_of(ip):
         if any(a.family == socket.AF_INET and a.address == ip for a in addrs):
             return name
     return None
+
+
+def merge_round_infos(first, second):
+    """One info for two collection rounds handed to the learner together: counts and
+    times added, lists joined, the latest value of everything else."""
+    out = dict(second)
+    for key in ("collected_samples", "col_time", "prepare_time", "collect_wait", "cut_rollouts", "raw_bytes",
+                "sent_bytes"):
+        if key in first:
+            out[key] = first[key] + second.get(key, 0)
+    for key in ("episodes", "policy_lags", "rollout_steps", "worker_events"):
+        if key in first:
+            out[key] = list(first[key]) + list(second.get(key, []))
+    if out.get("policy_lags"):
+        out["policy_lag"] = float(np.mean(out["policy_lags"]))
+    if "TestReward" in first and "TestReward" not in second:
+        out["TestReward"] = first["TestReward"]
+    return out
+
