@@ -45,7 +45,7 @@ def test_resolved_config_has_every_key_with_defaults():
                             "learner", "schedules"]
     assert set(config["scheme"]) == set(SECTIONS["scheme"])
     assert config["algorithm"]["clip_param"] == 0.2          # PPO's own default
-    assert config["actor"]["hidden_sizes"] == [64, 64]
+    assert config["actor"]["hidden_sizes"] is None          # null: the algorithm family's default
     assert config["storage"]["gae_lambda"] == 0.95           # GAEBuffer's own default
     assert config["schedules"][0]["kind"] == "linear"
     # The resolved form is a valid configuration that resolves to itself.
@@ -57,8 +57,12 @@ def test_algorithm_keys_are_the_hyperparameters_of_the_class(name):
     keys = algorithm_keys(name)
     assert list(keys) == ALGORITHMS[name].hyperparameter_names()
     assert all(key.doc for key in keys.values())   # read from the docstrings
-    assert keys["mini_batch_size"].kind == "int" and keys["mini_batch_size"].nullable
-    assert keys["lr"].kind == "number"
+    # on-policy: null means "num_mini_batch equal parts"; off-policy: always a number of samples
+    assert keys["mini_batch_size"].kind == "int"
+    assert keys["mini_batch_size"].nullable == (name in ("PPO", "A2C"))
+    # one learning rate, or one per optimizer (SAC: lr_q, lr_pi, lr_alpha)
+    assert all(keys[k].kind == "number" for k in keys if k == "lr" or k.startswith("lr_"))
+    assert any(k == "lr" or k.startswith("lr_") for k in keys)
 
 
 def test_storage_keys_depend_on_the_storage():
@@ -99,8 +103,10 @@ ERRORS = [
     ("open bound", minimal(scheme={"fraction_samples": 0.0}), "scheme.fraction_samples: must be in (0, 1], got 0.0"),
     ("unknown env id", minimal(env={"id": "CartPole-v9"}), "env.id: unknown gymnasium environment 'CartPole-v9' (did you mean 'CartPole-v1'?)"),
     ("env module", minimal(env={"id": "no_such_module:Foo-v0"}), "env.id: cannot import module 'no_such_module'"),
-    ("unknown algorithm", minimal(algorithm={"name": "PPO2"}), "algorithm.name: expected one of 'PPO', 'A2C', got 'PPO2' (did you mean 'PPO'?)"),
-    ("unknown storage", minimal(storage={"name": "GAE"}), "storage.name: expected one of 'GAEBuffer', 'VanillaOnPolicyBuffer', got 'GAE'"),
+    ("unknown algorithm", minimal(algorithm={"name": "PPO2"}), "algorithm.name: expected one of 'PPO', 'A2C', 'DDQN', 'DDPG', 'TD3', 'SAC', got 'PPO2' "
+     "(did you mean 'PPO'?)"),
+    ("unknown storage", minimal(storage={"name": "GAE"}), "storage.name: expected one of 'GAEBuffer', 'VanillaOnPolicyBuffer', 'ReplayBuffer', "
+     "'NStepReplayBuffer', 'PERBuffer', 'EREBuffer' or null, got 'GAE'"),
     ("bad choice", minimal(scheme={"col_workers_communication": "asynch"}), "scheme.col_workers_communication: expected one of 'sync', 'async', got 'asynch' (did you mean 'async'?)"),
     ("missing required", {**minimal(), "learner": {"log_every": 1}}, "learner.target_steps: missing required key"),
     ("section not a mapping", minimal(env=[1, 2]), "env: expected a mapping of keys, got [1, 2]"),

@@ -16,7 +16,9 @@ def _batch(n, num_actions, seed):
             # Old log-probabilities far from the current ones, so that many ratios are clipped.
             prl.LOGP: torch.randn(n, 1, generator=g) * 0.5 - 1.0,
             prl.ADV: torch.randn(n, 1, generator=g),
-            prl.RET: torch.randn(n, 1, generator=g)}
+            prl.RET: torch.randn(n, 1, generator=g),
+            # Values at collection time, for PPO's clipped value loss.
+            prl.VAL: torch.randn(n, 1, generator=g)}
 
 
 def _loss_and_grads(algo, batch, fused):
@@ -28,7 +30,8 @@ def _loss_and_grads(algo, batch, fused):
 
 @pytest.mark.parametrize("cls,kwargs", [
     (PPO, {"clip_param": 0.1, "entropy_coef": 0.01}),
-    (PPO, {"clip_param": 0.3, "entropy_coef": 0.0, "normalize_advantages": False}),
+    (PPO, {"clip_param": 0.3, "entropy_coef": 0.0, "normalize_advantages": False,
+           "use_clipped_value_loss": False}),
     (A2C, {"entropy_coef": 0.05}),
     (A2C, {"entropy_coef": 0.0, "normalize_advantages": True}),
 ])

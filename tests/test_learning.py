@@ -32,6 +32,7 @@ def cartpole_learner(algo_factory, algo_name, storage_factory, target_steps, see
                                                            vec_env_size=num_envs, seed=seed)
     test, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1, seed=seed + 100)
     actor_factory = OnPolicyActor.create_factory(obs_space, action_space, algo_name, feature_extractor_network=MLP,
+                                                 shared_policy_value_network=False,
                                                  feature_extractor_kwargs={"hidden_sizes": [64, 64],
                                                                            "activation": "tanh"})
     scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory, storage_factory=storage_factory,

@@ -17,7 +17,9 @@ def _batch(n, seed):
     g = torch.Generator().manual_seed(seed)
     return {prl.OBS: torch.randn(n, 4, generator=g), prl.ACT: torch.randint(0, 3, (n, 1), generator=g),
             prl.LOGP: torch.randn(n, 1, generator=g) * 0.3 - 1.1, prl.ADV: torch.randn(n, 1, generator=g),
-            prl.RET: torch.randn(n, 1, generator=g)}
+            prl.RET: torch.randn(n, 1, generator=g),
+            # Values at collection time, for PPO's clipped value loss.
+            prl.VAL: torch.randn(n, 1, generator=g)}
 
 
 def _pair(cls, actor_kwargs, algo_kwargs):
@@ -31,15 +33,18 @@ def _pair(cls, actor_kwargs, algo_kwargs):
 
 
 CASES = [
-    (PPO, {"feature_extractor_kwargs": {"hidden_sizes": [16, 16], "activation": "tanh"}},
+    (PPO, {"feature_extractor_kwargs": {"hidden_sizes": [16, 16], "activation": "tanh"},
+           "shared_policy_value_network": False},
      {"clip_param": 0.1, "entropy_coef": 0.01, "max_grad_norm": 0.5}),
-    (PPO, {"feature_extractor_kwargs": {"hidden_sizes": [16, 8, 8], "activation": "relu"}},
-     {"normalize_advantages": False, "max_grad_norm": 0.0}),
+    (PPO, {"feature_extractor_kwargs": {"hidden_sizes": [16, 8, 8], "activation": "relu"},
+           "shared_policy_value_network": False},
+     {"normalize_advantages": False, "max_grad_norm": 0.0, "use_clipped_value_loss": False}),
     (PPO, {"feature_extractor_kwargs": {"hidden_sizes": [16, 16], "activation": "tanh"},
            "shared_policy_value_network": True}, {"entropy_coef": 0.02}),
     (A2C, {"feature_extractor_kwargs": {"hidden_sizes": [12], "activation": "relu"},
            "shared_policy_value_network": True}, {"entropy_coef": 0.05, "max_grad_norm": 0.1}),
-    (A2C, {"feature_extractor_kwargs": {"hidden_sizes": [16, 16], "activation": "tanh"}}, {}),
+    (A2C, {"feature_extractor_kwargs": {"hidden_sizes": [16, 16], "activation": "tanh"},
+           "shared_policy_value_network": False}, {}),
 ]
 
 
