@@ -1,7 +1,9 @@
-"""Parts shared by the PPO benchmark workers, ours and the peers': the hyperparameters both
-sides of a comparison train with, the greedy evaluation, the fields of the records.
+"""Parts shared by the benchmark workers, ours and the peers' (PPO: _ours_ppo.py, _sb3_ppo.py,
+_ours_dist_ppo.py, _rllib_ppo.py; off-policy: _ours_offpolicy.py, _sb3_offpolicy.py): the
+hyperparameters both sides of a comparison train with, the greedy evaluation, the solve
+criterion, the fields of the records.
 
-The peers' workers (_sb3_ppo.py, _rllib_ppo.py) run with benchmarks/.venv-peers/bin/python,
+The peers' workers (_sb3_ppo.py, _rllib_ppo.py, _sb3_offpolicy.py) run with benchmarks/.venv-peers/bin/python,
 which has no pytorchrl: this module imports only the standard library (and _memsampler) at
 the top, and gymnasium/numpy inside the functions that need them, so that the libraries are
 imported (and their import time counted) where each worker starts its own clock.
@@ -27,19 +29,85 @@ RLLIB_CARTPOLE_PPO = dict(train_batch_size=4000, minibatch_size=128, num_epochs=
                           gae_lambda=1.0, clip_param=0.3, vf_coef_on_mse=0.01, entropy_coef=0.0, grad_clip=None,
                           adam_eps=1e-8, net="pi 64x64 tanh, vf 64x64 tanh (separate)", normalize_advantages=True)
 
+# rl-baselines3-zoo, hyperparams/dqn.yml, CartPole-v1 (_ours_offpolicy.py --algo dqn against
+# _sb3_offpolicy.py --algo dqn). SB3's target_update_interval counts env steps and is checked
+# while collecting only, so with train_freq 256 the target is copied once per stage of 128
+# gradient steps: our DDQN's target_update_interval (in updates) is 128. The exploration
+# schedule (linear from 1.0 to 0.04 over the first 0.16 of the run) is one Schedule of our
+# initial_epsilon over env steps, with epsilon_decay 1.0 (as examples/configs/dqn_cartpole.yaml).
+ZOO_CARTPOLE_DQN = dict(env_id="CartPole-v1", n_timesteps=50_000, lr=2.3e-3, batch_size=64, buffer_size=100_000,
+                        learning_starts=1000, gamma=0.99, target_update_interval_env_steps=10,
+                        target_update_interval_updates=128, train_freq=256, gradient_steps=128,
+                        exploration_fraction=0.16, exploration_initial_eps=1.0, exploration_final_eps=0.04,
+                        net=[256, 256], loss="huber (smooth L1)", max_grad_norm=10.0, adam_eps=1e-8)
+
+# rl-baselines3-zoo, hyperparams/sac.yml, Pendulum-v1 (n_timesteps 2e4, learning_rate 1e-3);
+# the rest are SB3's SAC defaults, written out so that our side gets the same values.
+ZOO_PENDULUM_SAC = dict(env_id="Pendulum-v1", n_timesteps=20_000, lr=1e-3, buffer_size=1_000_000, batch_size=256,
+                        gamma=0.99, tau=0.005, learning_starts=100, train_freq=1, gradient_steps=1,
+                        ent_coef="auto (initial 1.0)", target_entropy="-dim(A)", net=[256, 256], n_critics=2,
+                        adam_eps=1e-8)
+
+OFFPOLICY_HYPERPARAMETERS = {"dqn": ZOO_CARTPOLE_DQN, "sac": ZOO_PENDULUM_SAC}
+
 # When a run counts as solved (_ours_ppo.py and _sb3_ppo.py check it after every rollout).
 SOLVE_THRESHOLD = 475.0
 SOLVE_WINDOW = 20
 
+# The off-policy workers' solve criteria: the mean training return of the last ``window``
+# episodes reaches ``threshold``. CartPole: 195, the classic threshold of CartPole-v0 (DQN's
+# training episodes act with epsilon 0.04, which rarely lets 20 in a row reach 475);
+# Pendulum: -250 (a swung-up, balanced pendulum scores about -150 +- 100 per episode).
+OFFPOLICY_SOLVE = {"dqn": dict(threshold=195.0, window=20), "sac": dict(threshold=-250.0, window=20)}
 
-def parse_cartpole_args(doc, argv=None):
+
+class SolveTracker:
+    """The first time the mean of the last ``window`` training returns reaches ``threshold``.
+
+    ``add(returns)`` the episodes finished since the last call, then ``check(env_steps)``
+    (seconds counted from ``t0``, a ``time.perf_counter()`` value). Both sides of the
+    off-policy comparison call it at the same granularity (after every collection round).
+    """
+
+    def __init__(self, t0, threshold, window):
+        import collections
+        self.t0, self.threshold, self.window = t0, float(threshold), int(window)
+        self.recent = collections.deque(maxlen=self.window)
+        self.returns = collections.deque(maxlen=100)   # the last 100, for the record
+        self.episodes = 0
+        self.steps = self.seconds = None
+        self._changed = False
+
+    def add(self, returns):
+        for ret in returns:
+            self.recent.append(float(ret))
+            self.returns.append(float(ret))
+            self.episodes += 1
+            self._changed = True
+
+    def check(self, env_steps):
+        if self.steps is None and self._changed and len(self.recent) == self.window:
+            if sum(self.recent) / self.window >= self.threshold:
+                import time
+                self.steps, self.seconds = int(env_steps), time.perf_counter() - self.t0
+        self._changed = False
+
+
+def parse_cartpole_args(doc, argv=None, algos=None):
     """The command line of _ours_ppo.py and _sb3_ppo.py: ppo_cartpole.py runs both with the
-    same flags. doc: the worker's docstring (its first line describes it in ``--help``)."""
+    same flags. doc: the worker's docstring (its first line describes it in ``--help``).
+    algos: choices of an ``--algo`` option (the off-policy workers: "dqn", "sac"); the
+    default ``--steps`` is then the algorithm's zoo budget."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--steps", type=int, default=None if algos else 100_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-episodes", type=int, default=10)
-    return ap.parse_args(argv)
+    if algos:
+        ap.add_argument("--algo", choices=list(algos), required=True)
+    args = ap.parse_args(argv)
+    if args.steps is None:
+        args.steps = OFFPOLICY_HYPERPARAMETERS[args.algo]["n_timesteps"]
+    return args
 
 
 def greedy_returns(act, episodes, env_id="CartPole-v1"):
@@ -62,7 +130,7 @@ def greedy_returns(act, episodes, env_id="CartPole-v1"):
 
 
 def cartpole_run_fields(target_steps, steps, start, imported, built, train, cpu, eval_end, solve, train_returns,
-                        eval_returns):
+                        eval_returns, threshold=SOLVE_THRESHOLD, window=SOLVE_WINDOW, checked="after every rollout"):
     """The measured fields of a _ours_ppo.py / _sb3_ppo.py record, derived the same way on
     both sides (ppo_cartpole.py compares them by name).
 
@@ -72,7 +140,8 @@ def cartpole_run_fields(target_steps, steps, start, imported, built, train, cpu,
     cpu: ``time.process_time()`` at those two moments; eval_end: end of the greedy evaluation.
     solve: (env steps, seconds from the start of training) when the run was solved, else
     (None, None). train_returns: the returns of the last (up to 100) training episodes, in
-    order; eval_returns: those of the greedy episodes.
+    order; eval_returns: those of the greedy episodes. threshold, window, checked: the solve
+    criterion, as the record states it (the off-policy workers pass ``OFFPOLICY_SOLVE``'s).
     """
     import numpy as np
 
@@ -88,8 +157,8 @@ def cartpole_run_fields(target_steps, steps, start, imported, built, train, cpu,
         "env_steps_per_cpu_s": round(steps / max(1e-9, c1 - c0), 1),
         "solve_env_steps": solve_steps,
         "solve_wall_s": None if solve_s is None else round(solve_s, 3),
-        "solve_definition": f"mean training return of the last {SOLVE_WINDOW} episodes >= {SOLVE_THRESHOLD}, "
-                            "checked after every rollout; seconds from the start of training",
+        "solve_definition": f"mean training return of the last {window} episodes >= {threshold}, "
+                            f"checked {checked}; seconds from the start of training",
         "train_return_last20": round(float(np.mean(train_returns[-20:])), 2) if train_returns else None,
         "train_return_last100": round(float(np.mean(train_returns[-100:])), 2) if train_returns else None,
         "eval_mean": float(np.mean(eval_returns)), "eval_std": round(float(np.std(eval_returns)), 2),

@@ -1,0 +1,294 @@
+"""Off-policy: pytorchrl's DDQN (CartPole-v1) and SAC (Pendulum-v1) against Stable-Baselines3's DQN and SAC.
+
+Both sides train with the rl-baselines3-zoo hyperparameters (identical on both sides, see
+``_worker_common.ZOO_CARTPOLE_DQN`` / ``ZOO_PENDULUM_SAC`` and README.md): DQN for 50k
+env steps, SAC for 20k, one env, each run in a fresh subprocess:
+
+    ours     -> _ours_offpolicy.py with the interpreter where pytorchrl is installed (this one)
+    ours-1t  -> the same with PYTORCHRL_UPDATE_THREADS=1 (numpy update on one thread, as SB3)
+    sb3      -> _sb3_offpolicy.py with benchmarks/.venv-peers/bin/python (setup_peers.sh)
+
+For each task, runs are interleaved (ours seed 0, ours-1t seed 0, sb3 seed 0, ours seed 1,
+...) so that drift of the machine hits every system. Every worker's JSON line goes to
+results/offpolicy_<timestamp>.jsonl, and a markdown report (per-system medians, ratios to
+SB3 with the issue's goal of >= 3x SB3's env steps/s at equal or better return, per-seed
+rows) is printed and saved next to it as .md.
+
+Usage:
+    python benchmarks/offpolicy.py --clean-head           # 3 seeds x 3 systems x 2 tasks (~40-60 min on 2 cores)
+    python benchmarks/offpolicy.py --quick                # smoke run: DQN 5k, SAC 1k steps, 1 seed
+    python benchmarks/offpolicy.py --tasks dqn --systems ours,sb3 --seeds 5
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import _common as C  # noqa: E402
+from _worker_common import OFFPOLICY_HYPERPARAMETERS, OFFPOLICY_SOLVE  # noqa: E402
+
+WORKERS = {"ours": os.path.join(HERE, "_ours_offpolicy.py"), "ours-1t": os.path.join(HERE, "_ours_offpolicy.py"),
+           "sb3": os.path.join(HERE, "_sb3_offpolicy.py")}
+TASKS = {"dqn": "DQN on CartPole-v1 (ours: double DQN)", "sac": "SAC on Pendulum-v1"}
+TARGET_RATIO = 3.0
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description="Off-policy DQN/SAC: pytorchrl vs Stable-Baselines3, interleaved.")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per system and task (default 3)")
+    ap.add_argument("--tasks", default="dqn,sac", help="comma-separated subset of: dqn,sac")
+    ap.add_argument("--dqn-steps", type=int, default=OFFPOLICY_HYPERPARAMETERS["dqn"]["n_timesteps"],
+                    help="env steps of a DQN run (default: the zoo's 50000)")
+    ap.add_argument("--sac-steps", type=int, default=OFFPOLICY_HYPERPARAMETERS["sac"]["n_timesteps"],
+                    help="env steps of a SAC run (default: the zoo's 20000)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: DQN 5k, SAC 1k steps, 1 seed, no warm-up")
+    ap.add_argument("--systems", default="ours,ours-1t,sb3",
+                    help="comma-separated subset of: ours, ours-1t (PYTORCHRL_UPDATE_THREADS=1), sb3")
+    ap.add_argument("--ours-python", default=sys.executable, help="interpreter with pytorchrl (default: this one)")
+    ap.add_argument("--peers-python", default=C.DEFAULT_PEERS_PYTHON,
+                    help="interpreter with stable-baselines3 (default: benchmarks/.venv-peers)")
+    ap.add_argument("--torch-threads", type=int, default=1,
+                    help="OMP_NUM_THREADS of every worker (default 1, as ppo_cartpole.py; 0: library default)")
+    ap.add_argument("--eval-episodes", type=int, default=10)
+    ap.add_argument("--no-warmup", action="store_true", help="skip the untimed short run of each interpreter")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds allowed to one worker run")
+    ap.add_argument("--out-dir", default=C.RESULTS_DIR)
+    C.add_source_args(ap)
+    C.add_load_args(ap)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.seeds, args.dqn_steps, args.sac_steps, args.no_warmup = 1, 5000, 1000, True
+    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    bad = [s for s in args.systems if s not in WORKERS] + [t for t in args.tasks if t not in TASKS]
+    if bad or not args.systems or not args.tasks:
+        ap.error(f"--systems must name some of {sorted(WORKERS)} and --tasks some of {sorted(TASKS)}; "
+                 f"got {bad or (args.systems, args.tasks)}")
+    args.steps = {"dqn": args.dqn_steps, "sac": args.sac_steps}
+    return args
+
+
+def is_ours(system):
+    return system.startswith("ours")
+
+
+def worker_env(system, args):
+    if not is_ours(system):
+        return C.peers_env(args.torch_threads)
+    env = C.ours_env(args, args.torch_threads)
+    env.pop("PYTORCHRL_UPDATE_THREADS", None)   # "ours": the library's own choice
+    if system == "ours-1t":
+        env["PYTORCHRL_UPDATE_THREADS"] = "1"
+    return env
+
+
+def worker_cmd(system, args, task, seed, steps, eval_episodes):
+    py = args.ours_python if is_ours(system) else args.peers_python
+    return [py, WORKERS[system], "--algo", task, "--steps", str(steps), "--seed", str(seed),
+            "--eval-episodes", str(eval_episodes)]
+
+
+def check_interpreters(args):
+    """Fail early, with the fix, when an interpreter cannot run its worker."""
+    checks = {True: "import pytorchrl, gymnasium", False: "import stable_baselines3, gymnasium"}
+    for system in args.systems:
+        py = args.ours_python if is_ours(system) else args.peers_python
+        hint = " (pip install -e . in that env)" if is_ours(system) else " (run benchmarks/setup_peers.sh first)"
+        if not os.path.exists(py):
+            sys.exit(f"offpolicy: interpreter for {system} not found: {py}{hint}")
+        r = subprocess.run([py, "-c", checks[is_ours(system)]], capture_output=True, text=True,
+                           env=worker_env(system, args))
+        if r.returncode != 0:
+            sys.exit(f"offpolicy: {py} cannot run the {system} worker{hint}:\n{r.stderr.strip()[-800:]}")
+
+
+def run_one(system, args, task, seed, steps, eval_episodes=None):
+    eval_episodes = args.eval_episodes if eval_episodes is None else eval_episodes
+    rec = C.run_json_worker(worker_cmd(system, args, task, seed, steps, eval_episodes), worker_env(system, args),
+                            args.timeout, args, tag={"task": task})
+    rec.update(system=system, seed=seed)   # "ours-1t" runs the "ours" worker
+    return rec
+
+
+# ---------------------------------------------------------------------------- report
+def _inf(v):
+    return float("inf") if v is None else v
+
+
+def summarize(records):
+    """{(task, system): medians over seeds} of the successful runs (an unsolved run counts
+    as infinitely slow to solve: the median says "not solved" unless most runs solved)."""
+    out = {}
+    m = C.median
+    for task in TASKS:
+        for system in WORKERS:
+            rs = [r for r in records if r.get("task") == task and r.get("system") == system and "error" not in r]
+            if not rs:
+                continue
+            out[(task, system)] = {
+                "runs": len(rs),
+                "env_steps": m([r["env_steps"] for r in rs]),
+                "updates": m([r.get("updates") for r in rs]),
+                "env_steps_per_s": m([r["env_steps_per_s"] for r in rs]),
+                "env_steps_per_cpu_s": m([r.get("env_steps_per_cpu_s") for r in rs]),
+                "learn_wall_s": m([r["learn_wall_s"] for r in rs]),
+                "total_wall_s": m([r["total_wall_s"] for r in rs]),
+                "solve_wall_s": m([_inf(r.get("solve_wall_s")) for r in rs]),
+                "solve_env_steps": m([_inf(r.get("solve_env_steps")) for r in rs]),
+                "solved": sum(r.get("solve_wall_s") is not None for r in rs),
+                "eval_mean": m([r["eval_mean"] for r in rs]),
+                "eval_min": min(r["eval_mean"] for r in rs),
+                "train_return_last20": m([r.get("train_return_last20") for r in rs]),
+                "peak_rss_tree_MB": m([r.get("peak_rss_tree_MB") for r in rs]),
+                "others_cpu_share": m([r.get("others_cpu_share_during") for r in rs]),
+                "update_threads": sorted({r.get("update_threads") for r in rs if r.get("update_threads")}),
+            }
+    return out
+
+
+def paired(records, task, system, key="env_steps_per_s", peer="sb3"):
+    """``system``/``peer`` ratios of ``key`` for the runs of the same seed (run back to back)."""
+    by = {(r["system"], r["seed"]): r for r in records
+          if r.get("task") == task and "error" not in r and r.get(key) is not None}
+    return [by[(system, s)][key] / by[(peer, s)][key] for (sys_, s) in sorted(by)
+            if sys_ == system and (peer, s) in by and by[(peer, s)][key]]
+
+
+def _speedup(o, b, key):
+    if o[key] in (None, float("inf")) or b[key] in (None, float("inf")):
+        return "–"
+    return f"{b[key] / o[key]:.2f}x"
+
+
+def system_name(system, meta):
+    if system == "sb3":
+        return f"Stable-Baselines3 {meta.get('sb3_version') or ''}".strip()
+    base = f"pytorchrl {meta.get('ours_version') or ''}".strip()
+    return f"{base} (ours, update threads: library default)" if system == "ours" else f"{base} (ours, 1 update thread)"
+
+
+def render_task(task, summary, records, meta):
+    steps = meta["steps"][task]
+    crit = OFFPOLICY_SOLVE[task]
+    lines = [f"### {TASKS[task]}, {steps:,} env steps, rl-zoo hyperparameters",
+             "", f"{meta['seeds']} seed(s) per system, interleaved; medians over seeds. Solved: mean training return "
+                 f"of the last {crit['window']} episodes >= {crit['threshold']:g}, checked after every collection "
+                 "round (time from the start of training).", ""]
+    headers = ["system", "env steps/s", "env steps per CPU-s", "learn wall (s)", "total wall incl. start-up (s)",
+               "time to solve (s)", "steps to solve", "solved", "greedy eval (10 ep), median [min]",
+               "train return (last 20 ep)", "updates", "peak RSS (MB)", "CPU used by others"]
+    rows = []
+    systems = [s for s in WORKERS if (task, s) in summary]
+    for system in systems:
+        s = summary[(task, system)]
+        fmt = C.fmt
+        rows.append([system_name(system, meta), fmt(s["env_steps_per_s"]), fmt(s["env_steps_per_cpu_s"]),
+                     fmt(s["learn_wall_s"], 1), fmt(s["total_wall_s"], 1), C.fmt(s["solve_wall_s"], 1, inf="not solved"),
+                     C.fmt(s["solve_env_steps"], 0, inf="not solved"), f"{s['solved']}/{s['runs']}",
+                     f"{fmt(s['eval_mean'], 1)} [{fmt(s['eval_min'], 1)}]", fmt(s["train_return_last20"], 1),
+                     fmt(s["updates"]), fmt(s["peak_rss_tree_MB"]), C.fmt_share(s["others_cpu_share"])])
+    lines.append(C.md_table(headers, rows))
+    b = summary.get((task, "sb3"))
+    verdicts, ratio_rows = [], []
+    for system in [s for s in systems if is_ours(s)] if b else []:
+        o = summary[(task, system)]
+        ratio = o["env_steps_per_s"] / b["env_steps_per_s"]
+        cpu = (o["env_steps_per_cpu_s"] / b["env_steps_per_cpu_s"]
+               if o["env_steps_per_cpu_s"] and b["env_steps_per_cpu_s"] else None)
+        pairs = paired(records, task, system)
+        ratio_rows.append([system, f"**{ratio:.2f}x**", ", ".join(f"{p:.2f}x" for p in pairs) or "–",
+                           "–" if cpu is None else f"{cpu:.2f}x",
+                           ", ".join(f"{p:.2f}x" for p in paired(records, task, system, "env_steps_per_cpu_s")) or "–",
+                           _speedup(o, b, "learn_wall_s"), _speedup(o, b, "total_wall_s"),
+                           _speedup(o, b, "solve_wall_s"), f"{o['eval_mean'] - b['eval_mean']:+.1f}"])
+        ok_speed, ok_return = ratio >= TARGET_RATIO, o["eval_mean"] >= b["eval_mean"]
+        verdicts.append(f"{system}: {'MET' if ok_speed and ok_return else 'NOT MET'} (speed {ratio:.2f}x: "
+                        f"{'ok' if ok_speed else 'short'}; return {o['eval_mean']:.1f} vs {b['eval_mean']:.1f}: "
+                        f"{'ok' if ok_return else 'lower'})")
+    if ratio_rows:
+        lines += ["", C.md_table(["ours / SB3", "env steps/s (medians)", "env steps/s per seed (paired runs)",
+                                  "env steps per CPU-s (medians)", "per CPU-s, per seed", "learn wall speed-up",
+                                  "total wall speed-up", "time-to-solve speed-up", "greedy eval, ours − SB3"],
+                                 ratio_rows),
+                  "", f"Goal (>= {TARGET_RATIO:.0f}x SB3's env steps/s at equal or better return): "
+                      + "; ".join(verdicts) + "."]
+    per_seed = []
+    for r in sorted((r for r in records if r.get("task") == task and "error" not in r),
+                    key=lambda r: (r["seed"], list(WORKERS).index(r["system"]))):
+        solve = ("–" if r.get("solve_wall_s") is None
+                 else f"{r['solve_wall_s']:.1f} / {r['solve_env_steps']:,}")
+        per_seed.append([r["seed"], r["system"], C.fmt(r["env_steps_per_s"]), C.fmt(r.get("env_steps_per_cpu_s")),
+                         C.fmt(r["learn_wall_s"], 1), C.fmt(r["total_wall_s"], 1), solve, C.fmt(r["eval_mean"], 1),
+                         C.fmt(r.get("peak_rss_tree_MB")), C.fmt_share(r.get("others_cpu_share_during"))])
+    if per_seed:
+        lines += ["", "Per seed:", "", C.md_table(["seed", "system", "env steps/s", "steps per CPU-s", "learn wall (s)",
+                                                   "total wall (s)", "solve (s / steps)", "eval", "peak RSS (MB)",
+                                                   "CPU used by others"], per_seed, align="rlrrrrrrrr")]
+    return lines
+
+
+def render(summary, records, meta):
+    lines = []
+    for task in meta["tasks"]:
+        if lines:
+            lines.append("")
+        lines += render_task(task, summary, records, meta)
+    lines += C.closing_notes(records, lambda r: f"{r.get('task')} {r['system']} seed {r['seed']}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    with C.prepared_source(args):
+        return run(args)
+
+
+def run(args):
+    check_interpreters(args)
+    extra = {"steps": args.steps, "seeds": args.seeds, "systems": args.systems, "tasks": args.tasks,
+             "torch_threads_env": args.torch_threads, "hyperparameters": {t: OFFPOLICY_HYPERPARAMETERS[t]
+                                                                           for t in args.tasks}}
+    if any(is_ours(s) for s in args.systems):
+        v = C.versions(args.ours_python, ["pytorchrl", "torch", "numpy", "gymnasium"], worker_env("ours", args))
+        extra.update(ours_version=v["pytorchrl"], ours_versions=v)
+    if "sb3" in args.systems:
+        v = C.versions(args.peers_python, ["stable_baselines3", "torch", "numpy", "gymnasium"],
+                       worker_env("sb3", args))
+        extra.update(sb3_version=v["stable_baselines3"], sb3_versions=v)
+    plan = (f"{args.seeds} seed(s) x {args.systems} x " +
+            ", ".join(f"{t} {args.steps[t]:,} steps" for t in args.tasks))
+    jsonl, meta = C.start_results("offpolicy", args, extra, plan=plan)
+    if not args.no_warmup:
+        # Untimed: brings each interpreter's libraries into the file cache.
+        for system in dict.fromkeys("ours" if is_ours(s) else s for s in args.systems):
+            r = run_one(system, args, "dqn", 0, 1500, eval_episodes=1)
+            if "error" in r:
+                sys.exit(f"offpolicy: warm-up of {system} failed: {r['error']}\n{r.get('stderr_tail', '')}")
+
+    records = []
+    for task in args.tasks:
+        for seed in range(args.seeds):
+            for system in args.systems:
+                rec = run_one(system, args, task, seed, args.steps[task])
+                records.append(rec)
+                C.append_jsonl(jsonl, rec)
+                if "error" in rec:
+                    print(f"  {task} {system:7s} seed {seed}: FAILED ({rec['error']})\n{rec.get('stderr_tail', '')}",
+                          flush=True)
+                    continue
+                solve = ("not solved" if rec["solve_wall_s"] is None else
+                         f"solved at {rec['solve_env_steps']:,} steps / {rec['solve_wall_s']:.1f} s")
+                print(f"  {task} {system:7s} seed {seed}: {rec['env_steps_per_s']:>7,.0f} steps/s "
+                      f"({C.fmt(rec.get('env_steps_per_cpu_s'))} per CPU-s)  learn {rec['learn_wall_s']:6.1f} s  "
+                      f"eval {rec['eval_mean']:7.1f}  {solve}  peak {C.fmt(rec.get('peak_rss_tree_MB'))} MB  "
+                      f"(others used {C.fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+    summary = summarize(records)
+    return C.finish_results(jsonl, meta, records, {f"{t}/{s}": v for (t, s), v in summary.items()},
+                            render(summary, records, meta))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
