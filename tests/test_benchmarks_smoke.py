@@ -307,3 +307,73 @@ def test_soak_memory_summary_and_report():
     table = mod.render(rec, meta)
     assert "target **reached**" in table and "| collectors killed (SIGKILL) | 5:" in table
     assert "**NOT MET** (driver + workers RSS grew +" in table
+
+
+# --------------------------------------------------- off-policy benchmark (offpolicy.py)
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("algo,steps,updates", [("dqn", 1536, 3 * 128), ("sac", 300, 201)])
+def test_offpolicy_ours_worker_prints_a_complete_record(algo, steps, updates):
+    """Our off-policy worker end to end on a tiny budget (no peers venv needed), with one
+    update thread as the orchestrator's "ours-1t" system."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTORCHRL_UPDATE_THREADS="1")
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "_ours_offpolicy.py"), "--algo", algo, "--steps",
+                        str(steps), "--seed", "2", "--eval-episodes", "1"], capture_output=True, text=True, env=env,
+                       cwd=REPO, timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    assert lines, f"no JSON line in the output:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    rec = json.loads(lines[-1])
+    for key, kind in FIELDS.items():
+        assert key in rec, f"missing field {key!r}"
+        assert isinstance(rec[key], (int, float) if kind is float else kind), (key, rec[key])
+    assert rec["system"] == "ours" and rec["algo"] == algo and rec["seed"] == 2
+    assert rec["env_steps"] == steps and rec["update_threads_env"] == "1"
+    # DQN: stages of 128 updates at 1024, 1280 and 1536 env steps, as SB3 trains after each
+    # rollout of 256 once past 1000 (the last stage included). SAC: one update per step from 100.
+    assert rec["updates"] == updates
+    assert rec["numpy_update"] and rec["update_threads"] == 1
+    assert rec["env_steps_per_s"] == pytest.approx(rec["env_steps"] / rec["learn_wall_s"], rel=0.01)
+    assert len(rec["eval_returns"]) == 1 and rec["hyperparameters"]["env_id"] in ("CartPole-v1", "Pendulum-v1")
+    if algo == "dqn":
+        assert rec["final_epsilon"] == pytest.approx(0.04) and 1 <= rec["eval_returns"][0] <= 500
+    else:
+        assert -2000 < rec["eval_returns"][0] <= 0
+
+
+def test_offpolicy_workers_share_the_hyperparameters():
+    """Both off-policy workers train with the same hyperparameters (importing _sb3_offpolicy
+    needs no SB3: it imports the library in main())."""
+    hp = _load_bench("_ours_offpolicy").HYPERPARAMETERS
+    assert hp == _load_bench("_sb3_offpolicy").HYPERPARAMETERS
+    assert (hp["dqn"]["train_freq"], hp["dqn"]["gradient_steps"], hp["dqn"]["target_update_interval_updates"]) == \
+        (256, 128, 128)
+    assert (hp["sac"]["lr"], hp["sac"]["batch_size"], hp["sac"]["learning_starts"]) == (1e-3, 256, 100)
+
+
+def test_offpolicy_report_from_synthetic_records():
+    mod = _load_bench("offpolicy")
+    args = mod.parse_args(["--quick", "--systems", "ours,sb3"])
+    assert (args.seeds, args.steps, args.systems, args.tasks) == (1, {"dqn": 5000, "sac": 1000}, ["ours", "sb3"],
+                                                                  ["dqn", "sac"])
+    assert mod.worker_env("ours-1t", args)["PYTORCHRL_UPDATE_THREADS"] == "1"
+    assert "PYTORCHRL_UPDATE_THREADS" not in mod.worker_env("ours", args)
+
+    def rec(task, system, seed, fps, ev, solve):
+        return {"task": task, "system": system, "seed": seed, "env_steps": 50_176, "updates": 24_704,
+                "env_steps_per_s": fps, "env_steps_per_cpu_s": fps * 0.8, "learn_wall_s": 50_176 / fps,
+                "total_wall_s": 50_176 / fps + 3, "solve_wall_s": solve,
+                "solve_env_steps": None if solve is None else 20_000, "eval_mean": ev, "peak_rss_tree_MB": 250.0}
+
+    records = [rec("dqn", "ours", 0, 1500, 500, 5.0), rec("dqn", "ours-1t", 0, 1200, 500, 6.0),
+               rec("dqn", "sb3", 0, 500, 500, 15.0), rec("dqn", "ours", 1, 1600, 480, None),
+               rec("dqn", "ours-1t", 1, 1300, 480, None), rec("dqn", "sb3", 1, 400, 490, 14.0),
+               {"task": "sac", "system": "sb3", "seed": 0, "error": "exit 1"}]
+    summary = mod.summarize(records)
+    assert summary[("dqn", "ours")]["env_steps_per_s"] == 1550 and summary[("dqn", "ours")]["solved"] == 1
+    assert mod.paired(records, "dqn", "ours-1t") == [pytest.approx(1200 / 500), pytest.approx(1300 / 400)]
+    table = mod.render(summary, records, {"steps": {"dqn": 50_000, "sac": 20_000}, "seeds": 2,
+                                          "tasks": ["dqn", "sac"]})
+    assert "| ours | **3.44x** |" in table and "| ours-1t | **2.78x** |" in table
+    assert "ours: MET (speed 3.44x: ok; return 490.0 vs 495.0" not in table   # lower return: not met
+    assert "ours: NOT MET (speed 3.44x: ok; return 490.0 vs 495.0: lower)" in table
+    assert "Failed runs: sac sb3 seed 0: exit 1" in table
