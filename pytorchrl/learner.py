@@ -7,6 +7,7 @@ import os
 import time
 
 import numpy as np
+import torch
 
 from pytorchrl import checkpoint as ckpt
 from pytorchrl.agent.algorithms.base import check_parameter
@@ -19,6 +20,13 @@ FPS_WINDOW_S = 10.0
 RECENT_EVENTS = 1000
 
 logger = logging.getLogger("pytorchrl")
+
+
+class NonFiniteUpdatesError(RuntimeError):
+    """Training stopped: ``Learner.max_nonfinite_updates`` updates in a row were skipped
+    because their gradients held NaN or infinite values. The weights are those of the last
+    finite update (a skipped update changes nothing), so they can be saved and resumed
+    from, e.g. with a lower learning rate."""
 
 
 class Learner:
@@ -39,6 +47,15 @@ class Learner:
         Save the contents of the (local gradient worker's) replay storage in checkpoints,
         so that a resumed run continues with them; costs the buffer's size on disk. Only
         for replay storages.
+    max_nonfinite_updates : int or None
+        Updates skipped in a row for NaN or infinite gradients after which ``step`` raises
+        ``NonFiniteUpdatesError`` (None: never). An update whose gradient is not finite is
+        skipped by the algorithm (the weights do not change; see
+        ``Algorithm.apply_gradients``), logged once per run of skips and counted in
+        ``Scheme/SkippedUpdates``; training goes on, since one bad batch (a NaN reward)
+        spoils only its own updates. The default, 100, outlasts one bad PPO rollout
+        (``num_epochs x num_mini_batch`` updates, all skipped) while a diverged network,
+        whose every update is skipped, stops the run within seconds.
 
     Attributes
     ----------
@@ -51,9 +68,16 @@ class Learner:
         ``on_worker_event(text)`` is called with the line of each restart; by default it is
         logged as a warning on the "pytorchrl" logger (``pytorchrl train`` shows it with its
         progress).
+    skipped_updates : int
+        Updates skipped for non-finite gradients since the start (``Scheme/SkippedUpdates``).
+    on_warning : callable
+        ``on_warning(text)`` is called with the line saying that updates are being skipped
+        (once per run of skips in a row) and the one saying that they ended; by default it
+        is logged as a warning on the "pytorchrl" logger.
     """
 
-    def __init__(self, scheme, target_steps, log_dir=None, schedules=None, checkpoint_replay=False):
+    def __init__(self, scheme, target_steps, log_dir=None, schedules=None, checkpoint_replay=False,
+                 max_nonfinite_updates=100):
         # 1e7 written in a script is a float: an integral float is the integer meant.
         if isinstance(target_steps, (float, np.floating)) and float(target_steps).is_integer():
             target_steps = int(target_steps)
@@ -63,6 +87,10 @@ class Learner:
         if checkpoint_replay and not hasattr(storage, "state_dict"):
             raise ValueError(f"checkpoint_replay needs a replay storage; {type(storage).__name__} keeps no "
                              f"replay between updates")
+        if max_nonfinite_updates is not None and (isinstance(max_nonfinite_updates, bool) or not isinstance(
+                max_nonfinite_updates, (int, np.integer)) or max_nonfinite_updates < 1):
+            raise ValueError(f"max_nonfinite_updates must be None or a positive integer, got {max_nonfinite_updates!r}")
+        self.max_nonfinite_updates = max_nonfinite_updates
         self.checkpoint_replay = bool(checkpoint_replay)
         self.scheme = scheme
         self.update_worker = scheme.update_worker
@@ -85,6 +113,9 @@ class Learner:
         self.env_restarts = 0
         self.worker_events = collections.deque(maxlen=RECENT_EVENTS)
         self.on_worker_event = logger.warning
+        self.skipped_updates = 0
+        self._skips_in_a_row = 0
+        self.on_warning = logger.warning
         self.test_reward = None
         self.hot_swaps = []   # (env step, kind, name, value) of every change applied
         self.schedules = list(schedules or [])
@@ -97,11 +128,24 @@ class Learner:
 
     # ------------------------------------------------------------------ training
     def step(self):
-        """Perform one update of the policy (collecting data first when the scheme needs it)."""
+        """Perform one update of the policy (collecting data first when the scheme needs it).
+
+        An update whose gradient is NaN or infinite is skipped by the algorithm (see
+        ``max_nonfinite_updates``); it still counts in ``num_updates``.
+
+        Raises
+        ------
+        NonFiniteUpdatesError
+            ``max_nonfinite_updates`` updates in a row were skipped; this step's data and
+            counts are recorded first, and the weights are those of the last finite update.
+        """
         infos = self.update_worker.step()
         self.num_updates += 1
+        # One update per step: with several gradient workers every info says the same.
+        skipped = any(info.get("update_skipped") for info in infos)
         for info in infos:
-            self._record(info)
+            self._record(info, skipped)
+        self._count_skip(skipped)
         self._apply_schedules()
         now = time.perf_counter()
         self._fps_history.append((now, self.num_samples_collected))
@@ -118,9 +162,35 @@ class Learner:
                 else:
                     self.update_storage_parameter(sched.name, value)
 
-    def _record(self, info):
-        # Every metric the algorithm reports reaches get_metrics (no fixed list of keys).
-        for key, value in info.get("algo", {}).items():
+    def _count_skip(self, skipped):
+        """Count a skipped update, say so at the first of a run of skips (and when the run
+        ends), and stop after ``max_nonfinite_updates`` in a row."""
+        if not skipped:
+            if self._skips_in_a_row:
+                self.on_warning(f"updates applied again at {self.num_samples_collected:,} env steps after "
+                                f"{self._skips_in_a_row} skipped in a row")
+            self._skips_in_a_row = 0
+            return
+        self.skipped_updates += 1
+        self._skips_in_a_row += 1
+        if self._skips_in_a_row == 1:
+            # One line per run of skips: a bad rollout spoils dozens of updates in a row.
+            self.on_warning(f"update skipped at {self.num_samples_collected:,} env steps: its gradient holds NaN or "
+                            f"infinite values, the weights are unchanged (skips are counted in "
+                            f"Scheme/SkippedUpdates)")
+        limit = self.max_nonfinite_updates
+        if limit is not None and self._skips_in_a_row >= limit:
+            raise NonFiniteUpdatesError(
+                f"{self._skips_in_a_row} updates in a row had NaN or infinite gradients and were skipped "
+                f"(learner.max_nonfinite_updates={limit}): training diverged or the data holds NaN/inf; the "
+                f"weights are those of the last finite update. Lower the learning rate, clip gradients "
+                f"(max_grad_norm) or check the environment's observations and rewards")
+
+    def _record(self, info, skipped=False):
+        # Every metric the algorithm reports reaches get_metrics (no fixed list of keys);
+        # those of a skipped update describe no change of the weights (and would turn the
+        # interval's means into NaN): left out, the skip is counted instead.
+        for key, value in ({} if skipped else info.get("algo", {})).items():
             if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
                 self._algo_info[key].append(float(value))
         for key in ("grad_time", "col_time", "prepare_time", "wait_time", "update_time", "collect_wait"):
@@ -186,7 +256,8 @@ class Learner:
             (rollouts and gradients sent by remote workers), cut rollouts, dropped stale
             rollouts and gradients, and the restarts since the start: ``WorkerRestarts``
             (remote workers replaced after they died) and ``EnvRestarts`` (environments
-            rebuilt after they failed).
+            rebuilt after they failed), and ``SkippedUpdates``: updates skipped since the start
+            because their gradients were not finite.
         add_time_metrics : bool
             Steps per second, elapsed time, seconds spent in each phase.
         """
@@ -222,6 +293,7 @@ class Learner:
                 m["Scheme/DroppedRollouts"] = int(sum(self._dropped_rollouts.values()))
             m["Scheme/WorkerRestarts"] = self.worker_restarts
             m["Scheme/EnvRestarts"] = self.env_restarts
+            m["Scheme/SkippedUpdates"] = self.skipped_updates
             dropped_grads = getattr(self.update_worker, "stats", {}).get("dropped_gradients", 0)
             if dropped_grads:
                 m["Scheme/DroppedGradients"] = int(dropped_grads)
@@ -290,9 +362,21 @@ class Learner:
 
         Written to ``<fname>.tmp``, flushed to the disk and renamed: a crash never leaves a
         half-written model. Raises ``pytorchrl.checkpoint.SaveError`` (the previous file
-        intact) when the file cannot be written.
+        intact) when the file cannot be written, or when the weights hold NaN or infinite
+        values (a diverged model never replaces a good one).
         """
-        return ckpt.write_atomically(self.update_worker.save_model, self._path(fname))
+        path = self._path(fname)
+        self._refuse_nonfinite_weights(path)
+        return ckpt.write_atomically(self.update_worker.save_model, path)
+
+    def _refuse_nonfinite_weights(self, path):
+        """Raise SaveError (naming ``path``) when a weight is NaN or infinite (the local copy
+        of the weights is made current first: ``UWorker.get_weights``)."""
+        bad = [k for k, v in self.update_worker.get_weights().items()
+               if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            raise ckpt.SaveError(f"{path} not written: the weights hold NaN or infinite values "
+                                 f"({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''})")
 
     def save_checkpoint(self, fname="checkpoint.pt", extra=None, keep_previous=True):
         """Write the full training state; a relative ``fname`` goes into ``log_dir``. Returns the path.
@@ -322,14 +406,14 @@ class Learner:
         Raises
         ------
         pytorchrl.checkpoint.SaveError
-            The file could not be written (disk full, directory not writable); the previous
-            checkpoint is intact.
+            The file could not be written (disk full, directory not writable), or the
+            weights hold NaN or infinite values; the previous checkpoint is intact.
         TypeError
             ``extra`` (or a component's state) holds a value that cannot be stored in
             plain types.
         """
         path = self._path(fname)
-        self.update_worker.sync_local_weights()
+        self._refuse_nonfinite_weights(path)
         local = self.update_worker.local_worker
         state = {
             "format": ckpt.FORMAT,
@@ -469,4 +553,4 @@ def _check_fits(state, algo, actor, path):
                                          f"not those saved ({', '.join(saved_rngs) or 'none'})")
 
 
-__all__ = ["Learner"]
+__all__ = ["Learner", "NonFiniteUpdatesError"]

@@ -111,6 +111,33 @@ class _CrashInRayWorker(gym.Wrapper):
         return self.env.step(action)
 
 
+class NaNRewardFrom(gym.Wrapper):
+    """Rewards NaN from its ``nan_from``-th step on (counted from 1, across episodes): a
+    simulator whose state has blown up, as far as the learner can tell."""
+
+    def __init__(self, env, nan_from):
+        super().__init__(env)
+        self.nan_from, self.steps = nan_from, 0
+
+    def step(self, action):
+        self.steps += 1
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, float("nan") if self.steps >= self.nan_from else reward, terminated, truncated, info
+
+
+def nan_reward_cartpole(env_id="CartPole-v1", nan_from=40, nan_grad_worker=None, index_grad_worker=0):
+    """CartPole whose rewards turn NaN at its ``nan_from``-th step, in the environments of
+    gradient worker ``nan_grad_worker`` only (all of them if None)."""
+    env = gym.make(env_id)
+    if nan_grad_worker is None or index_grad_worker == nan_grad_worker:
+        env = NaNRewardFrom(env, nan_from)
+    return env
+
+
+def _nan_reward(nan_from=100, **kwargs):
+    return NaNRewardFrom(gym.make("CartPole-v1", **kwargs), nan_from)
+
+
 def _crashing_in_ray_workers(crash_at=150, **kwargs):
     return _CrashInRayWorker(gym.make("CartPole-v1", **kwargs), crash_at)
 
@@ -121,7 +148,11 @@ def _raising(fail_at=100, **kwargs):
 
 # CrashingCartPole-v0: the process of every remote collector ends at its 150th step.
 # RaisingCartPole-v0: every environment raises RuntimeError at its 100th step.
+# NaNRewardCartPole-v0: every environment's rewards are NaN from its 100th step on
+# (env.kwargs: {nan_from: N} moves it).
 if "CrashingCartPole-v0" not in gym.registry:
     gym.register("CrashingCartPole-v0", entry_point=_crashing_in_ray_workers)
 if "RaisingCartPole-v0" not in gym.registry:
     gym.register("RaisingCartPole-v0", entry_point=_raising)
+if "NaNRewardCartPole-v0" not in gym.registry:
+    gym.register("NaNRewardCartPole-v0", entry_point=_nan_reward)

@@ -182,7 +182,8 @@ def build_learner(config, log_dir=None):
     scheme = build_scheme(config, log_dir)
     try:
         return Learner(scheme, config["learner"]["target_steps"], log_dir=log_dir,
-                       schedules=build_schedules(config), checkpoint_replay=config["learner"]["checkpoint_replay"])
+                       schedules=build_schedules(config), checkpoint_replay=config["learner"]["checkpoint_replay"],
+                       max_nonfinite_updates=config["learner"]["max_nonfinite_updates"])
     except BaseException:
         scheme.stop()
         raise

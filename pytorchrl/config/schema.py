@@ -363,6 +363,11 @@ SECTIONS = {
                                              "of this (either interval triggers a save; null: time only).",
                                 low=1),
         "checkpoint_replay": derived(Learner, "checkpoint_replay"),
+        "max_nonfinite_updates": derived(Learner, "max_nonfinite_updates", low=1,
+                                         doc="An update whose gradient is NaN or infinite is skipped (weights "
+                                             "unchanged, counted in Scheme/SkippedUpdates); this many in a row "
+                                             "end the run (checkpoint of the last finite weights saved, exit "
+                                             "status 2); null: never."),
         "tensorboard": Key("bool", True, "Write TensorBoard event files under <run_dir>/tensorboard "
                                          "(skipped with a warning when tensorboard is not installed)."),
         "final_eval": Key("bool", True, "After training, evaluate deterministically on the test "

@@ -22,6 +22,13 @@ metrics.csv (``Scheme/WorkerRestarts``, ``Scheme/EnvRestarts``). When the run ca
 failure of a remote worker) the job saves the model and a checkpoint of the last complete
 update and ends with one line: exit status 2, and ``pytorchrl resume`` continues it.
 
+Numerical faults. An update whose gradient is NaN or infinite is skipped (the weights do
+not change), said on one line at the first of a run of skips and counted in metrics.csv
+(``Scheme/SkippedUpdates``). After ``learner.max_nonfinite_updates`` skips in a row the job
+stops like a failed worker: the model and checkpoint hold the weights of the last finite
+update (weights with NaN or infinite values are never saved over a checkpoint), one line
+says why, exit status 2.
+
 Resuming. ``checkpoint.pt`` is used; if it cannot be read (missing, empty, truncated,
 random bytes, failed checksum) and ``checkpoint.prev.pt`` can, the job says so on one
 line and resumes from that older one. A readable checkpoint that does not fit the run
@@ -42,6 +49,7 @@ import pytorchrl
 from pytorchrl.agent.env import EnvError
 from pytorchrl.checkpoint import CheckpointError, SaveError, previous_path, remove_orphans
 from pytorchrl.config import ConfigError, build_learner, dump_config
+from pytorchrl.learner import NonFiniteUpdatesError
 from pytorchrl.scheme.base.ray_runtime import WorkerError
 from pytorchrl.tools import CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVIOUS_CHECKPOINT, SUMMARY
 from pytorchrl.tools.control import ControlServer, apply_changes
@@ -321,6 +329,7 @@ class TrainingSession:
         # Restarts of workers and environments are lines of the job's output.
         learner.on_worker_event = lambda text: self.display.message(
             f"at {self.learner.num_samples_collected:,} env steps: {text}")
+        learner.on_warning = self.display.message
         self.control = ControlServer(self.run_dir, self.handle_control_request)
         self._last_log = self._last_save = self._next_redraw = time.monotonic()
         self._start_steps = self._save_step_mark = learner.num_samples_collected
@@ -492,13 +501,13 @@ class TrainingSession:
 
     def stopped_by_failure(self, exc):
         """After a failure that ends the run (a worker that keeps dying, an environment error
-        under ``on_env_error: stop``): log, save the model and the checkpoint of the last
+        under ``on_env_error: stop``, updates skipped for non-finite gradients): log, save the model and the checkpoint of the last
         complete update, and raise the one-line ``UsageError`` that says so (exit status 2).
 
         Parameters
         ----------
         exc : Exception
-            The ``WorkerError`` or ``EnvError`` that stopped the run.
+            The ``WorkerError``, ``EnvError`` or ``NonFiniteUpdatesError`` that stopped the run.
         """
         learner = self.learner
         cause = " ".join(str(exc).split())
@@ -569,7 +578,7 @@ class TrainingSession:
                 interrupted = self.train()
             except KeyboardInterrupt:   # a second Ctrl-C, or one outside StopOnInterrupt's reach
                 interrupted = True
-            except (WorkerError, EnvError) as exc:
+            except (WorkerError, EnvError, NonFiniteUpdatesError) as exc:
                 # The driver's state is that of the last complete update: saved, then one line.
                 self.stopped_by_failure(exc)
             if interrupted:

@@ -1,6 +1,7 @@
 """Algorithm base class: losses, gradients, optimizer and live hyperparameters."""
 
 import inspect
+import math
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -56,6 +57,7 @@ class Algorithm(ABC):
         self.actor = actor
         self.envs = envs
         self.updates_applied = 0   # optimizer steps taken (the weight version of one learner)
+        self.skipped_updates = 0   # updates refused for non-finite gradients (see apply_gradients)
         self._optimizers = None
         self._params = None
         self._groups = None
@@ -270,27 +272,49 @@ class Algorithm(ABC):
     def apply_gradients(self, gradients=None):
         """Clip the gradients, step every optimizer that has gradients, then let the
         algorithm update what follows an update (``after_update``: target networks,
-        exploration).
+        exploration) — unless a gradient holds a NaN or an infinity.
+
+        A non-finite gradient (a NaN or inf loss gives one) would make every weight it
+        reaches NaN for good: the update is skipped instead. No optimizer steps (the
+        weights and the optimizer state stay as they were), ``after_update`` is not called,
+        ``updates_applied`` does not move, ``skipped_updates`` counts it and the ``.grad``
+        fields are cleared. Every group is checked before any steps, so an algorithm with
+        several optimizers (SAC) never applies half an update.
 
         Parameters
         ----------
         gradients : list of tensors or None
             Gradients in ``trainable_parameters`` order (as returned by
             ``compute_gradients``); None uses those already in the ``.grad`` fields.
+
+        Returns
+        -------
+        bool
+            True when the update was applied, False when it was skipped.
         """
         params = self.trainable_parameters()
         if gradients is not None:
             for p, g in zip(params, gradients):
                 p.grad = None if g is None else g.to(p.device)
-        max_norm = getattr(self, "max_grad_norm", None)
+        # The norms clipping needs anyway are the finiteness check: no extra pass.
+        norms = {}
         for name, group_params in self._parameter_groups().items():
-            if all(p.grad is None for p in group_params):
-                continue  # this group had no loss this update (TD3's delayed policy)
+            grads = [p.grad for p in group_params if p.grad is not None]
+            if grads:   # a group without gradients had no loss this update (TD3's delayed policy)
+                norms[name] = (grads, grad_norm(grads))
+        if not all(math.isfinite(total) for _, total in norms.values()):
+            for p in params:
+                p.grad = None
+            self.skipped_updates += 1
+            return False
+        max_norm = getattr(self, "max_grad_norm", None)
+        for name, (grads, total) in norms.items():
             if max_norm is not None and max_norm > 0:
-                clip_grad_norm(group_params, max_norm)
+                scale_grads(grads, max_norm / (total + 1e-6))
             self.optimizers[name].step()
         self.updates_applied += 1
         self.after_update()
+        return True
 
     def after_update(self):
         """Called after every optimizer step: update target networks, exploration, ..."""
@@ -362,13 +386,59 @@ def make_adam(params, lr, eps=1e-8):
         return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
 
 
+def grad_norm(grads):
+    """Global L2 norm of ``grads`` (tensors of one device and dtype), as a float: inf or
+    NaN when a gradient holds an infinity or a NaN.
+
+    On the CPU the norm is taken in numpy on views of the gradients (a few hundred
+    nanoseconds per array, where each torch operator costs microseconds of dispatch): it
+    runs after every mini-batch.
+
+    Parameters
+    ----------
+    grads : list of tensors
+        The gradients (at least one).
+    """
+    if grads[0].device.type == "cpu":
+        arrays = [g.detach().numpy() for g in grads]
+        total = float(np.sqrt(sum(float(np.vdot(a, a)) for a in arrays)))
+        if not math.isfinite(total) and all(np.isfinite(a).all() for a in arrays):
+            # Finite gradients whose squares overflow float32 (above ~1e19): the norm in
+            # float64, so that they are clipped, not mistaken for a numerical fault.
+            total = float(np.sqrt(sum(float(np.vdot(a, a)) for a in (x.astype(np.float64) for x in arrays))))
+        return total
+    # One synchronisation with the device per update, which clipping needed anyway.
+    total = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+    if not math.isfinite(total) and all(bool(torch.isfinite(g).all()) for g in grads):
+        total = float(torch.linalg.vector_norm(torch.stack([g.double().norm() for g in grads])))
+    return total
+
+
+def scale_grads(grads, coef):
+    """Multiply ``grads`` in place by ``min(coef, 1)`` (nothing when ``coef >= 1``).
+
+    Parameters
+    ----------
+    grads : list of tensors
+        Gradients of one device and dtype.
+    coef : float
+        Scale factor.
+    """
+    if coef >= 1.0:
+        return
+    if grads[0].device.type == "cpu":
+        for g in grads:
+            a = g.detach().numpy()
+            a *= coef
+    else:
+        torch._foreach_mul_(grads, coef)
+
+
 def clip_grad_norm(parameters, max_norm):
     """Scale gradients in place so that their global L2 norm is at most ``max_norm``.
 
     Same result as ``torch.nn.utils.clip_grad_norm_`` for the gradients of one device and
-    dtype, with less overhead: it runs after every mini-batch. On the CPU the norm is
-    taken in numpy on views of the gradients (a few hundred nanoseconds per array, where
-    each torch operator costs microseconds of dispatch).
+    dtype, with less overhead (see ``grad_norm``).
 
     Parameters
     ----------
@@ -385,17 +455,9 @@ def clip_grad_norm(parameters, max_norm):
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return 0.0
-    if grads[0].device.type == "cpu":
-        arrays = [g.detach().numpy() for g in grads]
-        total = float(np.sqrt(sum(float(np.vdot(a, a)) for a in arrays)))
-        coef = max_norm / (total + 1e-6)
-        if coef < 1.0:
-            for a in arrays:
-                a *= coef
-        return total
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp_(max=1.0))
-    return float(total)
+    total = grad_norm(grads)
+    scale_grads(grads, max_norm / (total + 1e-6))
+    return total
 
 
 def check_parameter(current, name, value, what):

@@ -113,7 +113,10 @@ class GWorker(Worker):
                 "index_worker": self.index_worker}
         if self.decentralized:
             self._all_reduce_gradients()
-            self.apply_gradients()
+            # The all-reduced gradients are the same on every gradient worker: all of them
+            # skip a non-finite one together, and their weights stay identical.
+            if not self.apply_gradients():
+                info["update_skipped"] = True
         if self._round_info is not None:
             info.update(self._round_info)
             self._round_info = None
@@ -172,14 +175,29 @@ class GWorker(Worker):
 
     def apply_gradients(self, gradients=None):
         """Take one optimizer step (with ``gradients``, or those held in ``.grad``) and
-        make the result the new weight version of this worker's collectors."""
+        make the result the new weight version of this worker's collectors.
+
+        Parameters
+        ----------
+        gradients : list of tensors, Packed or None
+            Gradients in the algorithm's ``trainable_parameters`` order (packed as sent by
+            a remote gradient worker), or None for those in the ``.grad`` fields.
+
+        Returns
+        -------
+        bool
+            False when the algorithm skipped the update (a non-finite gradient, see
+            ``Algorithm.apply_gradients``): the weights and their version are unchanged.
+        """
         if gradients is not None:
             gradients = unpack(gradients)
             if isinstance(gradients, dict):
                 gradients = [gradients[i] for i in range(len(gradients))]
-        self.algo.apply_gradients(gradients)
+        if not self.algo.apply_gradients(gradients):
+            return False
         self.version += 1
         self.col_workers.set_version(self.version)
+        return True
 
     # ------------------------------------------------------------ decentralized
     def get_address(self):

@@ -84,15 +84,18 @@ class UWorker(Worker):
         infos : list of dict
             Information of every gradient used (losses, versions, collection rounds); the
             first also holds ``worker_events``: the restarts of gradient workers since the
-            last step (collectors' restarts come with their rounds' information).
+            last step (collectors' restarts come with their rounds' information), and
+            ``update_skipped`` (True) when the algorithm refused the update for a non-finite
+            gradient: the weights and their version did not change.
         """
         t0 = time.perf_counter()
         remotes = self.grad_workers._remote_workers
         if not remotes:
             _, info = self.local_worker.step(return_grads=False)
             t1 = time.perf_counter()
-            self.local_worker.apply_gradients()
             infos = [info]
+            if not self.local_worker.apply_gradients():
+                info["update_skipped"] = True
         elif self.decentralized:
             infos, t1 = self._step_decentralized()
         elif self.grad_communication == prl.SYNC:
@@ -100,8 +103,10 @@ class UWorker(Worker):
         else:
             infos, t1 = self._step_async()
         t2 = time.perf_counter()
+        # A skipped update (non-finite gradient) made no new version.
+        skipped = infos[0].get("update_skipped", False)
         for info in infos:
-            info["grad_asynchrony"] = self.version - 1 - info["version"]
+            info["grad_asynchrony"] = self.version - (0 if skipped else 1) - info["version"]
         infos[0]["wait_time"] = t1 - t0
         infos[0]["update_time"] = t2 - t1
         events = self.grad_workers.pop_events()
@@ -118,9 +123,12 @@ class UWorker(Worker):
             dead = {i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None and worker_died(exc)}
             if not dead:
                 self._raise_failures(outcomes)
-                self.local_worker.version += 1
-                self._remote_version_known = False
-                return [info for _, info in (value for value, _ in outcomes)], t1
+                infos = [info for _, info in (value for value, _ in outcomes)]
+                # All skip a non-finite all-reduced gradient together (or none does).
+                if not infos[0].get("update_skipped"):
+                    self.local_worker.version += 1
+                    self._remote_version_known = False
+                return infos, t1
             # A peer died: the survivors' all-reduce failed with it (their errors are that),
             # unless it died after the all-reduce; a collector's restart limit still ends the run.
             for _, exc in outcomes:
@@ -147,8 +155,11 @@ class UWorker(Worker):
                 break
         grads = [self._unpack(g) for g, _ in results]
         averaged = [None if gs[0] is None else torch.stack(gs).mean(0) for gs in zip(*grads)]
-        self.local_worker.apply_gradients(averaged)
-        return [i for _, i in results], t1
+        infos = [i for _, i in results]
+        # One worker's non-finite gradient makes the average non-finite: the update is skipped.
+        if not self.local_worker.apply_gradients(averaged):
+            infos[0]["update_skipped"] = True
+        return infos, t1
 
     def _step_async(self):
         from pytorchrl.scheme.base.ray_runtime import require_ray
@@ -177,7 +188,8 @@ class UWorker(Worker):
                 self.stats["dropped_gradients"] += 1
                 self._submit(worker)
                 continue
-            self.local_worker.apply_gradients(self._unpack(grads))
+            if not self.local_worker.apply_gradients(self._unpack(grads)):
+                info["update_skipped"] = True
             self._submit(worker)  # fresh weights back to the sender only
             return [info], t1
 
