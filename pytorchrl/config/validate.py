@@ -13,6 +13,7 @@ import math
 
 from pytorchrl.config import schema
 from pytorchrl.config.schema import RESOURCE_KEYS, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL, Key
+from pytorchrl.scheme.base.checks import ineffective_options
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
 
 
@@ -317,9 +318,25 @@ def _check_consistency(config):
         raise ConfigError("scheme.col_requests_in_flight",
                           f"{scheme_cfg['col_requests_in_flight']} needs scheme.col_workers_communication: async "
                           "(a synchronous round sends each collector one request)")
+    _check_ineffective(scheme_cfg)
     if "env_id" in config["env"]["kwargs"]:
         raise ConfigError("env.kwargs.env_id", "the environment is set by env.id")
     _check_device(scheme_cfg["local_device"], "scheme.local_device")
+
+
+def _check_ineffective(scheme_cfg):
+    """Refuse a scheme option set to a value the layout never uses (``fraction_samples``
+    with asynchronous collection, ``max_grad_lag`` with synchronous gradients, ...): it
+    would be silently ignored. Options left at their defaults are never refused, so a
+    resolved configuration (a run's config.yaml) passes."""
+    s = scheme_cfg
+    for item in ineffective_options(s["num_col_workers"], s["col_workers_communication"] == "async",
+                                    s["num_grad_workers"], s["grad_workers_communication"] == "async",
+                                    s["fraction_samples"], s["fraction_workers"], s["max_policy_lag"],
+                                    s["max_grad_lag"]):
+        raise ConfigError(f"scheme.{item.option}",
+                          f"{item.value!r} has no effect with scheme.{item.setting}: {item.current} ({item.reason}); "
+                          f"remove it, or set scheme.{item.setting}: {item.needed}")
 
 
 def _check_device(device, path):

@@ -1,7 +1,9 @@
 """Scheme: composes collection, gradient and update workers into one training layout."""
 
+import logging
+
 import pytorchrl as prl
-from pytorchrl.scheme.base.checks import check_fraction, check_int
+from pytorchrl.scheme.base.checks import check_fraction, check_int, ineffective_options
 from pytorchrl.scheme.base.faults import FaultPolicy
 from pytorchrl.scheme.base.worker import default_remote_config
 from pytorchrl.scheme.collection.c_worker import no_envs
@@ -11,6 +13,8 @@ from pytorchrl.scheme.updates.u_worker import UWorker
 
 DEFAULT_COL_RESOURCES = default_remote_config(num_cpus=1)
 DEFAULT_GRAD_RESOURCES = default_remote_config(num_cpus=1)
+
+logger = logging.getLogger("pytorchrl")
 
 
 class Scheme:
@@ -81,6 +85,11 @@ class Scheme:
         What an environment that raises does: "restart" (default) rebuilds the worker's
         environments, drops the rollout and goes on; "stop" ends the run with the error.
 
+    Options that the layout never uses (preemption thresholds with asynchronous collection
+    or one collection worker, ``max_policy_lag`` with synchronous collection,
+    ``max_grad_lag`` with synchronous gradients or one gradient worker) are ignored with a
+    warning on the "pytorchrl" logger, one per option; the configuration file refuses them.
+
     Attributes
     ----------
     fault_policy : FaultPolicy
@@ -121,6 +130,12 @@ class Scheme:
         check_int("col_requests_in_flight", col_requests_in_flight, 1)
         if col_requests_in_flight > 1 and col_workers_communication != prl.ASYNC:
             raise ValueError("col_requests_in_flight > 1 needs col_workers_communication=prl.ASYNC")
+        for item in ineffective_options(num_col_workers, col_workers_communication == prl.ASYNC, num_grad_workers,
+                                        grad_workers_communication == prl.ASYNC, thresholds["fraction_samples"],
+                                        thresholds["fraction_workers"], max_policy_lag, max_grad_lag):
+            logger.warning(f"Scheme: {_python_name(item.option)}={item.value!r} has no effect with "
+                           f"{item.setting}={_python_value(item.current)} ({item.reason}); it is ignored "
+                           f"(it acts with {item.setting}={_python_value(item.needed)})")
         self.fault_policy = FaultPolicy(max_worker_restarts=max_worker_restarts,
                                         worker_restart_delay_s=worker_restart_delay_s, on_env_error=on_env_error)
         from pytorchrl.scheme.base.ray_runtime import validate_resources
@@ -195,3 +210,15 @@ class Scheme:
             self._holds_ray = False
             from pytorchrl.scheme.base.ray_runtime import release_ray
             release_ray()
+
+
+def _python_name(option):
+    """How a Scheme caller writes ``option`` (the preemption thresholds are keys of a dict)."""
+    if option.startswith("fraction_"):
+        return f"col_preemption_thresholds[{option!r}]"
+    return option
+
+
+def _python_value(value):
+    """A value of ``Ineffective`` as a Scheme caller writes it ("async" -> prl.ASYNC)."""
+    return {"sync": "prl.SYNC", "async": "prl.ASYNC"}.get(value, value)

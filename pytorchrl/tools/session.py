@@ -501,8 +501,9 @@ class TrainingSession:
 
     def stopped_by_failure(self, exc):
         """After a failure that ends the run (a worker that keeps dying, an environment error
-        under ``on_env_error: stop``, updates skipped for non-finite gradients): log, save the model and the checkpoint of the last
-        complete update, and raise the one-line ``UsageError`` that says so (exit status 2).
+        under ``on_env_error: stop``, updates skipped for non-finite gradients): log, save
+        the model and the checkpoint of the last complete update, and raise the one-line
+        ``UsageError`` that says so (exit status 2).
 
         Parameters
         ----------

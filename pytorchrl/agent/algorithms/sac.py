@@ -44,6 +44,8 @@ class SAC(OffPolicyAlgorithm):
     target_entropy : float or None
         Entropy the tuning aims at; None: -dim(A) for Box actions, 0.98 log(n) for n
         discrete actions.
+    eps : float
+        Adam's epsilon (of the three optimizers).
     """
 
     name = "SAC"
@@ -53,7 +55,7 @@ class SAC(OffPolicyAlgorithm):
     def __init__(self, device, actor, envs=None, lr_q=3e-4, lr_pi=3e-4, lr_alpha=3e-4, gamma=0.99, polyak=0.995,
                  num_updates=1, update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=1,
                  max_grad_norm=None, test_every=10, num_test_episodes=5, initial_alpha=1.0, target_entropy=None,
-                 numpy_update=True):
+                 numpy_update=True, eps=1e-8):
         super().__init__(device, actor, envs, gamma=gamma, polyak=polyak, num_updates=num_updates,
                          update_every=update_every, start_steps=start_steps, mini_batch_size=mini_batch_size,
                          target_update_interval=target_update_interval, max_grad_norm=max_grad_norm,
@@ -61,6 +63,7 @@ class SAC(OffPolicyAlgorithm):
         if getattr(actor, "policy_kind", None) != "stochastic":
             raise ValueError("SAC needs an OffPolicyActor built for 'SAC'")
         self.lr_q, self.lr_pi, self.lr_alpha = float(lr_q), float(lr_pi), float(lr_alpha)
+        self.eps = float(eps)
         self.initial_alpha = float(initial_alpha)
         if target_entropy is None:
             target_entropy = 0.98 * math.log(actor.num_actions) if actor.discrete else -float(actor.act_dim)

@@ -23,6 +23,8 @@ class DDPG(OffPolicyAlgorithm):
     gamma, polyak, num_updates, update_every, start_steps, mini_batch_size,
     target_update_interval, max_grad_norm, test_every, num_test_episodes, numpy_update
         As in ``OffPolicyAlgorithm``.
+    eps : float
+        Adam's epsilon (of both optimizers).
     """
 
     name = "DDPG"
@@ -33,7 +35,7 @@ class DDPG(OffPolicyAlgorithm):
 
     def __init__(self, device, actor, envs=None, lr_q=1e-3, lr_pi=1e-3, gamma=0.99, polyak=0.995, num_updates=1,
                  update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=1,
-                 max_grad_norm=None, test_every=10, num_test_episodes=5, numpy_update=True):
+                 max_grad_norm=None, test_every=10, num_test_episodes=5, numpy_update=True, eps=1e-8):
         super().__init__(device, actor, envs, gamma=gamma, polyak=polyak, num_updates=num_updates,
                          update_every=update_every, start_steps=start_steps, mini_batch_size=mini_batch_size,
                          target_update_interval=target_update_interval, max_grad_norm=max_grad_norm,
@@ -41,6 +43,7 @@ class DDPG(OffPolicyAlgorithm):
         if getattr(actor, "policy_kind", None) != "deterministic":
             raise ValueError(f"{self.name} needs an OffPolicyActor built for 'DDPG' or 'TD3'")
         self.lr_q, self.lr_pi = float(lr_q), float(lr_pi)
+        self.eps = float(eps)
         self.check_hyperparameters()
 
     def check_hyperparameters(self):
@@ -95,7 +98,7 @@ class TD3(DDPG):
     Parameters
     ----------
     device, actor, envs, lr_q, lr_pi, gamma, polyak, num_updates, update_every, start_steps,
-    mini_batch_size, max_grad_norm, test_every, num_test_episodes, numpy_update
+    mini_batch_size, max_grad_norm, test_every, num_test_episodes, numpy_update, eps
         As in ``DDPG``.
     target_update_interval : int
         Policy delay: critic updates per policy (and target) update.
@@ -112,13 +115,13 @@ class TD3(DDPG):
     def __init__(self, device, actor, envs=None, lr_q=1e-3, lr_pi=1e-3, gamma=0.99, polyak=0.995, num_updates=1,
                  update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=2,
                  max_grad_norm=None, test_every=10, num_test_episodes=5, target_noise=0.2, noise_clip=0.5,
-                 numpy_update=True):
+                 numpy_update=True, eps=1e-8):
         self.target_noise, self.noise_clip = float(target_noise), float(noise_clip)
         super().__init__(device, actor, envs, lr_q=lr_q, lr_pi=lr_pi, gamma=gamma, polyak=polyak,
                          num_updates=num_updates, update_every=update_every, start_steps=start_steps,
                          mini_batch_size=mini_batch_size, target_update_interval=target_update_interval,
                          max_grad_norm=max_grad_norm, test_every=test_every, num_test_episodes=num_test_episodes,
-                         numpy_update=numpy_update)
+                         numpy_update=numpy_update, eps=eps)
 
     def check_hyperparameters(self):
         super().check_hyperparameters()

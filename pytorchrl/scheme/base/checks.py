@@ -35,3 +35,87 @@ def check_fraction(name, value):
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
         raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+
+
+class Ineffective:
+    """A scheme option set to a value that the chosen layout never uses.
+
+    Attributes
+    ----------
+    option : str
+        The option ("fraction_samples", "fraction_workers", "max_policy_lag", "max_grad_lag").
+    value : object
+        The value given.
+    setting : str
+        The layout option that makes it useless ("col_workers_communication",
+        "num_col_workers", "grad_workers_communication", "num_grad_workers").
+    current : object
+        That option's value: "sync"/"async" for a communication, a count otherwise.
+    needed : str
+        The value of ``setting`` under which ``option`` acts, in words ("async", "2 or more").
+    reason : str
+        Why it cannot act, in a few words.
+    """
+
+    def __init__(self, option, value, setting, current, needed, reason):
+        self.option, self.value, self.setting = option, value, setting
+        self.current, self.needed, self.reason = current, needed, reason
+
+    def __repr__(self):
+        return f"Ineffective({self.option}={self.value!r}: {self.setting}={self.current!r})"
+
+
+def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async, fraction_samples=1.0,
+                        fraction_workers=1.0, max_policy_lag=None, max_grad_lag=None):
+    """The options among the last four that have no effect in this layout (those left at
+    their defaults, 1.0 and None, are never listed). Shared by ``Scheme`` (which warns) and
+    the configuration (which refuses), so that both follow the same rules.
+
+    Parameters
+    ----------
+    num_col_workers : int
+        Collection workers per gradient worker (1: the gradient worker collects itself).
+    col_async : bool
+        Asynchronous collection.
+    num_grad_workers : int
+        Gradient workers (1: the update worker computes the gradients itself).
+    grad_async : bool
+        Asynchronous gradients (A3C).
+    fraction_samples, fraction_workers : float
+        Preemption thresholds of synchronous collection.
+    max_policy_lag : int or None
+        Bound on the policy lag of asynchronous collection.
+    max_grad_lag : int or None
+        Bound on the lag of asynchronous gradients.
+
+    Returns
+    -------
+    list of Ineffective
+    """
+    col_mode, grad_mode = ("async" if col_async else "sync"), ("async" if grad_async else "sync")
+    out = []
+    for option, value in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
+        if value == 1.0:
+            continue
+        if col_async:
+            out.append(Ineffective(option, value, "col_workers_communication", col_mode, "sync",
+                                   "stragglers are cut in synchronous rounds only"))
+        elif num_col_workers < 2:
+            out.append(Ineffective(option, value, "num_col_workers", num_col_workers, "2 or more",
+                                   "one collection worker has no stragglers to cut"))
+    if max_policy_lag is not None:
+        if not col_async:
+            out.append(Ineffective("max_policy_lag", max_policy_lag, "col_workers_communication", col_mode, "async",
+                                   "synchronous rounds collect with the current weights: the lag is always 0"))
+        elif num_col_workers < 2:
+            out.append(Ineffective("max_policy_lag", max_policy_lag, "num_col_workers", num_col_workers, "2 or more",
+                                   "one collection worker collects in its gradient worker's process with the "
+                                   "current weights: the lag is always 0"))
+    if max_grad_lag is not None:
+        if not grad_async:
+            out.append(Ineffective("max_grad_lag", max_grad_lag, "grad_workers_communication", grad_mode, "async",
+                                   "synchronous gradients are computed from the current weights"))
+        elif num_grad_workers < 2:
+            out.append(Ineffective("max_grad_lag", max_grad_lag, "num_grad_workers", num_grad_workers, "2 or more",
+                                   "one gradient worker computes its gradients from the current weights"))
+    return out

@@ -1,6 +1,5 @@
 """CWorker: runs the policy in environments and produces rollouts."""
 
-import math
 import time
 
 import numpy as np
@@ -148,10 +147,20 @@ class CWorker(Worker):
         return data, info
 
     def collect_train_data(self, num_steps=None, listen_to=()):
-        """Step the train environments ``num_steps`` times (default: one rollout).
+        """Step the train environments ``num_steps`` times and keep the steps in the storage
+        (as pytorchrl, a step is one step of every environment of the vector: ``num_steps``
+        steps give ``num_steps * num_envs`` samples).
 
-        More steps than a rollout holds are taken as several rollouts, each handed to the
-        storage's ``finish``; the data of the last one stays in the storage.
+        The storage holds one rollout (``update_every`` steps), handed over by
+        ``storage.get_data()``: more steps than that would be taken and thrown away, so
+        they are refused. Collect longer stretches one rollout at a time (``collect_data``).
+
+        Parameters
+        ----------
+        num_steps : int or None
+            Steps to take, 1 to ``update_every``; None: ``update_every`` (one rollout).
+        listen_to : sequence of str
+            Accepted for pytorchrl's signature; a rollout collected here is never cut.
 
         Returns
         -------
@@ -159,16 +168,23 @@ class CWorker(Worker):
             Seconds spent.
         train_perf : float
             Mean return of the episodes finished meanwhile (nan if none).
+
+        Raises
+        ------
+        ValueError
+            ``num_steps`` below 1 or above ``update_every``, naming both.
         """
-        steps = self.update_every if num_steps is None else int(num_steps)
-        if steps < 1:
+        steps = self.update_every if num_steps is None else num_steps
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise ValueError(f"collect_train_data needs num_steps >= 1, got {num_steps!r}")
+        if steps > self.update_every:
+            raise ValueError(f"collect_train_data(num_steps={steps}): the storage holds one rollout of "
+                             f"{self.update_every} steps (of {self.envs_train.num_envs} environments each); the "
+                             f"steps beyond it would be collected and lost. Ask for at most {self.update_every}, "
+                             f"or collect one rollout at a time with collect_data()")
         self._check_envs()
-        col_time = 0.0
-        for _ in range(math.ceil(steps / self.update_every)):
-            dt, done, _ = self._guarded(self._rollout, "envs_train", min(steps, self.update_every), None)
-            col_time += dt
-            steps -= done
+        # (A rollout started without a round id is never cut: it takes all the steps.)
+        col_time, _, _ = self._guarded(self._rollout, "envs_train", int(steps), None)
         eps = self.envs_train.pop_finished_episodes()
         return col_time, (float(np.mean([r for r, _ in eps])) if eps else float("nan"))
 

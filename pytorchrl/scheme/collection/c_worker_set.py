@@ -49,9 +49,6 @@ class CWorkerSet(WorkerSet):
     fraction_samples : float
         In (0, 1]: fraction of a synchronous round's samples after which stragglers may be
         cut (see above).
-    fraction_workers : float
-        In (0, 1]: fraction of the workers that must have finished before stragglers are
-        cut (see above).
     total_parent_workers : int
         Total number of gradient workers in the scheme (with several, only the set of
         gradient worker 1 keeps test environments and evaluates).
@@ -61,6 +58,9 @@ class CWorkerSet(WorkerSet):
         Environment factories (see CWorker).
     worker_remote_config : dict
         Ray resources of each remote worker.
+    fraction_workers : float
+        In (0, 1]: fraction of the workers that must have finished before stragglers are
+        cut (see above).
     communication : str
         ``prl.SYNC`` (every worker collects one rollout per round with the same weights) or
         ``prl.ASYNC`` (workers collect continuously; the first ready rollout is handed over).
@@ -90,10 +90,12 @@ class CWorkerSet(WorkerSet):
     role = "collection workers"
     parent_role = "gradient worker"
 
+    # The parameters up to worker_remote_config keep pytorchrl's positional order (scripts
+    # pass them positionally); the ones it does not have follow.
     def __init__(self, num_workers, index_parent, algo_factory, actor_factory, storage_factory,
-                 local_device=None, initial_weights=None, fraction_samples=1.0, fraction_workers=1.0,
-                 total_parent_workers=0, compress_data_to_send=False, train_envs_factory=no_envs,
-                 test_envs_factory=no_envs, worker_remote_config=None, communication=prl.SYNC,
+                 local_device=None, initial_weights=None, fraction_samples=1.0, total_parent_workers=0,
+                 compress_data_to_send=False, train_envs_factory=no_envs, test_envs_factory=no_envs,
+                 worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None):
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
@@ -152,13 +154,14 @@ class CWorkerSet(WorkerSet):
     @classmethod
     def create_factory(cls, num_workers, algo_factory, actor_factory, storage_factory, test_envs_factory=no_envs,
                        train_envs_factory=no_envs, total_parent_workers=0, col_fraction_samples=1.0,
-                       col_fraction_workers=1.0, compress_data_to_send=False, col_worker_resources=None,
+                       compress_data_to_send=False, col_worker_resources=None, col_fraction_workers=1.0,
                        communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
         ``col_fraction_workers`` is ``fraction_workers``, ``col_worker_resources`` is
-        ``worker_remote_config``).
+        ``worker_remote_config``). Up to ``col_worker_resources`` they are in pytorchrl's
+        positional order; the ones pytorchrl does not have follow.
         """
         return WorkerSetFactory(cls, {"local_device": None, "initial_weights": None, "index_parent": 0},
                                 num_workers=num_workers, algo_factory=algo_factory, actor_factory=actor_factory,
