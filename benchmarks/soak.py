@@ -72,6 +72,7 @@ GROUP_NAMES = {"job": "driver + workers (this job)", "driver": "driver (learner)
                "workers": "Ray workers (collectors, idle)", "daemons": "Ray daemons (gcs, raylet, agents)",
                "tree": "whole tree"}
 METRICS_EVERY_S = 10.0
+PROGRESS_EVERY_S = 1.0
 
 
 def parse_args(argv=None):
@@ -166,6 +167,20 @@ def _proc_tree(root):
     return out
 
 
+def short_name(title):
+    """A daemon's name: the executable (gcs_server, raylet), the Python script (dashboard.py,
+    log_monitor.py) or the Ray title (ray::DashboardAgent)."""
+    parts = title.split()
+    if not parts:
+        return "?"
+    if parts[0].startswith("ray::"):
+        return parts[0]
+    first = os.path.basename(parts[0])
+    if first.startswith("python"):
+        return next((os.path.basename(p) for p in parts[1:] if p.endswith(".py")), first)
+    return first
+
+
 def classify(title):
     """'workers' for a Ray worker process (``ray::IDLE``, ``ray::CWorker...``), else 'daemons'."""
     if title.startswith("ray::") and not title.startswith(RAY_AGENTS):
@@ -181,6 +196,7 @@ class TreeRSS:
         self.t0 = t0
         self.progress = progress
         self.samples = []
+        self.daemons = []   # per sample: {daemon name: MB}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="soak-rss")
 
@@ -188,6 +204,7 @@ class TreeRSS:
         root = os.getpid()
         mb = dict.fromkeys(("driver", "workers", "daemons"), 0.0)
         n_workers = 0
+        daemons = {}
         procs = _proc_tree(root)
         for pid, rss, title in procs:
             if pid == root:
@@ -196,11 +213,15 @@ class TreeRSS:
                 group = classify(title)
                 mb[group] += rss / 2 ** 20
                 n_workers += group == "workers"
+                if group == "daemons":
+                    name = short_name(title)
+                    daemons[name] = daemons.get(name, 0.0) + rss / 2 ** 20
         s = {"t": round(time.perf_counter() - self.t0, 2), **{k: round(v, 1) for k, v in mb.items()},
              "job": round(mb["driver"] + mb["workers"], 1), "tree": round(sum(mb.values()), 1),
              "n_workers": n_workers, "n_procs": len(procs)}
         s.update(self.progress())
         self.samples.append(s)
+        self.daemons.append({"t": s["t"], **{k: round(v, 1) for k, v in daemons.items()}})
         return s
 
     def _run(self):
@@ -224,8 +245,9 @@ def window_median(samples, key, t_from, t_to):
     return (statistics.median(vals), len(vals)) if vals else (None, 0)
 
 
-def memory_summary(samples, warmup_end, window, t_end):
-    """Median RSS of each group over the window after warm-up and the last window; growth."""
+def memory_summary(samples, warmup_end, window, t_end, daemons=None):
+    """Median RSS of each group over the window after warm-up and the last window; growth.
+    With ``daemons`` (TreeRSS.daemons), the same per Ray daemon (``by_daemon``)."""
     base = (warmup_end, warmup_end + window)
     last = (t_end - window, t_end)
     out = {"baseline_window_s": [round(x, 1) for x in base], "final_window_s": [round(x, 1) for x in last],
@@ -240,6 +262,14 @@ def memory_summary(samples, warmup_end, window, t_end):
             "growth": (f - b) / b if b and f is not None else None,
             "min_after_warmup_MB": min(vals) if vals else None, "max_after_warmup_MB": max(vals) if vals else None,
             "peak_MB": max(s[g] for s in samples) if samples else None}
+    if daemons:
+        out["by_daemon"] = {}
+        for name in sorted({k for d in daemons for k in d if k != "t"}):
+            rows = [{"t": d["t"], name: d.get(name, 0.0)} for d in daemons]
+            b, _ = window_median(rows, name, *base)
+            f, _ = window_median(rows, name, *last)
+            out["by_daemon"][name] = {"baseline_MB": b, "final_MB": f,
+                                      "growth": (f - b) / b if b and f is not None else None}
     return out
 
 
@@ -295,7 +325,10 @@ def soak(args, log=print):
     scheme = build_scheme(args)
     build_s = time.perf_counter() - t_build
     learner = Learner(scheme, target_steps=10 ** 12)   # set from the calibration
-    events, kills, progress = [], [], []   # restart lines; kills; (t, steps)
+    # Restart lines; kills; (t, env steps) at most every PROGRESS_EVERY_S: the benchmark's own
+    # bookkeeping must not grow with the number of updates (one tuple per update would add
+    # ~12 MB to the driver over 10 minutes, more than the library under test).
+    events, kills, progress = [], [], [(0.0, 0)]
     learner.on_worker_event = events.append
     metrics, restarts_seen = {}, 0
     target, calib = None, {}
@@ -333,27 +366,29 @@ def soak(args, log=print):
                             f"at {int(learner.num_samples_collected):,} steps")
                         next_kill = args.kill_every * (math.floor(now / args.kill_every) + 1)
                 learner.step()
-                progress.append((time.perf_counter() - t0, int(learner.num_samples_collected)))
+                t = time.perf_counter() - t0
+                if t - progress[-1][0] >= PROGRESS_EVERY_S:
+                    progress.append((t, int(learner.num_samples_collected)))
                 if learner.worker_restarts > restarts_seen:
                     # The learner counts a restart with the next round of its gradient worker.
-                    t = progress[-1][0]
                     waiting = [k for k in kills if "replaced_after_s" not in k]
                     for kill in waiting[:learner.worker_restarts - restarts_seen]:
                         kill["replaced_after_s"] = round(t - kill["t_s"], 2)
                     restarts_seen = learner.worker_restarts
                     log(f"  t={t:6.1f} s  {events[-1] if events else 'restart counted'}")
-                if progress[-1][0] >= next_metrics:
+                if t >= next_metrics:
                     metrics = learner.get_metrics(add_episodes_metrics=True, add_scheme_metrics=True,
                                                   add_time_metrics=True)
                     next_metrics += METRICS_EVERY_S
-                if progress[-1][0] >= next_print:
+                if t >= next_print:
                     s = sampler.samples[-1]
-                    log(f"  t={progress[-1][0]:6.1f} s  {int(learner.num_samples_collected):>9,} steps  "
+                    log(f"  t={t:6.1f} s  {int(learner.num_samples_collected):>9,} steps  "
                         f"{learner.fps:7,.0f} steps/s  RSS driver {s['driver']:.0f} MB  workers {s['workers']:.0f} MB "
                         f"({s['n_workers']})  daemons {s['daemons']:.0f} MB  return "
                         f"{metrics.get('Episodes/TrainReward', float('nan')):.1f}")
                     next_print += 30.0
             t_end = time.perf_counter() - t0
+            progress.append((t_end, int(learner.num_samples_collected)))
             samples = sampler.stop()
         metrics = learner.get_metrics(add_episodes_metrics=True, add_scheme_metrics=True, add_time_metrics=True)
     except BaseException as exc:
@@ -370,9 +405,8 @@ def soak(args, log=print):
     steps = int(learner.num_samples_collected)
     first_restart = next((k["t_s"] + k["replaced_after_s"] for k in kills if "replaced_after_s" in k), None)
     warmup_end = max(args.warmup, first_restart or 0.0) if kills else args.warmup
-    mem = memory_summary(samples, warmup_end, args.window, t_end)
+    mem = memory_summary(samples, warmup_end, args.window, t_end, sampler.daemons)
     job_growth = mem["groups"]["job"]["growth"]
-    progress = [(0.0, 0)] + progress
 
     def steps_at(t):
         s = 0
@@ -457,6 +491,10 @@ def render(rec, meta):
                      C.fmt(s["peak_MB"], 1)])
     lines.append(C.md_table(["processes", "after warm-up (MB)", "last window (MB)", "growth",
                              "range after warm-up (MB)", "peak (MB)"], rows))
+    if mem.get("by_daemon"):
+        lines += ["", "Ray daemons, one by one (same windows): " + "; ".join(
+            f"{name} {C.fmt(d['baseline_MB'], 1)} → {C.fmt(d['final_MB'], 1)} MB ({pct(d['growth'])})"
+            for name, d in sorted(mem["by_daemon"].items(), key=lambda kv: -(kv[1]["final_MB"] or 0)))]
     if rec["per_minute"]:
         lines += ["", "RSS series (medians per interval, MB):", ""]
         lines.append(C.md_table(

@@ -267,6 +267,7 @@ def test_soak_survives_kills_and_reaches_its_target(tmp_path):
     assert any("replaced (restart 1 of" in line for line in summary["restart_lines"])
     groups = summary["memory"]["groups"]
     assert groups["driver"]["peak_MB"] > 50 and groups["workers"]["peak_MB"] > 50
+    assert {"gcs_server", "raylet"} <= set(summary["memory"]["by_daemon"])
     assert os.path.isfile(summary["samples_csv"]) and list(out.glob("soak_*.md"))
     assert "| env steps reached |" in stdout and "driver + workers (this job)" in stdout
 
@@ -278,6 +279,8 @@ def test_soak_memory_summary_and_report():
     assert args.max_worker_restarts == 5        # 10 kills at most before the 1200 s deadline, in turn
     assert mod.classify("ray::IDLE") == "workers" and mod.classify("ray::CWorker.collect_data") == "workers"
     assert mod.classify("ray::DashboardAgent") == "daemons" and mod.classify("/x/raylet --a") == "daemons"
+    assert mod.short_name("/v/ray/core/src/ray/gcs/gcs_server --log_dir=/tmp") == "gcs_server"
+    assert mod.short_name("/v/bin/python -u /v/ray/_private/log_monitor.py --x") == "log_monitor.py"
     # 600 s of samples: workers grow 20% linearly after warm-up, the driver stays flat.
     samples = [{"t": float(t), "driver": 300.0, "workers": 500.0 * (1 + 0.2 * max(0, t - 120) / 480),
                 "daemons": 400.0, "n_workers": 2} for t in range(0, 601, 2)]
