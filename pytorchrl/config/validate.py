@@ -290,7 +290,7 @@ def _check_families(config, raw):
     on_policy = ALGORITHMS[algo].on_policy
     storage = config["storage"]["name"]
     if issubclass(STORAGES[storage], ReplayBuffer) == on_policy:
-        wanted = "an on-policy storage (GAEBuffer, VanillaOnPolicyBuffer)" if on_policy else \
+        wanted = "an on-policy storage (GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer)" if on_policy else \
             "a replay storage (ReplayBuffer, NStepReplayBuffer, PERBuffer)"
         raise ConfigError("storage.name", f"{algo} learns from {wanted}, got {storage!r}")
     given = raw.get("actor") if isinstance(raw.get("actor"), dict) else {}

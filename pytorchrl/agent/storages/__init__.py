@@ -3,10 +3,11 @@
 from pytorchrl.agent.storages.base import Storage
 from pytorchrl.agent.storages.on_policy import GAEBuffer, VanillaOnPolicyBuffer, compute_gae
 from pytorchrl.agent.storages.replay import EREBuffer, NStepReplayBuffer, PERBuffer, ReplayBuffer
+from pytorchrl.agent.storages.vtrace import VTraceBuffer, compute_vtrace
 
 #: Storages by name, for configuration files.
-STORAGES = {cls.__name__: cls for cls in (GAEBuffer, VanillaOnPolicyBuffer, ReplayBuffer, NStepReplayBuffer,
-                                          PERBuffer, EREBuffer)}
+STORAGES = {cls.__name__: cls for cls in (GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer, ReplayBuffer,
+                                          NStepReplayBuffer, PERBuffer, EREBuffer)}
 
 __all__ = ["Storage", "GAEBuffer", "VanillaOnPolicyBuffer", "ReplayBuffer", "NStepReplayBuffer", "PERBuffer", "EREBuffer",
-           "compute_gae", "STORAGES"]
+           "VTraceBuffer", "compute_gae", "compute_vtrace", "STORAGES"]

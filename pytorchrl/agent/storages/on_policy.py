@@ -44,24 +44,43 @@ def compute_gae(rew, val, term, trunc, trunc_val, gamma, gae_lambda):
     adv, ret : torch.Tensor
         Advantages and return targets (adv + value), shape (T, N, 1).
     """
-    ended = torch.maximum(term, trunc)
-    not_ended = 1.0 - ended
-    # Value of the next state: the following observation's while the episode goes on, the
-    # final observation's after truncation, zero after termination.
-    next_val = val[1:] * not_ended + trunc_val * trunc
-    delta = rew + gamma * next_val - val[:-1]
-    decay = gamma * gae_lambda * not_ended
-    adv = torch.empty_like(rew)
-    if adv.device.type == "cpu":
+    not_ended = 1.0 - torch.maximum(term, trunc)
+    delta = rew + gamma * next_values(val[1:], not_ended, trunc, trunc_val) - val[:-1]
+    adv = reverse_scan(delta, gamma * gae_lambda * not_ended)
+    return adv, adv + val[:-1]
+
+
+def next_values(following, not_ended, trunc, trunc_val):
+    """Value of the state after each step: ``following`` (the next observation's) while
+    the episode goes on, the final observation's (``trunc_val``) after truncation, zero
+    after termination. All tensors have the same shape (T, N, 1)."""
+    return following * not_ended + trunc_val * trunc
+
+
+def reverse_scan(delta, decay):
+    """``out[t] = delta[t] + decay[t] * out[t + 1]`` with ``out[T] = 0``, backwards in time.
+
+    Parameters
+    ----------
+    delta, decay : torch.Tensor
+        Shape (T, N, 1), outside any autograd graph; ``decay`` is zero where an episode ended.
+
+    Returns
+    -------
+    torch.Tensor
+        ``out``, shape (T, N, 1).
+    """
+    out = torch.empty_like(delta)
+    if out.device.type == "cpu":
         # The reverse scan is sequential: on CPU, numpy row operations cost a few hundred
         # nanoseconds where each torch operator costs several microseconds of dispatch.
-        _reverse_scan(delta.numpy(), decay.numpy(), adv.numpy())
+        _reverse_scan(delta.numpy(), decay.numpy(), out.numpy())
     else:
-        last = torch.zeros_like(rew[0])
-        for t in range(rew.shape[0] - 1, -1, -1):
+        last = torch.zeros_like(delta[0])
+        for t in range(delta.shape[0] - 1, -1, -1):
             last = delta[t] + decay[t] * last
-            adv[t] = last
-    return adv, adv + val[:-1]
+            out[t] = last
+    return out
 
 
 def _reverse_scan(delta, decay, out):
@@ -134,17 +153,27 @@ class VanillaOnPolicyBuffer(Storage):
     def get_data(self, data_to_cpu=True):
         """The recorded steps (possibly fewer than ``size``, if cut) as a dict of tensors
         (``VAL`` has one row more: the bootstrap value of the last observation)."""
+        data = self.recorded_steps((ACT, LOGP, VAL))
+        data[VAL] = np.concatenate([data[VAL], self._last_val[None]])
+        data[TRUNC_VAL] = self._trunc_val[:self.step]
+        return self.rollout_tensors(data, data_to_cpu)
+
+    def recorded_steps(self, keys):
+        """Numpy arrays of the recorded steps: ``OBS``, ``REW``, ``TERM`` and ``TRUNC`` (as
+        (k, N, 1) floats) and the per-step ``keys``, each with k rows (the steps recorded)."""
         rec, k = self._rec, self.step
         # Per-step arrays are allocated by the first insert: a rollout cut before its first
         # step on a fresh storage has none, and hands over empty ones (ignored by add_data).
         empty = np.zeros((0, rec[OBS].shape[1], 1), dtype=np.float32)
-        steps = lambda key: rec[key][:k] if key in rec else empty
-        flags = lambda key: rec[key][:k, :, None] if key in rec else empty
-        data = {OBS: rec[OBS][:k], ACT: steps(ACT), LOGP: steps(LOGP),
-                VAL: np.concatenate([steps(VAL), self._last_val[None]]),
-                REW: flags(REW), TERM: flags(TERM), TRUNC: flags(TRUNC),
-                TRUNC_VAL: self._trunc_val[:k]}
-        data = {key: torch.from_numpy(np.array(v)) for key, v in data.items()}  # copies: the buffers are reused
+        data = {OBS: rec[OBS][:k]}
+        data.update({key: rec[key][:k] if key in rec else empty for key in keys})
+        data.update({key: rec[key][:k, :, None] if key in rec else empty for key in (REW, TERM, TRUNC)})
+        return data
+
+    def rollout_tensors(self, data, data_to_cpu=True):
+        """Dict of numpy arrays -> dict of tensors that own their memory (the buffers are
+        reused by the next rollout), on ``device`` unless ``data_to_cpu``."""
+        data = {key: torch.from_numpy(np.array(v)) for key, v in data.items()}
         if not data_to_cpu and self.device.type != "cpu":
             data = {key: v.to(self.device) for key, v in data.items()}
         return data
@@ -171,18 +200,31 @@ class VanillaOnPolicyBuffer(Storage):
     def prepare(self):
         """Compute advantages and return targets of every received rollout and flatten them."""
         gamma = self.algorithm.gamma
-        flat = {OBS: [], ACT: [], LOGP: [], VAL: [], RET: [], ADV: [], DONE: []}
+        flat = {}
         for c in self.chunks:
-            adv, ret = compute_gae(c[REW], c[VAL], c[TERM], c[TRUNC], c[TRUNC_VAL], gamma, self.gae_lambda)
             T, n = c[REW].shape[:2]
-            flat[OBS].append(c[OBS].reshape(T * n, *c[OBS].shape[2:]))
-            flat[ACT].append(c[ACT].reshape(T * n, *c[ACT].shape[2:]))
-            flat[LOGP].append(c[LOGP].reshape(T * n, 1))
-            flat[VAL].append(c[VAL][:-1].reshape(T * n, 1))
-            flat[RET].append(ret.reshape(T * n, 1))
-            flat[ADV].append(adv.reshape(T * n, 1))
-            flat[DONE].append(torch.maximum(c[TERM], c[TRUNC]).reshape(T * n, 1))
+            for key, v in self.rollout_samples(c, gamma).items():
+                flat.setdefault(key, []).append(v.reshape(T * n, *v.shape[2:]))
         self.flat = {k: torch.cat(v) for k, v in flat.items()} if self.chunks else None
+
+    def rollout_samples(self, c, gamma):
+        """The training samples of one received rollout ``c``, with their targets.
+
+        Parameters
+        ----------
+        c : dict of tensors
+            A rollout as produced by ``get_data`` (on ``device``).
+        gamma : float
+            Discount factor.
+
+        Returns
+        -------
+        dict
+            ``OBS``, ``ACT``, ``LOGP``, ``VAL``, ``RET``, ``ADV`` and ``DONE``, each (T, N, ...).
+        """
+        adv, ret = compute_gae(c[REW], c[VAL], c[TERM], c[TRUNC], c[TRUNC_VAL], gamma, self.gae_lambda)
+        return {OBS: c[OBS], ACT: c[ACT], LOGP: c[LOGP], VAL: c[VAL][:-1], RET: ret, ADV: adv,
+                DONE: torch.maximum(c[TERM], c[TRUNC])}
 
     @property
     def num_samples(self):

@@ -60,7 +60,7 @@ _PRESETS = [
             "num_grad_workers": 1, "grad_workers_communication": "sync"}),
     Preset("async-collectors",
            "collectors run continuously; the first rollout ready is used and its collector gets the newest "
-           "weights (IMPALA-style data flow, without V-trace yet)",
+           "weights (IMPALA-style data flow; V-trace targets: storage VTraceBuffer)",
            # No max_policy_lag: versions count optimizer steps (PPO takes num_epochs x mini-batches
            # of them per rollout), so a bound that suits one algorithm drops every rollout of another.
            {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": HALF_CPU,
