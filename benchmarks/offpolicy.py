@@ -18,6 +18,7 @@ Usage:
     python benchmarks/offpolicy.py --clean-head           # 3 seeds x 3 systems x 2 tasks (~40-60 min on 2 cores)
     python benchmarks/offpolicy.py --quick                # smoke run: DQN 5k, SAC 1k steps, 1 seed
     python benchmarks/offpolicy.py --tasks dqn --systems ours,sb3 --seeds 5
+    python benchmarks/offpolicy.py --report benchmarks/results/offpolicy_<stamp>.jsonl   # report of a (partial) run
 """
 
 import argparse
@@ -56,6 +57,9 @@ def parse_args(argv=None):
     ap.add_argument("--no-warmup", action="store_true", help="skip the untimed short run of each interpreter")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds allowed to one worker run")
     ap.add_argument("--out-dir", default=C.RESULTS_DIR)
+    ap.add_argument("--report", metavar="JSONL", default=None,
+                    help="run nothing: print the report of a results file of this script (also of a run that "
+                         "was stopped part-way: the runs recorded so far)")
     C.add_source_args(ap)
     C.add_load_args(ap)
     args = ap.parse_args(argv)
@@ -240,8 +244,26 @@ def render(summary, records, meta):
     return "\n".join(lines)
 
 
+def report_from(path):
+    """The report of a results file (``--report``): its ``meta`` line and the run records
+    in it, whether or not the run finished."""
+    import json
+    with open(path) as f:
+        lines = [json.loads(ln) for ln in f if ln.strip()]
+    meta = next(r for r in lines if r.get("record") == "meta")
+    records = [r for r in lines if "record" not in r]
+    done = {r.get("task") for r in records}
+    meta = dict(meta, tasks=[t for t in meta["tasks"] if t in done])
+    seeds = {t: len({r["seed"] for r in records if r.get("task") == t}) for t in meta["tasks"]}
+    meta["seeds"] = "/".join(str(n) for n in dict.fromkeys(seeds.values())) or meta["seeds"]
+    return C.header_lines(meta) + "\n\n" + render(summarize(records), records, meta)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.report:
+        print(report_from(args.report))
+        return 0
     with C.prepared_source(args):
         return run(args)
 

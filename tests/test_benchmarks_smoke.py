@@ -380,3 +380,19 @@ def test_offpolicy_report_from_synthetic_records():
     assert "ours: MET (speed 3.44x: ok; return 490.0 vs 495.0" not in table   # lower return: not met
     assert "ours: NOT MET (speed 3.44x: ok; return 490.0 vs 495.0: lower)" in table
     assert "Failed runs: sac sb3 seed 0: exit 1" in table
+
+
+def test_offpolicy_report_of_a_partial_run(tmp_path):
+    """--report renders the runs recorded so far (a run stopped before its summary)."""
+    mod = _load_bench("offpolicy")
+    meta = {"record": "meta", "command": "offpolicy.py", "date_utc": "2026-01-01T00:00:00+00:00",
+            "steps": {"dqn": 50_000, "sac": 20_000}, "seeds": 3, "tasks": ["dqn", "sac"]}
+    runs = [{"task": "dqn", "system": system, "seed": 0, "env_steps": 50_176, "updates": 24_704,
+             "env_steps_per_s": fps, "env_steps_per_cpu_s": fps, "learn_wall_s": 50_176 / fps, "total_wall_s": 60.0,
+             "solve_wall_s": None, "solve_env_steps": None, "eval_mean": 500.0, "peak_rss_tree_MB": 250.0}
+            for system, fps in (("ours", 1500.0), ("sb3", 500.0))]
+    path = tmp_path / "offpolicy_x.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [meta] + runs) + "\n")
+    text = mod.report_from(str(path))
+    assert "| ours | **3.00x** |" in text and "ours: MET" in text
+    assert "SAC on Pendulum" not in text and "1 seed(s) per system" in text
