@@ -182,8 +182,9 @@ def short_name(title):
 
 
 def classify(title):
-    """'workers' for a Ray worker process (``ray::IDLE``, ``ray::CWorker...``), else 'daemons'."""
-    if title.startswith("ray::") and not title.startswith(RAY_AGENTS):
+    """'workers' for a Ray worker process (``ray::IDLE``, ``ray::CWorker...``, or one still
+    starting: ``python .../default_worker.py``, not titled yet), else 'daemons'."""
+    if (title.startswith("ray::") and not title.startswith(RAY_AGENTS)) or "default_worker.py" in title:
         return "workers"
     return "daemons"
 

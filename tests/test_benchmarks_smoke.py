@@ -279,6 +279,7 @@ def test_soak_memory_summary_and_report():
     assert args.max_worker_restarts == 5        # 10 kills at most before the 1200 s deadline, in turn
     assert mod.classify("ray::IDLE") == "workers" and mod.classify("ray::CWorker.collect_data") == "workers"
     assert mod.classify("ray::DashboardAgent") == "daemons" and mod.classify("/x/raylet --a") == "daemons"
+    assert mod.classify("/v/bin/python /v/ray/_private/workers/default_worker.py --node-ip-address=1") == "workers"
     assert mod.short_name("/v/ray/core/src/ray/gcs/gcs_server --log_dir=/tmp") == "gcs_server"
     assert mod.short_name("/v/bin/python -u /v/ray/_private/log_monitor.py --x") == "log_monitor.py"
     # 600 s of samples: workers grow 20% linearly after warm-up, the driver stays flat.
