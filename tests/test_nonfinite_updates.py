@@ -21,7 +21,7 @@ import pytorchrl as prl
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.algorithms import PPO, SAC
-from pytorchrl.agent.algorithms.base import clip_grad_norm, grad_norm
+from pytorchrl.agent.algorithms.base import clip_grad_norm, grad_norm, grads_finite
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.numpy_engine import NumpyAdam
 from pytorchrl.agent.storages import GAEBuffer
@@ -156,10 +156,11 @@ def test_huge_finite_gradients_are_clipped_not_skipped():
     assert grad_norm([p.grad]) == pytest.approx(5e20)
     clip_grad_norm([p], 1.0)
     torch.testing.assert_close(p.grad, torch.tensor([0.6, -0.8, 0.0]))
+    assert grads_finite([torch.tensor([3e38, -3e38]), torch.ones(2)])
     p.grad = torch.tensor([1.0, float("inf"), 0.0])
-    assert grad_norm([p.grad]) == math.inf
+    assert grad_norm([p.grad]) == math.inf and not grads_finite([torch.ones(4), p.grad])
     p.grad = torch.tensor([1.0, float("nan"), 0.0])
-    assert math.isnan(grad_norm([p.grad]))
+    assert math.isnan(grad_norm([p.grad])) and not grads_finite([p.grad, torch.ones(4)])
 
 
 # ------------------------------------------------------------------- learner
