@@ -509,6 +509,19 @@ class _NumpyUpdate:
         self.lanes = Lanes(self.threads)
         self.choice = ThreadChoice(self.lanes)
 
+    def _bind_actor_critic(self, actor, target_critics):
+        """Numpy views of a Box-action actor-critic (SAC, DDPG, TD3): its policy, critics and
+        the target critics, the action scaling, and the parameter lists of both optimizers."""
+        self.policy = NumpyEnsemble(actor.policy_net)
+        self.critics = NumpyEnsemble(actor.critics)
+        self.target = NumpyEnsemble(target_critics)
+        self._setup_threads(self.policy, self.critics)
+        self.scale = actor.scaler.scale.detach().numpy()
+        self.center = actor.scaler.center.detach().numpy()
+        self.act_dim = actor.act_dim
+        self.q_params = self.critics.parameters()
+        self.pi_params = self.policy.parameters()
+
     def __call__(self, batch):
         """Fill the gradients from ``batch``; return the statistics."""
         start = time.perf_counter()
@@ -649,18 +662,9 @@ class NumpySACUpdate(_NumpyUpdate):
 
     def __init__(self, algo):
         self.algo = algo
-        actor = algo.actor
-        self.policy = NumpyEnsemble(actor.policy_net)
-        self.critics = NumpyEnsemble(actor.critics)
-        self.target = NumpyEnsemble(algo.target.critics)
-        self._setup_threads(self.policy, self.critics)
+        self._bind_actor_critic(algo.actor, algo.target.critics)
         self.log_alpha = algo.alpha_module.log_alpha
         self.log_alpha_view = self.log_alpha.detach().numpy()
-        self.scale = actor.scaler.scale.detach().numpy()
-        self.center = actor.scaler.center.detach().numpy()
-        self.act_dim = actor.act_dim
-        self.q_params = self.critics.parameters()
-        self.pi_params = self.policy.parameters()
 
     @classmethod
     def build(cls, algo):
@@ -805,18 +809,9 @@ class NumpyTD3Update(_NumpyUpdate):
 
     def __init__(self, algo, smoothing):
         self.algo = algo
-        actor, target = algo.actor, algo.target
-        self.policy = NumpyEnsemble(actor.policy_net)
-        self.target_policy = NumpyEnsemble(target.policy_net)
-        self.critics = NumpyEnsemble(actor.critics)
-        self.target = NumpyEnsemble(target.critics)
-        self._setup_threads(self.policy, self.critics)
+        self._bind_actor_critic(algo.actor, algo.target.critics)
+        self.target_policy = NumpyEnsemble(algo.target.policy_net)
         self.smoothing = smoothing
-        self.scale = actor.scaler.scale.detach().numpy()
-        self.center = actor.scaler.center.detach().numpy()
-        self.act_dim = actor.act_dim
-        self.q_params = self.critics.parameters()
-        self.pi_params = self.policy.parameters()
 
     @classmethod
     def build(cls, algo):
