@@ -76,24 +76,31 @@ def test_ppo_solves_cartpole():
         learner.stop()
 
 
+def train_until(learner, goal, what, on_infos=lambda infos: None):
+    """Step ``learner`` (one collection and one update per step, as A2C) until its mean
+    training return exceeds ``goal`` or its budget runs out; assert the goal was reached.
+    ``on_infos`` sees the infos of every step."""
+    best = float("-inf")
+    history = []
+    while not learner.done():
+        on_infos(learner.step())
+        reward = train_reward(learner)
+        history.append(reward)
+        if reward == reward:
+            best = max(best, reward)
+        if best > goal:
+            break
+    assert best > goal, f"{what} mean training return {best:.1f} <= {goal} after " \
+                        f"{learner.num_samples_collected} steps: {history[-5:]}"
+    print(f"{what}: training return {best:.1f} after {learner.num_samples_collected} steps")
+
+
 def test_a2c_improves_over_random():
     budget = 60_000
     algo_factory, name = A2C.create_factory(lr=1e-3, gamma=0.99, entropy_coef=0.0, value_loss_coef=0.5,
                                             max_grad_norm=0.5, test_every=10**9)
     learner = cartpole_learner(algo_factory, name, VanillaOnPolicyBuffer.create_factory(size=8), budget)
-    best = float("-inf")
-    history = []
     try:
-        while not learner.done():
-            learner.step()               # A2C: one collection and one update per step
-            reward = train_reward(learner)
-            history.append(reward)
-            if reward == reward:
-                best = max(best, reward)
-            if best > 100.0:             # a random policy averages ~22
-                break
-        assert best > 100.0, f"A2C mean training return {best:.1f} <= 100 after " \
-                             f"{learner.num_samples_collected} steps: {history[-5:]}"
-        print(f"A2C: training return {best:.1f} after {learner.num_samples_collected} steps")
+        train_until(learner, 100.0, "A2C")      # a random policy averages ~22
     finally:
         learner.stop()

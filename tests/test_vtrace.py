@@ -282,28 +282,19 @@ def test_configuration_names_and_checks_the_storage():
 def test_a2c_on_vtrace_targets_improves_over_random():
     """In one process A2C + VTraceBuffer learns CartPole within the budget of A2C's own
     learning test (tests/test_learning.py)."""
-    from test_learning import cartpole_learner, train_reward
+    from test_learning import cartpole_learner, train_until
 
     budget = 60_000
     algo_factory, name = A2C.create_factory(lr=1e-3, gamma=0.99, entropy_coef=0.0, value_loss_coef=0.5,
                                             max_grad_norm=0.5, test_every=10**9)
     learner = cartpole_learner(algo_factory, name, VTraceBuffer.create_factory(size=8), budget)
-    best, history, log_ratios = float("-inf"), [], []
+    log_ratios = []
     try:
-        while not learner.done():
-            log_ratios += [info["algo"]["VTraceAbsLogRatio"] for info in learner.step()]
-            reward = train_reward(learner)
-            history.append(reward)
-            if reward == reward:
-                best = max(best, reward)
-            if best > 100.0:             # a random policy averages ~22
-                break
-        assert best > 100.0, f"A2C+V-trace mean training return {best:.1f} <= 100 after " \
-                             f"{learner.num_samples_collected} steps: {history[-5:]}"
+        train_until(learner, 100.0, "A2C+V-trace",    # a random policy averages ~22
+                    lambda infos: log_ratios.extend(info["algo"]["VTraceAbsLogRatio"] for info in infos))
         # In one process each rollout is trained on by the weights that acted it: on-policy
         # (up to the rounding of the collector's numpy log-probs), nothing truncated.
         assert max(log_ratios) < 1e-4
-        print(f"A2C+V-trace: training return {best:.1f} after {learner.num_samples_collected} steps")
     finally:
         learner.stop()
 
