@@ -338,6 +338,23 @@ class NetnsCluster:
             time.sleep(0.05)
         return True
 
+    def _wait_seen_gone(self, timeout):
+        """The pids of this cluster's processes still running after up to ``timeout`` s.
+
+        A killed process leaves its network namespace before it has finished exiting (the
+        kernel drops the namespaces before closing its files and turning it into a zombie),
+        so an empty namespace does not yet mean every process is gone; on a loaded machine
+        that last stretch was seen to take seconds. Polled: there is no event to wait on for
+        processes that are not our children.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            # By pid and start time, so that a pid reused by someone else's process is not ours.
+            alive = [pid for pid, start in self._seen.items() if start is not None and _start_time(pid) == start]
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.05)
+
     # --------------------------------------------------------------- teardown
     def _teardown(self):
         errors = []
@@ -346,11 +363,10 @@ class NetnsCluster:
                 self._remember_pids()
                 # SIGKILL at once, as ``ray stop --force`` does: raylet and GCS take seconds to
                 # drain on SIGTERM, and what they would clean up is in our temp dir anyway.
-                self._kill_namespace("ab", grace=0.0, timeout=15.0)
+                self._kill_namespace("ab", grace=0.0, timeout=30.0)
         except Exception as exc:  # the namespaces and the temp dir go all the same
             errors.append(str(exc))
-        # By pid (and start time, so that a pid reused by someone else's process is not ours).
-        alive = [pid for pid, start in self._seen.items() if start is not None and _start_time(pid) == start]
+        alive = self._wait_seen_gone(timeout=30.0)
         if alive:
             errors.append(f"Ray processes of the cluster still running: {sorted(alive)}")
         for ns in reversed(self._made):
