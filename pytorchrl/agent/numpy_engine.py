@@ -74,6 +74,8 @@ class NumpyPolicy:
         from pytorchrl.agent.actors.on_policy_actor import OnPolicyActor
         if actor.device.type != "cpu":
             return None, f"device {actor.device}"
+        if getattr(actor, "memory", None) is not None:
+            return None, "recurrent actor (numpy acts with feed-forward networks)"
         changed = overrides(actor, OnPolicyActor, "act_torch", "get_action", "get_value", "_features")
         if changed:
             return None, f"{type(actor).__name__} overrides {', '.join(changed)}"
@@ -378,6 +380,8 @@ class NumpyActorCriticUpdate:
         actor = algo.actor
         if algo.device.type != "cpu":
             return None, f"device {algo.device}"
+        if getattr(actor, "memory", None) is not None:
+            return None, "recurrent actor (numpy updates feed-forward networks)"
         if not algo.fused_loss_applies():
             return None, f"{type(algo).__name__} defines its own loss"
         changed = overrides(algo, OnPolicyAlgorithm, "compute_loss") + \

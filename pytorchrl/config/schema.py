@@ -65,7 +65,8 @@ FEATURE_EXTRACTORS = {name: get_feature_extractor(name) for name in ("mlp", "cnn
 
 #: Keys of the ``actor`` section that only one family of algorithms uses: given for the
 #: other family they are refused (they would have no effect).
-ON_POLICY_ACTOR_KEYS = ("shared_policy_value_network", "ortho_init", "log_std_init")
+ON_POLICY_ACTOR_KEYS = ("shared_policy_value_network", "ortho_init", "log_std_init", "recurrent_net",
+                        "recurrent_hidden_size")
 OFF_POLICY_ACTOR_KEYS = ("noise", "noise_sigma", "num_critics", "dueling")
 
 #: Keys accepted in ``scheme.*_workers_resources``: the arguments of ``Worker.as_remote``.
@@ -304,6 +305,12 @@ SECTIONS = {
         "shared_policy_value_network": derived(OnPolicyActor, "shared_policy_value_network"),
         "ortho_init": derived(OnPolicyActor, "ortho_init"),
         "log_std_init": derived(OnPolicyActor, "log_std_init"),
+        "recurrent_net": Key("str", None, "Memory after the feature extractor (PPO, A2C): GRU or LSTM; "
+                                          "null: a feed-forward actor. Mini-batches are then whole "
+                                          "environment sequences (num_mini_batch <= vec_env_size).",
+                             choices=("GRU", "LSTM")),
+        "recurrent_hidden_size": Key("int", 64, "Hidden size of that memory (recurrent_net_kwargs "
+                                                "hidden_size).", low=1),
         "noise": derived(OffPolicyActor, "noise", kind="str", choices=("Gauss", "OU", "NoNoise"),
                          doc="Exploration noise of DDPG and TD3 (null: Gauss)."),
         "noise_sigma": Key("number", 0.1, "Scale of that noise, in units of half the action range "

@@ -319,9 +319,28 @@ def _check_consistency(config):
                           f"{scheme_cfg['col_requests_in_flight']} needs scheme.col_workers_communication: async "
                           "(a synchronous round sends each collector one request)")
     _check_ineffective(scheme_cfg)
+    _check_recurrent(config)
     if "env_id" in config["env"]["kwargs"]:
         raise ConfigError("env.kwargs.env_id", "the environment is set by env.id")
     _check_device(scheme_cfg["local_device"], "scheme.local_device")
+
+
+def _check_recurrent(config):
+    """Refuse what a recurrent actor cannot train with: V-trace (single-step re-evaluation)
+    and more mini-batches than a collector has environments (a mini-batch is whole
+    environment sequences)."""
+    if config["actor"]["recurrent_net"] is None:
+        return
+    if config["storage"]["name"] == "VTraceBuffer":
+        raise ConfigError("actor.recurrent_net", "VTraceBuffer does not support recurrent actors yet; use "
+                                                 "GAEBuffer or VanillaOnPolicyBuffer")
+    algo = config["algorithm"]
+    num_mini_batch, vec_env_size = algo.get("num_mini_batch", 1), config["env"]["vec_env_size"]
+    if algo.get("mini_batch_size") is None and num_mini_batch > vec_env_size:
+        raise ConfigError("algorithm.num_mini_batch",
+                          f"{num_mini_batch} with a recurrent actor: mini-batches are subsets of the "
+                          f"environments (whole sequences) and env.vec_env_size is {vec_env_size}; set "
+                          f"num_mini_batch <= {vec_env_size}")
 
 
 def _check_ineffective(scheme_cfg):

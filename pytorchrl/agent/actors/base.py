@@ -125,18 +125,21 @@ class Actor(nn.Module):
     def values(self, obs, state=None):
         """Value estimates (N, 1) of a numpy batch of observations, as a numpy array (what
         on-policy rollouts are bootstrapped with): through the acting program chosen by
-        ``act`` when it computes values, else ``value_torch``."""
+        ``act`` when it computes values, else ``value_torch``. ``state`` is the recurrent
+        state (N, ...) of the rows (None for feed-forward actors)."""
         acting = self._acting
         if acting is None:
             acting = self._acting = self.build_fast_acting() or self._torch_acting
         fast = getattr(acting, "value", None)
-        if fast is not None:
+        if fast is not None and state is None:
             return fast(obs)
         with torch.inference_mode():
-            return self.value_torch(torch.as_tensor(obs, device=self.device)).cpu().numpy()
+            args = () if state is None else (torch.as_tensor(state, device=self.device),)
+            return self.value_torch(torch.as_tensor(obs, device=self.device), *args).cpu().numpy()
 
-    def value_torch(self, obs):
-        """Value estimates (B, 1) of a tensor batch; actors that estimate values implement it."""
+    def value_torch(self, obs, state=None):
+        """Value estimates (B, 1) of a tensor batch (``state``: recurrent state of its rows,
+        for recurrent actors); actors that estimate values implement it."""
         raise NotImplementedError(f"{type(self).__name__} does not estimate values")
 
     def initial_state(self, num_envs):
@@ -148,6 +151,11 @@ class Actor(nn.Module):
         """``state`` with the rows of ``env_indices`` (environments whose episode just
         ended) set back to the initial state. Feed-forward actors return it unchanged."""
         return state
+
+    @property
+    def is_recurrent(self):
+        """True when the actor carries a state between steps (``initial_state`` is not None)."""
+        return self.initial_state(1) is not None
 
     def acting_state_dict(self):
         """The weights collectors need to act (what a weight broadcast sends).
@@ -174,9 +182,16 @@ class Actor(nn.Module):
         return None
 
     def _torch_acting(self, obs, state, deterministic):
+        # A numpy state (recurrent actors) enters as a tensor and leaves as numpy again:
+        # collectors and storages keep states as plain arrays.
+        numpy_state = isinstance(state, np.ndarray)
         with torch.inference_mode():
             obs_t = torch.as_tensor(obs, device=self.device)
+            if numpy_state:
+                state = torch.as_tensor(state, device=self.device)
             env_action, extras, next_state = self.act_torch(obs_t, state, deterministic)
+            if numpy_state:
+                next_state = next_state.cpu().numpy()
         return (env_action.cpu().numpy(), {k: v.cpu().numpy() for k, v in extras.items()}, next_state)
 
     def _apply(self, fn, *args, **kwargs):

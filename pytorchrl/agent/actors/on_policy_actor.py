@@ -9,6 +9,7 @@ from pytorchrl import ACT, LOGP, VAL
 from pytorchrl.agent.actors.base import Actor, say_once
 from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, ParallelMLP
+from pytorchrl.agent.actors.memory_networks import get_memory_network
 from pytorchrl.agent.numpy_engine import NumpyPolicy
 from pytorchrl.agent.factory import ComponentFactory
 
@@ -32,12 +33,6 @@ def default_feature_extractor(input_space):
     return MLP
 
 
-def _refuse_recurrent(recurrent_net):
-    if recurrent_net is not None:
-        raise NotImplementedError("recurrent on-policy actors are not available yet: build OnPolicyActor "
-                                  "without recurrent_net")
-
-
 class OnPolicyActor(Actor):
     """Policy and value function for on-policy algorithms.
 
@@ -57,10 +52,13 @@ class OnPolicyActor(Actor):
         Name of the algorithm the actor serves (checked for compatibility).
     restart_model : str or None
         Path of a saved model (``model.state_dict``) or checkpoint to load after building.
-    recurrent_net : nn.Module class or None
-        Recurrent memory (``get_memory_network``); not available yet: a clear error if given.
+    recurrent_net : str, MemoryNetwork class or None
+        Recurrent memory after the feature extractor: "GRU", "LSTM" (``get_memory_network``)
+        or a ``MemoryNetwork`` subclass; None: a feed-forward actor. Shared by policy and
+        value when ``shared_policy_value_network``, else one memory per head. The actor's
+        state is then carried between steps, zeroed where an episode ended.
     recurrent_net_kwargs : dict or None
-        Keyword arguments of the recurrent network.
+        Keyword arguments of the memory network (``hidden_size``, 64 by default).
     feature_extractor_network : nn.Module class or None
         Network mapping observations to features (None: ``CNN`` for image observations,
         ``MLP`` otherwise); built as
@@ -83,7 +81,8 @@ class OnPolicyActor(Actor):
                  feature_extractor_network=None, feature_extractor_kwargs=None,
                  shared_policy_value_network=True, ortho_init=True, log_std_init=0.0, recurrent_net=None,
                  recurrent_net_kwargs=None):
-        _refuse_recurrent(recurrent_net)
+        if recurrent_net is not None:
+            recurrent_net = get_memory_network(recurrent_net)
         if feature_extractor_network is None:
             feature_extractor_network = default_feature_extractor(input_space)
         if algorithm_name not in self.ON_POLICY_ALGORITHMS:
@@ -103,6 +102,14 @@ class OnPolicyActor(Actor):
             if not shared_policy_value_network:
                 self.value_net = feature_extractor_network(input_space, **kwargs)
             num_features = self._num_outputs(self.policy_net)
+
+        self.memory = self.value_memory = None
+        if recurrent_net is not None:
+            memory_kwargs = dict(recurrent_net_kwargs or {})
+            self.memory = recurrent_net(num_features, **memory_kwargs)
+            if not shared_policy_value_network:
+                self.value_memory = recurrent_net(num_features, **memory_kwargs)
+            num_features = self.memory.num_outputs
 
         if isinstance(action_space, gym.spaces.Discrete):
             self.dist = CategoricalHead(num_features, int(action_space.n))
@@ -145,13 +152,15 @@ class OnPolicyActor(Actor):
                        shared_policy_value_network=True, ortho_init=True, log_std_init=0.0, recurrent_net=None,
                        recurrent_net_kwargs=None):
         """Return a picklable ``factory(device)`` building an OnPolicyActor (parameters as in the class)."""
-        _refuse_recurrent(recurrent_net)
+        if recurrent_net is not None:
+            recurrent_net = get_memory_network(recurrent_net)   # a wrong name fails here, not in a worker
         return ComponentFactory(cls, input_space=input_space, action_space=action_space,
                                 algorithm_name=algorithm_name, restart_model=restart_model,
                                 feature_extractor_network=feature_extractor_network,
                                 feature_extractor_kwargs=dict(feature_extractor_kwargs or {}),
                                 shared_policy_value_network=shared_policy_value_network,
-                                ortho_init=ortho_init, log_std_init=log_std_init)
+                                ortho_init=ortho_init, log_std_init=log_std_init, recurrent_net=recurrent_net,
+                                recurrent_net_kwargs=dict(recurrent_net_kwargs or {}))
 
     def _features(self, obs):
         if self.twin_net is not None:
@@ -161,20 +170,74 @@ class OnPolicyActor(Actor):
         vf = pf if self.value_net is None else self.value_net(obs)
         return pf, vf
 
-    def get_action(self, obs, deterministic=False):
-        """Act on a batch of observations (tensors).
+    # ------------------------------------------------------------------ memory
+    def initial_state(self, num_envs):
+        """Zero state (num_envs, state size) of a recurrent actor, float32 numpy; None
+        for a feed-forward one."""
+        if self.memory is None:
+            return None
+        size = self.memory.state_size + (0 if self.value_memory is None else self.value_memory.state_size)
+        return np.zeros((num_envs, size), dtype=np.float32)
 
-        Returns (action, env_action, logp, value): ``action`` as stored for training,
-        ``env_action`` clipped to the bounds of a Box space, ``logp`` and ``value`` of shape (B, 1).
-        """
+    def reset_state(self, state, env_indices):
+        """A copy of ``state`` with the rows ``env_indices`` zeroed (their episode ended)."""
+        if self.memory is None:
+            return state
+        state = np.array(state, dtype=np.float32)
+        state[list(env_indices)] = 0.0
+        return state
+
+    def _memory_step(self, obs, state):
+        """Features the heads read and the next state: (pf, vf, next_state), one step."""
         pf, vf = self._features(obs)
+        if self.memory is None:
+            return pf, vf, state
+        size = self.memory.state_size
+        pf, policy_state = self.memory(pf, state[:, :size])
+        if self.value_memory is None:
+            return pf, pf, policy_state
+        vf, value_state = self.value_memory(vf, state[:, size:])
+        return pf, vf, torch.cat([policy_state, value_state], dim=1)
+
+    def _memory_sequence(self, obs, rhs, done):
+        """Features (T * B, ...) the heads read over sequences: ``obs`` (T, B, *obs_shape),
+        ``rhs`` (B, state size) the state before the first step, ``done`` (T, B, 1) the
+        episode ends (the state is zeroed after them, as while acting)."""
+        T, B = obs.shape[:2]
+        pf, vf = self._features(obs.reshape(T * B, *obs.shape[2:]))
+        size = self.memory.state_size
+        pf = self.memory.sequence(pf.reshape(T, B, -1), rhs[:, :size], done).reshape(T * B, -1)
+        if self.value_memory is None:
+            return pf, pf
+        vf = self.value_memory.sequence(vf.reshape(T, B, -1), rhs[:, size:], done).reshape(T * B, -1)
+        return pf, vf
+
+    def _head_features(self, obs, rhs=None, done=None):
+        if rhs is None:
+            return self._features(obs)
+        return self._memory_sequence(obs, rhs, done)
+
+    # ------------------------------------------------------------------ acting
+    def _heads(self, pf, vf, deterministic):
         action, logp = self.dist.sample(pf, deterministic)
         value = self.value_head(vf)
         env_action = action if self._low is None else torch.max(torch.min(action, self._high), self._low)
         return action, env_action, logp, value
 
+    def get_action(self, obs, deterministic=False):
+        """Act on a batch of observations (tensors; feed-forward actors).
+
+        Returns (action, env_action, logp, value): ``action`` as stored for training,
+        ``env_action`` clipped to the bounds of a Box space, ``logp`` and ``value`` of shape (B, 1).
+        """
+        return self._heads(*self._features(obs), deterministic)
+
     def act_torch(self, obs, state=None, deterministic=False):
-        action, env_action, logp, value = self.get_action(obs, deterministic)
+        if self.memory is None:
+            action, env_action, logp, value = self.get_action(obs, deterministic)
+        else:
+            pf, vf, state = self._memory_step(obs, state)
+            action, env_action, logp, value = self._heads(pf, vf, deterministic)
         return env_action, {ACT: action, LOGP: logp, VAL: value}, state
 
     def build_fast_acting(self):
@@ -186,24 +249,33 @@ class OnPolicyActor(Actor):
                      f"{type(self).__name__}: numpy acting not used ({reason}); acting in torch")
         return policy
 
-    def get_value(self, obs):
-        """Value estimate (B, 1) of a batch of observations."""
-        return self.value_head(self._features(obs)[1])
+    def get_value(self, obs, state=None):
+        """Value estimate (B, 1) of a batch of observations (``state``: the recurrent state
+        (B, state size) of a recurrent actor)."""
+        if self.memory is None:
+            return self.value_head(self._features(obs)[1])
+        return self.value_head(self._memory_step(obs, state)[1])
 
     value_torch = get_value
 
-    def logits_and_value(self, obs):
+    def logits_and_value(self, obs, rhs=None, done=None):
         """Raw policy head output (logits for a categorical policy, means for a Gaussian one)
-        and value estimate (B, 1) of a batch of observations."""
-        pf, vf = self._features(obs)
+        and value estimate (B, 1) of a batch of observations.
+
+        A recurrent actor reads sequences: ``obs`` (T, B, *obs_shape), ``rhs`` (B, state
+        size) the state before their first step and ``done`` (T, B, 1) their episode ends;
+        the outputs are then (T * B, ...), time first.
+        """
+        pf, vf = self._head_features(obs, rhs, done)
         return self.dist.linear(pf), self.value_head(vf)
 
-    def evaluate_actions(self, obs, action, entropy_grad=True):
+    def evaluate_actions(self, obs, action, entropy_grad=True, rhs=None, done=None):
         """Return (logp, entropy, value), each (B, 1), of ``action`` taken at ``obs``.
 
         ``entropy_grad=False`` computes the entropy outside the autograd graph (for
-        reporting only, when the loss does not use it).
+        reporting only, when the loss does not use it). ``rhs`` and ``done``: sequences
+        of a recurrent actor, as in ``logits_and_value`` (``action`` is then (T * B, ...)).
         """
-        pf, vf = self._features(obs)
+        pf, vf = self._head_features(obs, rhs, done)
         logp, entropy = self.dist.log_prob_entropy(pf, action, entropy_grad)
         return logp, entropy, self.value_head(vf)

@@ -2,12 +2,20 @@
 
 import torch
 
-from pytorchrl import ACT, ADV, LOGP, OBS, RET, VAL
+from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, RHS, VAL
 from pytorchrl.agent.actors.base import say_once
 from pytorchrl.agent.actors.distributions import CategoricalHead
 from pytorchrl.agent.algorithms.base import Algorithm, make_adam
 from pytorchrl.agent.algorithms.fused_loss import categorical_actor_critic_loss
 from pytorchrl.agent.numpy_engine import NumpyActorCriticUpdate, NumpyAdam, limit_blas_threads
+
+
+def sequence_args(batch):
+    """Keyword arguments that make a recurrent actor read ``batch`` as sequences (its
+    initial states and episode ends); none for a batch of single steps."""
+    if RHS not in batch:
+        return {}
+    return {"rhs": batch[RHS], "done": batch[DONE]}
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -101,8 +109,9 @@ class OnPolicyAlgorithm(Algorithm):
         return type(self).fused_policy_loss is not None and type(self).policy_loss is type(self).fused_policy_loss
 
     def bootstrap(self, obs, state=None):
-        """Value estimates (N, 1) of ``obs`` (numpy), through the actor's acting program."""
-        return self.actor.values(obs)
+        """Value estimates (N, 1) of ``obs`` (numpy), through the actor's acting program
+        (``state``: recurrent state of the rows, for recurrent actors)."""
+        return self.actor.values(obs, state)
 
     def check_hyperparameters(self):
         for name in ("num_epochs", "num_mini_batch", "test_every", "num_test_episodes"):
@@ -142,7 +151,9 @@ class OnPolicyAlgorithm(Algorithm):
         Parameters
         ----------
         batch : dict of tensors
-            OBS, ACT, LOGP, ADV, RET of the mini-batch.
+            OBS, ACT, LOGP, ADV, RET of the mini-batch. A sequence mini-batch (recurrent
+            actors) also holds RHS, the state (B, ...) before its first step; its OBS and
+            DONE are then (T, B, ...) and the other entries (T * B, ...), time first.
         fused : bool
             Use the one-node fused loss for categorical policies (same values and
             gradients, fewer operators); False always takes the reference autograd path.
@@ -151,7 +162,7 @@ class OnPolicyAlgorithm(Algorithm):
         if self.normalize_advantages and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         if fused and self.fused_loss_applies() and type(self.actor.dist) is CategoricalHead:
-            logits, value = self.actor.logits_and_value(batch[OBS])
+            logits, value = self.actor.logits_and_value(batch[OBS], **sequence_args(batch))
             loss, info = categorical_actor_critic_loss(
                 logits, value, batch[ACT], batch[LOGP], adv, batch[RET], self.fused_clip,
                 self.value_loss_coef, self.entropy_coef, batch.get(VAL), self.value_clip)
@@ -162,7 +173,8 @@ class OnPolicyAlgorithm(Algorithm):
 
     def _reference_loss(self, batch, adv):
         logp, entropy, value = self.actor.evaluate_actions(batch[OBS], batch[ACT],
-                                                           entropy_grad=self.entropy_coef != 0.0)
+                                                           entropy_grad=self.entropy_coef != 0.0,
+                                                           **sequence_args(batch))
         pi_loss, info = self.policy_loss(logp, batch[LOGP], adv)
         if self.value_clip is None:
             value_loss = 0.5 * (batch[RET] - value).pow(2).mean()

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
-from pytorchrl import ACT, OBS, OBS2, REW, TERM, TRUNC
+from pytorchrl import ACT, OBS, OBS2, REW, RHS, TERM, TRUNC
 from pytorchrl.agent.algorithms.base import check_parameter
 from pytorchrl.agent.factory import ComponentFactory
 
@@ -67,6 +67,8 @@ class Storage(ABC):
         self.step = 0
         self._rec = None          # key -> numpy array (T[+1], N, ...) of the rollout
         self._final_obs = []      # (t, env index, final observation, truncated) of ended episodes
+        self._start_state = None  # recurrent state (N, ...) of the actor at the rollout's start
+        self._final_state = {}    # (t, env index) -> recurrent state that reached the final observation
 
     @classmethod
     def create_factory(cls, size, **kwargs):
@@ -109,9 +111,13 @@ class Storage(ABC):
         episode ends, and the algorithm's ``acting_extras``."""
         return (ACT, REW, TERM, TRUNC) + tuple(self.algorithm.acting_extras)
 
-    def start(self, obs):
-        """Begin a rollout whose first observations are ``obs`` (N, *obs_shape; copied)."""
+    def start(self, obs, state=None):
+        """Begin a rollout whose first observations are ``obs`` (N, *obs_shape; copied);
+        ``state``: the recurrent state (N, ...) of a recurrent actor before its first step
+        (kept with the rollout: training re-runs the memory from it)."""
         obs = as_numpy(obs)
+        self._start_state = None if state is None else as_numpy(state).copy()
+        self._final_state = {}
         T = self.rollout_steps(obs.shape[0])
         rec = self._rec
         if rec is None or rec[OBS].shape[:2] != (T + 1, obs.shape[0]):
@@ -135,7 +141,9 @@ class Storage(ABC):
             ``prl.ACT`` (N, ...), ``prl.REW`` (N,), ``prl.TERM`` and ``prl.TRUNC`` (N,
             bool), ``prl.OBS2`` (N, *obs_shape: the observation after the step, the first
             of a new episode where one ended), ``FINAL_OBS`` (dict env index -> final
-            observation of each episode that ended) and the actor's extras. Keys the
+            observation of each episode that ended), the actor's extras and, for a
+            recurrent actor, ``prl.RHS``: its state after the step, before the ended
+            episodes' rows are reset (what values their final observations). Keys the
             storage does not keep are ignored; arrays are copied.
         """
         t = self.step
@@ -149,8 +157,11 @@ class Storage(ABC):
         final = step.get(FINAL_OBS)
         if final:
             trunc = step[TRUNC]
+            rhs = step.get(RHS)
             for i, o in final.items():
                 self._final_obs.append((t, i, np.array(o), bool(trunc[i])))
+                if rhs is not None:
+                    self._final_state[(t, i)] = np.array(as_numpy(rhs)[i])
         self.step = t + 1
 
     def _make_writers(self, step):

@@ -11,14 +11,20 @@ short by preemption) are received with ``add_data``; ``batches`` computes target
 Episode ends are handled per step: after termination nothing is bootstrapped; after
 truncation (a time limit) the value of the final observation (``TRUNC_VAL``) is; at the
 end of a rollout the value of the last observation is.
+
+Recurrent actors: a rollout also carries ``RHS``, the actor's state at its start, and
+mini-batches are sequences, never single steps shuffled across time: a mini-batch is a
+subset of the environments with all their steps (``OBS`` and ``DONE`` (T, B, ...), the
+other entries flattened time first, ``RHS`` (B, ...)), over which the actor re-runs its
+memory from the stored state, zeroing it after episode ends as the collector did.
 """
 
 import numpy as np
 import torch
 
-from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, REW, TERM, TRUNC, TRUNC_VAL, VAL
+from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, REW, RHS, TERM, TRUNC, TRUNC_VAL, VAL
 from pytorchrl.agent.factory import ComponentFactory
-from pytorchrl.agent.storages.base import Storage
+from pytorchrl.agent.storages.base import Storage, as_numpy
 
 _ROLLOUT_KEYS = (OBS, ACT, LOGP, VAL, REW, TERM, TRUNC, TRUNC_VAL)
 
@@ -116,6 +122,12 @@ class VanillaOnPolicyBuffer(Storage):
         Environments of a collector; None for a learner-side buffer.
     size : int
         Environment steps per environment in one rollout (the collector's ``update_every``).
+
+    With a recurrent actor, ``num_mini_batch`` splits the environments (each mini-batch
+    holds whole env trajectories of the rollout), so it may not exceed the number of
+    environments of a collector; ``mini_batch_size`` gives mini-batches of
+    ``max(1, mini_batch_size // size)`` environments. Rollouts of different lengths (cut by
+    preemption) are batched apart.
     """
 
     gae_lambda = 1.0
@@ -130,6 +142,20 @@ class VanillaOnPolicyBuffer(Storage):
         self.chunks = []      # rollouts received by the learner side
         self.flat = None      # the chunks' samples with targets, flattened
         self.generator = None  # torch.Generator of the shuffling (None: torch's global one)
+        self.sequences = None  # recurrent actors: prepared rollouts, one dict per rollout length
+        if getattr(actor, "is_recurrent", False):
+            self.check_sequences(algorithm, envs)
+
+    def check_sequences(self, algorithm, envs):
+        """Refuse mini-batches that a recurrent actor's sequences cannot fill: each holds at
+        least one environment's whole rollout."""
+        num_mini_batch = getattr(algorithm, "num_mini_batch", 1)
+        if envs is not None and getattr(algorithm, "mini_batch_size", None) is None and \
+                num_mini_batch > envs.num_envs:
+            raise ValueError(f"num_mini_batch={num_mini_batch} with a recurrent actor: its mini-batches are "
+                             f"subsets of the environments (whole sequences), and a collector has only "
+                             f"{envs.num_envs} (vec_env_size); set num_mini_batch <= {envs.num_envs} or use "
+                             f"more environments")
 
     # ------------------------------------------------------------ collection side
     def rollout_steps(self, num_envs):
@@ -142,9 +168,12 @@ class VanillaOnPolicyBuffer(Storage):
         n = rec[OBS].shape[1]
         truncated = [(t, i, o) for t, i, o, was_trunc in self._final_obs if was_trunc]
         obs = rec[OBS][k]
+        states = None if state is None else as_numpy(state)
         if truncated:
             obs = np.concatenate([obs, np.stack([o for _, _, o in truncated])])
-        values = np.asarray(self.algorithm.bootstrap(obs, state), dtype=np.float32).reshape(len(obs), 1)
+            if states is not None:
+                states = np.concatenate([states, np.stack([self._final_state[(t, i)] for t, i, _ in truncated])])
+        values = np.asarray(self.algorithm.bootstrap(obs, states), dtype=np.float32).reshape(len(obs), 1)
         self._last_val = values[:n]
         self._trunc_val = np.zeros((k, n, 1), dtype=np.float32)
         for (t, i, _), v in zip(truncated, values[n:]):
@@ -152,10 +181,13 @@ class VanillaOnPolicyBuffer(Storage):
 
     def get_data(self, data_to_cpu=True):
         """The recorded steps (possibly fewer than ``size``, if cut) as a dict of tensors
-        (``VAL`` has one row more: the bootstrap value of the last observation)."""
+        (``VAL`` has one row more: the bootstrap value of the last observation; ``RHS``:
+        a recurrent actor's state at the start of the rollout)."""
         data = self.recorded_steps((ACT, LOGP, VAL))
         data[VAL] = np.concatenate([data[VAL], self._last_val[None]])
         data[TRUNC_VAL] = self._trunc_val[:self.step]
+        if self._start_state is not None:
+            data[RHS] = self._start_state
         return self.rollout_tensors(data, data_to_cpu)
 
     def recorded_steps(self, keys):
@@ -198,8 +230,12 @@ class VanillaOnPolicyBuffer(Storage):
             self.clear()
 
     def prepare(self):
-        """Compute advantages and return targets of every received rollout and flatten them."""
+        """Compute advantages and return targets of every received rollout and flatten them
+        (recurrent actors: keep them as sequences, see ``prepare_sequences``)."""
         gamma = self.algorithm.gamma
+        if self.chunks and RHS in self.chunks[0]:
+            self.prepare_sequences(gamma)
+            return
         flat = {}
         for c in self.chunks:
             T, n = c[REW].shape[:2]
@@ -226,9 +262,22 @@ class VanillaOnPolicyBuffer(Storage):
         return {OBS: c[OBS], ACT: c[ACT], LOGP: c[LOGP], VAL: c[VAL][:-1], RET: ret, ADV: adv,
                 DONE: torch.maximum(c[TERM], c[TRUNC])}
 
+    def prepare_sequences(self, gamma):
+        """Compute the targets of every received rollout and keep them as sequences (T, N,
+        ...): rollouts of one length side by side (``self.sequences``, one dict each)."""
+        by_length = {}
+        for c in self.chunks:
+            samples = self.rollout_samples(c, gamma)
+            samples[RHS] = c[RHS]
+            by_length.setdefault(c[REW].shape[0], []).append(samples)
+        self.sequences = [{k: torch.cat([s[k] for s in group], dim=0 if k == RHS else 1) for k in group[0]}
+                          for group in by_length.values()]
+
     @property
     def num_samples(self):
         """Samples ready for training (after ``prepare``)."""
+        if self.sequences is not None:
+            return sum(seq[OBS].shape[0] * seq[OBS].shape[1] for seq in self.sequences)
         return 0 if self.flat is None else self.flat[OBS].shape[0]
 
     def generate_batches(self, num_mini_batch, mini_batch_size=None, num_epochs=1, generator=None):
@@ -246,6 +295,9 @@ class VanillaOnPolicyBuffer(Storage):
         generator : torch.Generator or None
             Source of the shuffling randomness.
         """
+        if self.sequences is not None:
+            yield from self.sequence_batches(num_mini_batch, mini_batch_size, num_epochs, generator)
+            return
         n = self.num_samples
         if n == 0:
             return
@@ -261,10 +313,43 @@ class VanillaOnPolicyBuffer(Storage):
             for idx in parts:
                 yield {k: v[idx] for k, v in self.flat.items()}
 
+    def sequence_batches(self, num_mini_batch, mini_batch_size=None, num_epochs=1, generator=None):
+        """Yield ``num_epochs`` passes of sequence mini-batches (recurrent actors): each is a
+        shuffled subset of the environments with all their steps (see the module docstring).
+
+        Parameters are those of ``generate_batches``; ``num_mini_batch`` is capped at the
+        number of environments, ``mini_batch_size`` counts samples (whole sequences of
+        ``mini_batch_size // T`` environments, at least one).
+        """
+        for _ in range(num_epochs):
+            for seq in self.sequences:
+                T, n = seq[OBS].shape[:2]
+                envs_per_batch = max(1, mini_batch_size // T) if mini_batch_size else None
+                if (envs_per_batch or 0) >= n or (envs_per_batch is None and min(num_mini_batch, n) == 1):
+                    yield self.sequence_batch(seq, None)
+                    continue
+                perm = torch.randperm(n, generator=generator, device=self.device)
+                parts = perm.split(envs_per_batch) if envs_per_batch else perm.tensor_split(min(num_mini_batch, n))
+                for idx in parts:
+                    yield self.sequence_batch(seq, idx)
+
+    @staticmethod
+    def sequence_batch(seq, idx):
+        """The mini-batch of the environments ``idx`` (None: all) of the sequences ``seq``:
+        ``OBS`` and ``DONE`` stay (T, B, ...), ``RHS`` is (B, ...), the rest is flattened
+        to (T * B, ...), time first (the order of the actor's outputs)."""
+        batch = {}
+        for key, v in seq.items():
+            if idx is not None:
+                v = v[idx] if key == RHS else v[:, idx]
+            batch[key] = v if key in (OBS, DONE, RHS) else v.reshape(-1, *v.shape[2:])
+        return batch
+
     def clear(self):
         """Forget the received rollouts (on-policy: they are stale once trained on)."""
         self.chunks = []
         self.flat = None
+        self.sequences = None
 
 
 class GAEBuffer(VanillaOnPolicyBuffer):

@@ -149,6 +149,11 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
         if name in _THRESHOLDS and value is not None and not value > 0.0:
             raise ValueError(f"{name} must be > 0 (or None: no truncation), got {value}")
 
+    def check_sequences(self, algorithm, envs):
+        """Recurrent actors are refused: V-trace here re-evaluates single steps."""
+        raise ValueError("VTraceBuffer does not support recurrent actors (recurrent_net) yet; use GAEBuffer "
+                         "or VanillaOnPolicyBuffer")
+
     # ------------------------------------------------------------ collection side
     def finish(self, state=None):
         """Nothing to ask the algorithm: the learner values the last observation and the

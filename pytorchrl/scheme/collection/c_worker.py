@@ -5,7 +5,7 @@ import time
 import numpy as np
 import torch
 
-from pytorchrl import ACT, OBS2, REW, TERM, TRUNC
+from pytorchrl import ACT, OBS2, REW, RHS, TERM, TRUNC
 from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.worker import Worker
@@ -275,9 +275,9 @@ class CWorker(Worker):
     def _rollout(self, num_steps, round_id):
         t0 = time.perf_counter()
         storage, actor, envs = self.storage, self.actor, self.envs_train
-        storage.start(self.obs)
-        num_steps = min(num_steps, self.update_every)
         state = self.state
+        storage.start(self.obs, state)
+        num_steps = min(num_steps, self.update_every)
         steps, cut = 0, False
         for _ in range(num_steps):
             # Checked at the step boundary only, so a cut rollout holds whole transitions.
@@ -287,8 +287,11 @@ class CWorker(Worker):
             # The actor reads the storage's observation row: no copy on the way in.
             env_action, extras, state = actor.act(storage.current_obs(), state)
             next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
-            storage.insert({ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
-                            FINAL_OBS: final_obs})
+            step = {ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
+                    FINAL_OBS: final_obs}
+            if state is not None:
+                step[RHS] = state
+            storage.insert(step)
             if final_obs and state is not None:
                 state = actor.reset_state(state, list(final_obs))
             steps += 1
