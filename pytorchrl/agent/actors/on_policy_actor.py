@@ -188,10 +188,13 @@ class OnPolicyActor(Actor):
         return state
 
     def _memory_step(self, obs, state):
-        """Features the heads read and the next state: (pf, vf, next_state), one step."""
+        """Features the heads read and the next state: (pf, vf, next_state), one step
+        (``state`` None: the initial state)."""
         pf, vf = self._features(obs)
         if self.memory is None:
             return pf, vf, state
+        if state is None:
+            state = torch.as_tensor(self.initial_state(pf.shape[0]), device=pf.device)
         size = self.memory.state_size
         pf, policy_state = self.memory(pf, state[:, :size])
         if self.value_memory is None:
@@ -251,7 +254,7 @@ class OnPolicyActor(Actor):
 
     def get_value(self, obs, state=None):
         """Value estimate (B, 1) of a batch of observations (``state``: the recurrent state
-        (B, state size) of a recurrent actor)."""
+        (B, state size) of a recurrent actor; None: its initial state)."""
         if self.memory is None:
             return self.value_head(self._features(obs)[1])
         return self.value_head(self._memory_step(obs, state)[1])

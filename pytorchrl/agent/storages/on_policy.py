@@ -168,12 +168,12 @@ class VanillaOnPolicyBuffer(Storage):
         n = rec[OBS].shape[1]
         truncated = [(t, i, o) for t, i, o, was_trunc in self._final_obs if was_trunc]
         obs = rec[OBS][k]
-        states = None if state is None else as_numpy(state)
         if truncated:
             obs = np.concatenate([obs, np.stack([o for _, _, o in truncated])])
-            if states is not None:
-                states = np.concatenate([states, np.stack([self._final_state[(t, i)] for t, i, _ in truncated])])
-        values = np.asarray(self.algorithm.bootstrap(obs, states), dtype=np.float32).reshape(len(obs), 1)
+            if state is not None and all((t, i) in self._final_state for t, i, _ in truncated):
+                # A recurrent actor values each final observation with the state that reached it.
+                state = np.concatenate([as_numpy(state)] + [self._final_state[(t, i)][None] for t, i, _ in truncated])
+        values = np.asarray(self.algorithm.bootstrap(obs, state), dtype=np.float32).reshape(len(obs), 1)
         self._last_val = values[:n]
         self._trunc_val = np.zeros((k, n, 1), dtype=np.float32)
         for (t, i, _), v in zip(truncated, values[n:]):

@@ -145,8 +145,8 @@ class ReplayBuffer(Storage):
     def recorded_keys(self):
         return (ACT, REW, TERM, TRUNC)
 
-    def start(self, obs):
-        super().start(obs)
+    def start(self, obs, state=None):
+        super().start(obs, state)
         if self._tail is not None and not np.array_equal(self._tail_start, self._rec[OBS][0]):
             self._tail = None  # the environments were replaced or reset: the window is broken
 
