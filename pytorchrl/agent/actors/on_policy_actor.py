@@ -216,9 +216,11 @@ class OnPolicyActor(Actor):
         return pf, vf
 
     def _head_features(self, obs, rhs=None, done=None):
-        if rhs is None:
+        if rhs is not None:
+            return self._memory_sequence(obs, rhs, done)
+        if self.memory is None:
             return self._features(obs)
-        return self._memory_sequence(obs, rhs, done)
+        return self._memory_step(obs, None)[:2]     # single steps, each from the initial state
 
     # ------------------------------------------------------------------ acting
     def _heads(self, pf, vf, deterministic):
@@ -267,7 +269,8 @@ class OnPolicyActor(Actor):
 
         A recurrent actor reads sequences: ``obs`` (T, B, *obs_shape), ``rhs`` (B, state
         size) the state before their first step and ``done`` (T, B, 1) their episode ends;
-        the outputs are then (T * B, ...), time first.
+        the outputs are then (T * B, ...), time first. Without them a recurrent actor reads
+        each row as one step from its initial state.
         """
         pf, vf = self._head_features(obs, rhs, done)
         return self.dist.linear(pf), self.value_head(vf)
