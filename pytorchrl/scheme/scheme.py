@@ -10,6 +10,8 @@ from pytorchrl.scheme.collection.c_worker import no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
 from pytorchrl.scheme.updates.u_worker import UWorker
+from pytorchrl.scheme.workflows.replay_server import (ServerClient, check_data_path, close_server, make_server,
+                                                        stop_server)
 
 DEFAULT_COL_RESOURCES = default_remote_config(num_cpus=1)
 DEFAULT_GRAD_RESOURCES = default_remote_config(num_cpus=1)
@@ -84,11 +86,26 @@ class Scheme:
     on_env_error : str
         What an environment that raises does: "restart" (default) rebuilds the worker's
         environments, drops the rollout and goes on; "stop" ends the run with the error.
+    data_path : str
+        How transitions reach the gradient workers. "direct" (default): each collector's
+        rollouts go to its gradient worker's storage. "replay_server" (off-policy
+        algorithms): collectors insert them into one replay server built from
+        ``storage_factory`` (a Ray actor when the scheme uses Ray) and gradient workers
+        sample mini-batches from it, paced by its rate limiter instead of the algorithm's
+        ``update_every``/``num_updates``/``start_steps``; prioritized replay's TD errors go
+        back to it. Remote collectors must then be asynchronous. See
+        ``pytorchrl.scheme.workflows.replay_server``.
+    replay_server : dict or None
+        With ``data_path="replay_server"``: some of ``min_size_to_sample``,
+        ``samples_per_insert``, ``error_buffer`` (the rate limiter, see ``RateLimiter``)
+        and ``num_cpus`` (Ray CPUs of the server actor); the others keep
+        ``REPLAY_SERVER_DEFAULTS``.
 
     Options that the layout never uses (preemption thresholds with asynchronous collection
     or one collection worker, ``max_policy_lag`` with synchronous collection,
-    ``max_grad_lag`` with synchronous gradients or one gradient worker) are ignored with a
-    warning on the "pytorchrl" logger, one per option; the configuration file refuses them.
+    ``max_grad_lag`` with synchronous gradients or one gradient worker, ``max_policy_lag``
+    and ``replay_server`` with the other data path) are ignored with a warning on the
+    "pytorchrl" logger, one per option; the configuration file refuses them.
 
     Attributes
     ----------
@@ -105,7 +122,7 @@ class Scheme:
                  grad_workers_communication=prl.SYNC, grad_workers_resources=None, local_device=None,
                  decentralized_update_execution=False, max_policy_lag=None, max_grad_lag=None,
                  col_requests_in_flight=1, max_worker_restarts=3, worker_restart_delay_s=1.0,
-                 on_env_error="restart"):
+                 on_env_error="restart", data_path="direct", replay_server=None):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -136,6 +153,13 @@ class Scheme:
             logger.warning(f"Scheme: {_python_name(item.option)}={item.value!r} has no effect with "
                            f"{item.setting}={_python_value(item.current)} ({item.reason}); it is ignored "
                            f"(it acts with {item.setting}={_python_value(item.needed)})")
+        replay_options = check_data_path(data_path, replay_server, storage_factory, num_col_workers,
+                                         col_workers_communication == prl.ASYNC)
+        if replay_options is not None and max_policy_lag is not None:
+            logger.warning(f"Scheme: max_policy_lag={max_policy_lag!r} has no effect with "
+                           f"data_path='replay_server' (rollouts are in the server before their lag is known); "
+                           f"it is ignored")
+            max_policy_lag = None
         self.fault_policy = FaultPolicy(max_worker_restarts=max_worker_restarts,
                                         worker_restart_delay_s=worker_restart_delay_s, on_env_error=on_env_error)
         from pytorchrl.scheme.base.ray_runtime import validate_resources
@@ -147,6 +171,7 @@ class Scheme:
         self.uses_ray = bool(remote_cols or remote_grads)
         self._holds_ray = False
         self.update_worker = None
+        self.replay_server = None
         if self.uses_ray:
             from pytorchrl.scheme.base.ray_runtime import acquire_ray, check_schedulable
             acquire_ray()
@@ -155,7 +180,16 @@ class Scheme:
             # fails at once instead of leaving half a scheme waiting for resources.
             try:
                 check_schedulable([("gradient workers", remote_grads, grad_res),
-                                   ("collection workers", remote_cols * num_grad_workers, col_res)])
+                                   ("collection workers", remote_cols * num_grad_workers, col_res),
+                                   ("the replay server", 1 if replay_options else 0,
+                                    {"num_cpus": (replay_options or {}).get("num_cpus", 0)})])
+            except BaseException:
+                self._release_ray()
+                raise
+        if replay_options is not None:
+            try:
+                self.replay_server = make_server(algo_factory, actor_factory, storage_factory, replay_options,
+                                                 remote=self.uses_ray)
             except BaseException:
                 self._release_ray()
                 raise
@@ -167,7 +201,8 @@ class Scheme:
                           col_fraction_workers=thresholds["fraction_workers"],
                           compress_data_to_send=col_compress_data, col_worker_resources=col_res,
                           communication=col_workers_communication, max_policy_lag=max_policy_lag,
-                          requests_in_flight=col_requests_in_flight, fault_policy=self.fault_policy)
+                          requests_in_flight=col_requests_in_flight, fault_policy=self.fault_policy,
+                          replay_server=self.replay_server)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.
@@ -183,13 +218,21 @@ class Scheme:
                                          decentralized_update_execution=decentralized_update_execution,
                                          local_device=local_device, max_grad_lag=max_grad_lag)
         except BaseException:
-            # The worker sets stop what they started before failing; what is left is Ray.
+            # The worker sets stop what they started before failing; what is left is the
+            # replay server and Ray.
+            self._stop_replay_server()
             self._release_ray()
             raise
 
     def process_info(self):
         """(node id, pid) of every remote worker process of the scheme (empty in-process)."""
         return self.update_worker.process_info() if self.update_worker is not None else []
+
+    def replay_stats(self):
+        """The replay server's counters (``ReplayServer.stats``), or None on the direct data path."""
+        if self.replay_server is None:
+            return None
+        return ServerClient(self.replay_server).call("stats")
 
     def get_hyperparameters(self):
         """Parameters held by every worker (see ``UWorker.get_hyperparameters``)."""
@@ -200,10 +243,20 @@ class Scheme:
         Ray instance started for this scheme is shut down once no other scheme uses it.
         Calling it again does nothing."""
         try:
+            # Collectors waiting to insert and gradient workers waiting to sample are let
+            # go first, so that no worker is stopped in the middle of a wait.
+            if self.replay_server is not None:
+                close_server(self.replay_server)
             if self.update_worker is not None:
                 self.update_worker.stop()
         finally:
+            self._stop_replay_server()
             self._release_ray()
+
+    def _stop_replay_server(self):
+        server, self.replay_server = self.replay_server, None
+        if server is not None:
+            stop_server(server)
 
     def _release_ray(self):
         if self._holds_ray:

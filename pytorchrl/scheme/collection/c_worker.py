@@ -89,7 +89,7 @@ class CWorker(Worker):
 
     # ---------------------------------------------------------------- collection
     def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None,
-                     pack_data=None):
+                     pack_data=None, replay_server=None):
         """Collect one rollout and return it with information about the collection.
 
         Parameters
@@ -111,16 +111,21 @@ class CWorker(Worker):
             Pack the rollout for the wire (``pytorchrl.scheme.transport.pack``, compressed
             as ``compress_data_to_send`` says) and count its bytes. None: only when
             compression is on. The collector set asks for it on every remote worker.
+        replay_server : ray.actor.ActorHandle or None
+            Replay-server data path: insert the rollout into this server (waiting as long as
+            its rate limiter says) and return None in its place.
 
         Returns
         -------
-        data : dict or Packed
-            The rollout (see the storage's ``get_data``), packed if asked to.
+        data : dict, Packed or None
+            The rollout (see the storage's ``get_data``), packed if asked to; None when it
+            went to ``replay_server``.
         info : dict
             ``collected_samples``, ``steps`` (per environment), ``col_time``, ``version``
             (weights that produced it), ``episodes`` (return, length) finished,
             ``index_worker``, ``cut`` (stopped early), ``TestReward`` when an evaluation ran,
-            and ``raw_bytes``/``sent_bytes`` when packed.
+            ``raw_bytes``/``sent_bytes`` when packed, ``replay_outcome`` ("ok", "closed")
+            when inserted into a replay server.
         """
         if weights is not None:
             self.set_weights(weights, version)
@@ -140,7 +145,11 @@ class CWorker(Worker):
         info.update(collected_samples=steps * self.envs_train.num_envs, steps=steps, col_time=col_time,
                     version=self.actor_version, episodes=self.envs_train.pop_finished_episodes(),
                     index_worker=self.index_worker, cut=cut)
-        if pack_data or (pack_data is None and self.compress_data_to_send):
+        if replay_server is not None:
+            from pytorchrl.scheme.workflows.replay_server import insert_remote
+            info["replay_outcome"] = insert_remote(replay_server, data, self.actor_version)
+            data = None
+        elif pack_data or (pack_data is None and self.compress_data_to_send):
             data = pack(data, self.compress_data_to_send)
             info.update(raw_bytes=data.raw_bytes, sent_bytes=data.sent_bytes)
         self.iter += 1

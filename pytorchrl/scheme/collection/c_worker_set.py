@@ -76,6 +76,9 @@ class CWorkerSet(WorkerSet):
     fault_policy : FaultPolicy or None
         What to do when a remote worker dies or an environment fails (see
         ``pytorchrl.scheme.base.faults``); None: ``FaultPolicy()``.
+    replay_server : ray.actor.ActorHandle or None
+        Replay-server data path (asynchronous collection): remote workers insert their
+        rollouts into this server and hand over only their information.
 
     Failures. A remote worker that dies is replaced (``WorkerSet.replace_worker``) with the
     current weights and version and the hot-swaps applied since the start; its rollout in
@@ -96,7 +99,7 @@ class CWorkerSet(WorkerSet):
                  local_device=None, initial_weights=None, fraction_samples=1.0, total_parent_workers=0,
                  compress_data_to_send=False, train_envs_factory=no_envs, test_envs_factory=no_envs,
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
-                 max_policy_lag=None, requests_in_flight=1, fault_policy=None):
+                 max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None):
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
@@ -108,7 +111,11 @@ class CWorkerSet(WorkerSet):
         if requests_in_flight > 1 and communication != prl.ASYNC:
             raise ValueError("requests_in_flight > 1 needs asynchronous collection (prl.ASYNC): a synchronous "
                              "round sends every collector one request with the same weights")
+        if replay_server is not None and num_workers and communication != prl.ASYNC:
+            raise ValueError("a replay server needs asynchronous collection (prl.ASYNC): a synchronous round "
+                             "would wait for inserts that only the waiting learner's samples admit")
         self.requests_in_flight = requests_in_flight
+        self.replay_server = replay_server
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
         self.communication = communication
@@ -155,7 +162,8 @@ class CWorkerSet(WorkerSet):
     def create_factory(cls, num_workers, algo_factory, actor_factory, storage_factory, test_envs_factory=no_envs,
                        train_envs_factory=no_envs, total_parent_workers=0, col_fraction_samples=1.0,
                        compress_data_to_send=False, col_worker_resources=None, col_fraction_workers=1.0,
-                       communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None):
+                       communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None,
+                       replay_server=None):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -170,7 +178,8 @@ class CWorkerSet(WorkerSet):
                                 compress_data_to_send=compress_data_to_send, train_envs_factory=train_envs_factory,
                                 test_envs_factory=test_envs_factory, worker_remote_config=col_worker_resources,
                                 communication=communication, max_policy_lag=max_policy_lag,
-                                requests_in_flight=requests_in_flight, fault_policy=fault_policy)
+                                requests_in_flight=requests_in_flight, fault_policy=fault_policy,
+                                replay_server=replay_server)
 
     # ------------------------------------------------------------------ weights
     def set_version(self, version):
@@ -189,8 +198,14 @@ class CWorkerSet(WorkerSet):
         return self.broadcast.current(self.version)
 
     # --------------------------------------------------------------- collection
-    def collect(self):
+    def collect(self, block=True):
         """Gather one round of rollouts.
+
+        Parameters
+        ----------
+        block : bool
+            False (asynchronous collection): return at once with no rollouts when none is
+            ready (the replay-server data path polls its collectors' reports).
 
         Returns
         -------
@@ -204,6 +219,8 @@ class CWorkerSet(WorkerSet):
         t0 = time.perf_counter()
         info = {}
         local = self._local_worker
+        if not block and self._remote_workers and self.communication == prl.ASYNC and not self._any_ready():
+            return [], {"collect_wait": time.perf_counter() - t0}
         if not self._remote_workers:
             rollouts = [self._collect_local()]   # in this process: nothing was packed
         else:
@@ -401,8 +418,19 @@ class CWorkerSet(WorkerSet):
                 continue
             return [(data, winfo)]
 
+    def _any_ready(self):
+        """Whether a rollout request in flight has finished (the first call sends them)."""
+        import ray
+        if not self._in_flight:
+            for _ in range(self.requests_in_flight):
+                for w in self.remote_workers():
+                    self._submit(w)
+        ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=0)
+        return bool(ready)
+
     def _submit(self, worker):
-        ref = worker.collect_data.remote(weights=self._current_weights(), version=self.version, pack_data=True)
+        ref = worker.collect_data.remote(weights=self._current_weights(), version=self.version, pack_data=True,
+                                         replay_server=self.replay_server)
         self._in_flight[ref] = worker
 
     # ------------------------------------------------------------------ control

@@ -58,6 +58,13 @@ class GWorker(Worker):
         self._batches = None
         self._round_info = None
         self._dist = False
+        # Replay-server data path: mini-batches come from the scheme's server instead of
+        # this worker's storage (see pytorchrl.scheme.workflows.replay_server).
+        self._data_path = None
+        if getattr(self.col_workers, "replay_server", None) is not None:
+            from pytorchrl.scheme.workflows.replay_server import ReplayDataPath
+            self._data_path = ReplayDataPath(self.col_workers.replay_server, lambda: self.algo.mini_batch_size,
+                                             self.device, local_collection=not self.col_workers.remote_workers())
 
     # The learner components are the local collection worker's: replacing one there
     # (replace_agent_component) replaces it here too.
@@ -108,7 +115,7 @@ class GWorker(Worker):
         batch = self._next_batch()
         t0 = time.perf_counter()
         grads, algo_info = self.algo.compute_gradients(batch, return_grads=return_grads and not self.decentralized)
-        self.storage.after_update(batch, algo_info)
+        (self._data_path or self.storage).after_update(batch, algo_info)
         info = {"algo": algo_info, "grad_time": time.perf_counter() - t0, "version": self.version,
                 "index_worker": self.index_worker}
         if self.decentralized:
@@ -126,6 +133,8 @@ class GWorker(Worker):
         return grads, info
 
     def _next_batch(self):
+        if self._data_path is not None:
+            return self._data_path.next_batch(self._collect_round)
         if self._batches is not None:
             batch = next(self._batches, None)
             if batch is not None:
@@ -140,12 +149,18 @@ class GWorker(Worker):
                 self._batches = None
             self._collect_round()
 
-    def _collect_round(self):
-        rollouts, info = self.col_workers.collect()
+    def _collect_round(self, block=True):
+        rollouts, info = self.col_workers.collect(block)
+        if not rollouts:  # a poll of the replay-server data path found nothing new
+            return
         t0 = time.perf_counter()
         episodes, lags, samples, col_time, raw, sent, packed = [], [], 0, 0.0, 0, 0, False
         for data, winfo in rollouts:
-            self.storage.add_data(data)
+            if self._data_path is not None:
+                if data is not None:  # this process's collector: remote ones inserted theirs
+                    self._data_path.insert_local(data, winfo["version"])
+            else:
+                self.storage.add_data(data)
             samples += winfo["collected_samples"]
             col_time = max(col_time, winfo["col_time"])
             episodes += winfo["episodes"]

@@ -1,0 +1,420 @@
+"""The replay-server data path: collectors insert transitions into one replay server and
+gradient workers sample mini-batches from it, paced by a ``RateLimiter``
+(DistributedReinforcementLearning.jl's TrajectoryManager and Orchestrator, Reverb's
+table with a ``SampleToInsertRatio``).
+
+``ReplayServer`` wraps one of the replay storages (``ReplayBuffer``, ``NStepReplayBuffer``,
+``PERBuffer``: the configuration's ``storage`` section, so its ``size`` is the capacity)
+and runs in this process (tests, a scheme without Ray) or as a threaded Ray actor
+(``start_remote``), where inserts and samples wait on the limiter's condition, not in
+sleeps. ``ReplayDataPath`` is the gradient worker's side: it samples, sends prioritized
+replay's TD errors back, and in a scheme without remote collectors collects and inserts
+itself whenever the limiter refuses a sample.
+"""
+
+import time
+
+import numpy as np
+import torch
+
+from pytorchrl import INDEX, REW, TD_ERROR
+from pytorchrl.scheme.workflows.rate_limiter import CLOSED, OK, RateLimiter
+
+#: Values of ``Scheme(data_path=...)`` and ``scheme.data_path``.
+DATA_PATHS = ("direct", "replay_server")
+
+#: Options of ``Scheme(replay_server=...)`` (``scheme.replay_server``) and their defaults.
+REPLAY_SERVER_DEFAULTS = {"min_size_to_sample": 1000, "samples_per_insert": 8.0, "error_buffer": 2000.0,
+                          "num_cpus": 0.25}
+
+#: Seconds a gradient worker waits for one sample before it looks at its collectors'
+#: reports again (env steps must reach the learner while it waits).
+SAMPLE_POLL_S = 0.5
+
+#: Threads of the remote server: every collector and gradient worker may wait in it at
+#: once, and stats/stop calls must still get through.
+MAX_CONCURRENCY = 64
+
+
+def replay_server_options(options):
+    """``REPLAY_SERVER_DEFAULTS`` updated with ``options``, checked.
+
+    Parameters
+    ----------
+    options : dict or None
+        Some of ``min_size_to_sample``, ``samples_per_insert``, ``error_buffer`` (see
+        ``RateLimiter``) and ``num_cpus`` (Ray CPUs of the remote server).
+
+    Raises
+    ------
+    ValueError
+        An unknown key (naming the valid ones) or a value out of range.
+    """
+    unknown = set(options or {}) - set(REPLAY_SERVER_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown replay_server keys {sorted(unknown)}; valid: {sorted(REPLAY_SERVER_DEFAULTS)}")
+    out = {**REPLAY_SERVER_DEFAULTS, **(options or {})}
+    RateLimiter(out["samples_per_insert"], out["min_size_to_sample"], out["error_buffer"])
+    cpus = out["num_cpus"]
+    if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus < 0:
+        raise ValueError(f"replay_server num_cpus must be a non-negative number, got {cpus!r}")
+    return out
+
+
+def check_data_path(data_path, options, storage_factory, num_col_workers, async_collection):
+    """Check the scheme's data-path options; returns the replay server's options
+    (``replay_server_options``) or None on the direct path.
+
+    Parameters
+    ----------
+    data_path : str
+        One of ``DATA_PATHS``.
+    options : dict or None
+        ``Scheme(replay_server=...)``; given with the direct path it is ignored with a
+        warning on the "pytorchrl" logger.
+    storage_factory : callable
+        The scheme's storage factory: a replay storage's is required by a replay server.
+    num_col_workers : int
+        Collection workers per gradient worker.
+    async_collection : bool
+        Whether collection is asynchronous (required with remote collectors).
+
+    Raises
+    ------
+    ValueError
+        Naming the cause.
+    """
+    if data_path not in DATA_PATHS:
+        raise ValueError(f"data_path must be one of {', '.join(map(repr, DATA_PATHS))}, got {data_path!r}")
+    if data_path == "direct":
+        if options:
+            import logging
+            logging.getLogger("pytorchrl").warning(
+                "Scheme: replay_server options have no effect with data_path='direct'; they are ignored "
+                "(they act with data_path='replay_server')")
+        return None
+    out = replay_server_options(options)
+    from pytorchrl.agent.storages import ReplayBuffer
+    cls = getattr(storage_factory, "cls", None)
+    if isinstance(cls, type) and not issubclass(cls, ReplayBuffer):
+        raise ValueError(f"data_path='replay_server' needs a replay storage (ReplayBuffer, NStepReplayBuffer, "
+                         f"PERBuffer) for an off-policy algorithm, got {cls.__name__}")
+    if num_col_workers > 1 and not async_collection:
+        raise ValueError("data_path='replay_server' with several collection workers needs asynchronous "
+                         "collection (col_workers_communication=prl.ASYNC): a synchronous round would wait for "
+                         "inserts that only the waiting learner's samples admit")
+    return out
+
+
+def make_server(algo_factory, actor_factory, storage_factory, options, remote):
+    """The scheme's replay server: a Ray actor (``remote``) or an object in this process.
+
+    Parameters
+    ----------
+    algo_factory, actor_factory, storage_factory : callable
+        The scheme's agent factories.
+    options : dict
+        ``replay_server_options`` output.
+    remote : bool
+        Whether the scheme uses Ray.
+    """
+    if remote:
+        return start_remote(algo_factory, actor_factory, storage_factory, options)
+    limiter = {k: v for k, v in options.items() if k != "num_cpus"}
+    return ReplayServer.from_factories(algo_factory, actor_factory, storage_factory, **limiter)
+
+
+def close_server(server):
+    """End every wait of ``server`` (in this process or a Ray actor); a server that is
+    already gone is left alone."""
+    try:
+        ServerClient(server).call("stop")
+    except Exception:  # a dead actor: nothing waits in it any more
+        pass
+
+
+def stop_server(server):
+    """``close_server``, then end a remote server's process."""
+    close_server(server)
+    if not isinstance(server, ReplayServer):
+        import ray
+        ray.kill(server)
+
+
+class ReplayServer:
+    """A replay storage shared by every collector and gradient worker, paced by a rate limiter.
+
+    Thread-safe: a remote one serves concurrent inserts and samples (a threaded Ray actor),
+    each waiting on the limiter's condition.
+
+    Parameters
+    ----------
+    storage : ReplayBuffer
+        The replay storage holding the transitions (its ``size`` is the capacity; a
+        ``PERBuffer`` samples by priority and takes priority updates).
+    min_size_to_sample, samples_per_insert, error_buffer
+        The rate limiter's parameters (see ``RateLimiter``).
+    """
+
+    def __init__(self, storage, min_size_to_sample=1000, samples_per_insert=8.0, error_buffer=2000.0):
+        from pytorchrl.agent.storages import ReplayBuffer
+        if not isinstance(storage, ReplayBuffer):
+            raise ValueError(f"a replay server needs a replay storage (ReplayBuffer, NStepReplayBuffer, "
+                             f"PERBuffer), got {type(storage).__name__}")
+        self.storage = storage
+        self.limiter = RateLimiter(samples_per_insert, min_size_to_sample, error_buffer)
+        self.priority_updates = 0
+        self.latest_version = None
+        self._start = time.perf_counter()
+
+    @classmethod
+    def from_factories(cls, algo_factory, actor_factory, storage_factory, **limiter):
+        """A server whose storage is built as a learner-side one (CPU, no environments).
+
+        Parameters
+        ----------
+        algo_factory, actor_factory, storage_factory : callable
+            The scheme's agent factories (the storage reads its algorithm's ``gamma``).
+        **limiter
+            ``min_size_to_sample``, ``samples_per_insert``, ``error_buffer``.
+        """
+        return _FactoryReplayServer(algo_factory, actor_factory, storage_factory, limiter)
+
+    def insert(self, data, version=None, timeout=None):
+        """Insert one rollout's transitions once the limiter admits them.
+
+        Parameters
+        ----------
+        data : dict
+            Transitions as a replay storage's ``get_data`` returns them.
+        version : int or None
+            Weight version that produced them (reported by ``stats``).
+        timeout : float or None
+            Seconds to wait at most (None: until admitted or closed).
+
+        Returns
+        -------
+        str
+            ``"ok"``, ``"timeout"`` or ``"closed"`` (the learner stopped: the data is dropped).
+        """
+        n = int(data[REW].shape[0])
+        lim = self.limiter
+        with lim.cond:
+            outcome = lim.wait_insert(n, timeout)
+            if outcome != OK:
+                return outcome
+            before = self.storage.num_items
+            self.storage.add_data(data)
+            lim.record_insert(n, deleted=n - (self.storage.num_items - before))
+            if version is not None:
+                self.latest_version = int(version)
+        return OK
+
+    def sample(self, batch_size, timeout=None):
+        """One mini-batch once the limiter admits it.
+
+        Parameters
+        ----------
+        batch_size : int
+            Transitions in the mini-batch.
+        timeout : float or None
+            Seconds to wait at most (None: until admitted or closed; 0: do not wait).
+
+        Returns
+        -------
+        outcome : str
+            ``"ok"``, ``"timeout"`` or ``"closed"`` (collection ended and this sample can
+            never be served, or the server stopped).
+        batch : dict or None
+            The storage's mini-batch (with ``prl.INDEX``, and ``prl.WEIGHT`` for
+            prioritized replay) when the outcome is ``"ok"``.
+        """
+        lim = self.limiter
+        with lim.cond:
+            outcome = lim.wait_sample(batch_size, timeout)
+            if outcome != OK:
+                return outcome, None
+            batch = self.storage.sample(batch_size)
+            lim.record_sample(batch_size)
+        return OK, batch
+
+    def update_priorities(self, indices, td_errors):
+        """Give the transitions at ``indices`` the priorities of their new TD errors
+        (prioritized replay; a uniform storage ignores them). A slot overwritten since it
+        was sampled gets the priority meant for its predecessor, as in a local PERBuffer
+        whose collectors insert between two updates.
+
+        Parameters
+        ----------
+        indices : array of int
+            ``prl.INDEX`` of the mini-batch.
+        td_errors : array of float
+            The algorithm's per-sample TD errors (``prl.TD_ERROR``), one per index.
+        """
+        with self.limiter.cond:
+            self.storage.after_update({INDEX: np.asarray(indices)}, {TD_ERROR: np.asarray(td_errors)})
+            self.priority_updates += 1
+        return True
+
+    def close(self, side):
+        """Close one side (``"insert"``: collection ended; ``"sample"``: the learner stopped);
+        see ``RateLimiter.close``."""
+        self.limiter.close(side)
+        return True
+
+    def stop(self):
+        """End every wait (they return ``"closed"``); later calls are refused the same way."""
+        self.limiter.stop()
+        return True
+
+    def stats(self):
+        """Counters: ``size``, ``inserts``, ``samples`` (transitions), ``measured_ratio``,
+        ``insert_blocked_s``, ``sample_blocked_s``, ``inserts_per_s``, ``samples_per_s`` (since
+        the server started), ``priority_updates``, ``latest_version``."""
+        s = self.limiter.stats()
+        elapsed = max(1e-9, time.perf_counter() - self._start)
+        s.update(inserts_per_s=s["inserts"] / elapsed, samples_per_s=s["samples"] / elapsed,
+                 priority_updates=self.priority_updates, latest_version=self.latest_version)
+        return s
+
+
+class _FactoryReplayServer(ReplayServer):
+    """A ``ReplayServer`` built from the agent factories (the form a Ray actor is built in)."""
+
+    def __init__(self, algo_factory, actor_factory, storage_factory, limiter):
+        # One thread: the server shares the cores with the workers, and its work is copying.
+        torch.set_num_threads(1)
+        actor = actor_factory("cpu")
+        algo = algo_factory("cpu", actor, None)
+        super().__init__(storage_factory("cpu", actor, algo, None), **limiter)
+
+
+def start_remote(algo_factory, actor_factory, storage_factory, options):
+    """A ``ReplayServer`` as a threaded Ray actor (Ray must be running).
+
+    Parameters
+    ----------
+    algo_factory, actor_factory, storage_factory : callable
+        As in ``ReplayServer.from_factories``.
+    options : dict
+        ``replay_server_options`` output.
+    """
+    from pytorchrl.scheme.base.ray_runtime import require_ray
+    ray = require_ray()
+    limiter = {k: v for k, v in options.items() if k != "num_cpus"}
+    handle = ray.remote(_FactoryReplayServer).options(num_cpus=options["num_cpus"],
+                                                      max_concurrency=MAX_CONCURRENCY).remote(
+        algo_factory, actor_factory, storage_factory, limiter)
+    ray.get(handle.stats.remote())  # built, or its error raised here
+    return handle
+
+
+class ServerClient:
+    """Calls a ``ReplayServer`` the same way whether it is in this process or a Ray actor.
+
+    Parameters
+    ----------
+    server : ReplayServer or ray.actor.ActorHandle
+        The server.
+    """
+
+    def __init__(self, server):
+        self.server = server
+        self.remote = not isinstance(server, ReplayServer)
+
+    def call(self, method, *args):
+        """``server.method(*args)``, waited for."""
+        if not self.remote:
+            return getattr(self.server, method)(*args)
+        import ray
+        return ray.get(getattr(self.server, method).remote(*args))
+
+
+class ReplayDataPath:
+    """The gradient worker's side of the replay-server data path.
+
+    Parameters
+    ----------
+    server : ReplayServer or ray.actor.ActorHandle
+        The scheme's server.
+    batch_size : callable
+        Returns the mini-batch size to sample now (the algorithm's ``mini_batch_size``,
+        which may be hot-swapped).
+    device : torch.device
+        Device the mini-batches are moved to.
+    local_collection : bool
+        The gradient worker's collector runs in its process (no remote collectors): it
+        collects a round whenever a sample is refused, and inserts it itself.
+
+    Attributes
+    ----------
+    dropped_inserts : int
+        Local rollouts dropped because the server did not admit them in time (another
+        gradient worker's samples had used up the room the refusal made).
+    """
+
+    def __init__(self, server, batch_size, device, local_collection=False):
+        self.client = ServerClient(server)
+        self.batch_size = batch_size
+        self.device = device
+        self.local_collection = local_collection
+        self.dropped_inserts = 0
+
+    def next_batch(self, collect):
+        """The next mini-batch.
+
+        Parameters
+        ----------
+        collect : callable
+            ``collect(block)`` gathers the collectors' reports (with remote collectors,
+            whose rollouts went to the server) or one round of rollouts (local collector:
+            returned for ``insert_local``); ``block=False`` only takes what is ready.
+
+        Raises
+        ------
+        RuntimeError
+            The server was closed (the run is stopping).
+        """
+        b = int(self.batch_size())
+        while True:
+            if self.local_collection:
+                outcome, batch = self.client.call("sample", b, 0)
+            else:
+                collect(False)
+                outcome, batch = self.client.call("sample", b, SAMPLE_POLL_S)
+            if outcome == OK:
+                return self._to_device(batch)
+            if outcome == CLOSED:
+                raise RuntimeError("the replay server is closed: the scheme is stopping")
+            if self.local_collection:
+                # The refusal lets the next insert through: the local collector's round.
+                collect(True)
+
+    def insert_local(self, data, version):
+        """Insert a rollout of this process's collector. A refused sample precedes it, so
+        the server admits it at once unless another gradient worker sampled meanwhile; it
+        is dropped (and counted) if not admitted within ``SAMPLE_POLL_S``."""
+        outcome = self.client.call("insert", data, version, SAMPLE_POLL_S if self.client.remote else 0)
+        if outcome == CLOSED:
+            raise RuntimeError("the replay server is closed: the scheme is stopping")
+        if outcome != OK:
+            self.dropped_inserts += 1
+
+    def after_update(self, batch, info):
+        """Send the mini-batch's TD errors (``info[prl.TD_ERROR]``, removed) to the server."""
+        errors = info.pop(TD_ERROR, None)
+        if errors is not None:
+            self.client.call("update_priorities", np.asarray(batch[INDEX]),
+                             np.asarray(errors, dtype=np.float64).reshape(-1))
+
+    def _to_device(self, batch):
+        if self.device.type == "cpu":
+            return batch
+        return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def insert_remote(server, data, version):
+    """Insert a remote collector's rollout into ``server`` (a Ray actor handle), waiting
+    as long as the rate limiter says; returns the outcome."""
+    import ray
+    return ray.get(server.insert.remote(data, version))
