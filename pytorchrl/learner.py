@@ -102,6 +102,7 @@ class Learner:
         self.num_updates = 0
         self.num_episodes = 0
         self.start_time = time.time()
+        self._replay_last = (self.start_time, 0, 0)  # (time, inserts, samples) at the last replay metrics
         self._episodes = collections.deque(maxlen=RECENT_EPISODES)
         self._episode_lengths = collections.deque(maxlen=RECENT_EPISODES)
         self._fps_history = collections.deque([(time.perf_counter(), 0)])
@@ -257,7 +258,11 @@ class Learner:
             rollouts and gradients, and the restarts since the start: ``WorkerRestarts``
             (remote workers replaced after they died) and ``EnvRestarts`` (environments
             rebuilt after they failed), and ``SkippedUpdates``: updates skipped since the start
-            because their gradients were not finite.
+            because their gradients were not finite. On the replay-server data path also
+            ``Replay/InsertsPerS`` and ``Replay/SamplesPerS`` (transitions per second since the
+            previous call), ``Replay/MeasuredRatio`` (sampled per inserted past the warm-up,
+            since the start), ``Replay/Size``, ``Replay/InsertBlockedS`` and
+            ``Replay/SampleBlockedS`` (seconds each side waited, since the start).
         add_time_metrics : bool
             Steps per second, elapsed time, seconds spent in each phase.
         """
@@ -297,6 +302,7 @@ class Learner:
             dropped_grads = getattr(self.update_worker, "stats", {}).get("dropped_gradients", 0)
             if dropped_grads:
                 m["Scheme/DroppedGradients"] = int(dropped_grads)
+            m.update(self._replay_metrics())
             for key in ("PolicyLag", "MaxPolicyLag", "GradAsynchrony", "CutRollouts", "BytesSent", "BytesRaw",
                         "GradBytesSent", "GradBytesRaw"):
                 s.pop(key, None)
@@ -306,6 +312,21 @@ class Learner:
             for key, value in self._time_info.items():
                 m[f"Time/{key}"] = value
         return m
+
+    def _replay_metrics(self):
+        """The replay server's metrics (see ``get_metrics``); empty on the direct data path."""
+        replay_stats = getattr(self.scheme, "replay_stats", None)
+        stats = replay_stats() if replay_stats is not None else None
+        if stats is None:
+            return {}
+        now = time.time()
+        last_t, last_inserts, last_samples = self._replay_last
+        elapsed = max(1e-9, now - last_t)
+        self._replay_last = (now, stats["inserts"], stats["samples"])
+        return {"Replay/InsertsPerS": (stats["inserts"] - last_inserts) / elapsed,
+                "Replay/SamplesPerS": (stats["samples"] - last_samples) / elapsed,
+                "Replay/MeasuredRatio": stats["measured_ratio"], "Replay/Size": stats["size"],
+                "Replay/InsertBlockedS": stats["insert_blocked_s"], "Replay/SampleBlockedS": stats["sample_blocked_s"]}
 
     def print_info(self, add_algo_info=True, add_episodes_info=True, add_scheme_info=False, add_time_info=False):
         """Print one line with the current metrics (same switches as ``get_metrics``)."""

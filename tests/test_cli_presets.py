@@ -10,7 +10,21 @@ from pytorchrl.config import ConfigError, build_learner, validate_config
 from pytorchrl.scheme.workflows.presets import PRESETS, get_preset
 from pytorchrl.tools.metrics import WorkerTimings
 
-from cli_helpers import tiny
+from cli_helpers import tiny, with_sections
+
+#: The algorithm and storage of an off-policy preset's tiny run (its data path is a replay server).
+TINY_OFF_POLICY = {"algorithm": {"name": "DDQN", "mini_batch_size": 32, "update_every": 16, "test_every": 5,
+                                 "num_test_episodes": 2},
+                   "storage": {"name": "ReplayBuffer", "size": 10_000}}
+
+
+def preset_config(name, **sections):
+    """TINY with ``scheme.preset: name`` (and DDQN for an off-policy preset), sections updated."""
+    config = tiny(scheme={"preset": name})
+    if PRESETS[name].off_policy:
+        config.update(TINY_OFF_POLICY)
+    return with_sections(config, **sections)
+
 
 LOCAL = [name for name, p in PRESETS.items() if not p.uses_ray]
 REMOTE = [name for name, p in PRESETS.items() if p.uses_ray]
@@ -18,7 +32,7 @@ REMOTE = [name for name, p in PRESETS.items() if p.uses_ray]
 
 def test_every_preset_is_a_valid_scheme_section():
     for name, preset in PRESETS.items():
-        config = validate_config(tiny(scheme={"preset": name}))
+        config = validate_config(preset_config(name))
         assert config["scheme"]["preset"] == name
         for key, value in preset.scheme.items():
             assert config["scheme"][key] == value, (name, key)
@@ -57,8 +71,7 @@ def test_presets_command_lists_names_descriptions_and_values(capsys):
 
 def _train(name, steps):
     """Train the preset's layout for ``steps``; returns (learner, metrics, remote processes)."""
-    config = validate_config(tiny(scheme={"preset": name}, learner={"target_steps": steps},
-                                  env={"test_env": False}))
+    config = validate_config(preset_config(name, learner={"target_steps": steps}, env={"test_env": False}))
     learner = build_learner(config)
     timings = WorkerTimings()    # what the command line adds to each row of metrics.csv
     try:

@@ -151,3 +151,20 @@ def test_stop_ends_every_wait():
         assert box["outcome"] == CLOSED
     s = full.stats()
     assert s["inserts"] == 10 and s["size"] == 10 and s["samples"] == 0
+
+
+def test_paused_sampling_admits_every_insert():
+    """While the learner waits for its collectors (a hot-swap queued behind a rollout whose
+    insert waits), inserts must not wait for samples."""
+    lim = RateLimiter(samples_per_insert=1.0, min_size_to_sample=10, error_buffer=0.0)
+    lim.record_insert(10)
+    t, box = _in_thread(lambda: lim.wait_insert(5, timeout=60))
+    lim.pause_sampling()
+    t.join(60)
+    assert box["outcome"] == OK
+    lim.record_insert(5)
+    lim.pause_sampling()              # nested
+    lim.resume_sampling()
+    assert lim.can_insert(5)
+    lim.resume_sampling()
+    assert not lim.can_insert(5)      # the ratio applies again

@@ -161,7 +161,8 @@ def build_scheme(config, log_dir=None):
         decentralized_update_execution=s["decentralized_update_execution"],
         max_policy_lag=s["max_policy_lag"], max_grad_lag=s["max_grad_lag"],
         col_requests_in_flight=s["col_requests_in_flight"], max_worker_restarts=s["max_worker_restarts"],
-        worker_restart_delay_s=s["worker_restart_delay_s"], on_env_error=s["on_env_error"], **kwargs)
+        worker_restart_delay_s=s["worker_restart_delay_s"], on_env_error=s["on_env_error"],
+        data_path=s["data_path"], replay_server=s["replay_server"], **kwargs)
 
 
 def build_learner(config, log_dir=None):

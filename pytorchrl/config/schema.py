@@ -36,6 +36,7 @@ from pytorchrl.schedules import VALID_KINDS, VALID_TARGETS, Schedule
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
 
 
 class _Required:
@@ -357,6 +358,15 @@ SECTIONS = {
                                     "error (checkpoint saved, exit status 2)."),
         "local_device": derived(Scheme, "local_device", doc="Device of the workers in this process "
                                                            "(cpu, cuda, cuda:1, auto; null: cpu)."),
+        "data_path": Key("str", "direct", "How transitions reach the gradient workers: direct (each collector's "
+                                          "rollouts go to its gradient worker's storage) or replay_server "
+                                          "(off-policy: collectors insert into one replay server built from the "
+                                          "storage section, gradient workers sample from it, paced by its rate "
+                                          "limiter; remote collectors must be async).", choices=DATA_PATHS),
+        "replay_server": Key("dict", None, "With data_path: replay_server, the server's rate limiter and "
+                                           "resources: " + ", ".join(f"{k} (default {v})" for k, v in
+                                                                     REPLAY_SERVER_DEFAULTS.items())
+                             + " (see docs/schemes.md); null: those defaults."),
         "ray_address": Key("str", None, "Ray cluster to join when a level has several workers "
                                         "(null: RAY_ADDRESS, else a local instance)."),
     },
@@ -398,6 +408,18 @@ SCHEDULE_KEYS = {
     "start_step": derived(Schedule, "start_step"),
     "end_step": derived(Schedule, "end_step"),
     "min_relative_change": derived(Schedule, "min_relative_change"),
+}
+
+#: Keys of ``scheme.replay_server`` (``pytorchrl.scheme.workflows.replay_server``).
+REPLAY_SERVER_KEYS = {
+    "min_size_to_sample": Key("int", REPLAY_SERVER_DEFAULTS["min_size_to_sample"],
+                              "Transitions the server holds before the first sample.", low=1),
+    "samples_per_insert": Key("number", REPLAY_SERVER_DEFAULTS["samples_per_insert"],
+                              "Transitions sampled per transition inserted, on average.", low=0.0,
+                              low_inclusive=False),
+    "error_buffer": Key("number", REPLAY_SERVER_DEFAULTS["error_buffer"],
+                        "How far (in sampled transitions) either side may run ahead of the ratio.", low=0.0),
+    "num_cpus": Key("number", REPLAY_SERVER_DEFAULTS["num_cpus"], "Ray CPUs of the server actor.", low=0.0),
 }
 
 #: Section names in the order they are written to a resolved configuration.

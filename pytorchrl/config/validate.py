@@ -320,6 +320,7 @@ def _check_consistency(config):
                           "(a synchronous round sends each collector one request)")
     _check_ineffective(scheme_cfg)
     _check_recurrent(config)
+    _check_data_path(config)
     if "env_id" in config["env"]["kwargs"]:
         raise ConfigError("env.kwargs.env_id", "the environment is set by env.id")
     _check_device(scheme_cfg["local_device"], "scheme.local_device")
@@ -356,6 +357,37 @@ def _check_ineffective(scheme_cfg):
         raise ConfigError(f"scheme.{item.option}",
                           f"{item.value!r} has no effect with scheme.{item.setting}: {item.current} ({item.reason}); "
                           f"remove it, or set scheme.{item.setting}: {item.needed}")
+
+
+def _check_data_path(config):
+    """Resolve ``scheme.replay_server`` and refuse what the replay-server data path cannot
+    do, or options that only it uses given with the direct path."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    s = config["scheme"]
+    if s["data_path"] == "direct":
+        if s["replay_server"] is not None:
+            raise ConfigError("scheme.replay_server", "has no effect with scheme.data_path: direct; remove it, or "
+                                                      "set scheme.data_path: replay_server")
+        return
+    s["replay_server"] = check_mapping(s["replay_server"], schema.REPLAY_SERVER_KEYS, "scheme.replay_server")
+    algo = config["algorithm"]["name"]
+    if ALGORITHMS[algo].on_policy:
+        raise ConfigError("scheme.data_path", f"replay_server is for off-policy algorithms (DDQN, DDPG, TD3, SAC); "
+                                              f"{algo} learns from its own fresh rollouts")
+    if s["num_col_workers"] > 1 and s["col_workers_communication"] != "async":
+        raise ConfigError("scheme.data_path", "replay_server with several collection workers needs "
+                                              "scheme.col_workers_communication: async (a synchronous round would "
+                                              "wait for inserts that only the waiting learner's samples admit)")
+    min_size, target = s["replay_server"]["min_size_to_sample"], config["learner"]["target_steps"]
+    if min_size > target:
+        raise ConfigError("scheme.replay_server.min_size_to_sample", f"{min_size} exceeds learner.target_steps "
+                                                                     f"({target}): training would never start")
+    if s["max_policy_lag"] is not None:
+        raise ConfigError("scheme.max_policy_lag", "has no effect with scheme.data_path: replay_server (rollouts "
+                                                   "are in the server before their lag is known); remove it")
+    if config["learner"]["checkpoint_replay"]:
+        raise ConfigError("learner.checkpoint_replay", "the replay lives in the replay server "
+                                                       "(scheme.data_path: replay_server), which is not saved")
 
 
 def _check_device(device, path):

@@ -138,6 +138,7 @@ class CWorkerSet(WorkerSet):
         self._round = 0
         self._in_flight = {}        # async: ref -> worker
         self._abandoned = []        # requests of a round given up, read by stop()
+        self._pending_acks = []     # replay-server data path: (position, ref) of apply_to_all calls
         self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0}
         super().__init__(CWorker, params, index_parent, num_workers,
                          worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device,
@@ -219,6 +220,8 @@ class CWorkerSet(WorkerSet):
         t0 = time.perf_counter()
         info = {}
         local = self._local_worker
+        if self._pending_acks:
+            self._read_finished_acks()
         if not block and self._remote_workers and self.communication == prl.ASYNC and not self._any_ready():
             return [], {"collect_wait": time.perf_counter() - t0}
         if not self._remote_workers:
@@ -438,7 +441,9 @@ class CWorkerSet(WorkerSet):
         """Call ``method(*args)`` on the local and every remote worker; return the local result.
 
         Remote calls are queued behind the worker's current call, so they apply between
-        rollouts; the call returns once every worker has applied it (acknowledged). The
+        rollouts; the call returns once every worker has applied it (acknowledged), except
+        on the replay-server data path, where it returns at once (a rollout ahead of it may
+        wait for samples) and the acknowledgements are read by later ``collect`` calls. The
         change is logged and replayed on workers that replace dead ones; a worker found
         dead now is replaced (and gets it with the replay).
         """
@@ -456,30 +461,56 @@ class CWorkerSet(WorkerSet):
         if remotes:
             from pytorchrl.scheme.base.faults import gather
             self.log_hot_swap(method, args)
-            outcomes = gather([getattr(w, method).remote(*args) for w in remotes])
-            for position, (_, exc) in enumerate(outcomes):
-                if exc is not None:
-                    if env_error_of(exc) is not None:
-                        # Only reported by a worker asked to replace its environments; that
-                        # is no failure of environments that ran.
-                        from pytorchrl.scheme.base.ray_runtime import as_worker_error
-                        raise as_worker_error(exc, self.worker_name(position + 1)) from None
-                    # A dead worker's replacement gets this change with the replayed log.
-                    self._recover(position, exc)
+            refs = [getattr(w, method).remote(*args) for w in remotes]
+            if self.replay_server is not None:
+                # Replay-server data path: a collector's current rollout may wait in an
+                # insert for samples that this (waiting) learner would take, so the change
+                # is not waited for; it still applies between rollouts, in order, and its
+                # acknowledgements are read by the next collect().
+                self._pending_acks += list(enumerate(refs))
+            else:
+                self._check_acks(list(enumerate(refs)), gather(refs))
         return from_local
+
+    def _check_acks(self, pending, outcomes):
+        """Deal with the outcomes of calls ``pending`` ((position, ref) pairs) made by
+        ``apply_to_all``."""
+        for (position, _), (_, exc) in zip(pending, outcomes):
+            if exc is not None:
+                if env_error_of(exc) is not None:
+                    # Only reported by a worker asked to replace its environments; that
+                    # is no failure of environments that ran.
+                    from pytorchrl.scheme.base.ray_runtime import as_worker_error
+                    raise as_worker_error(exc, self.worker_name(position + 1)) from None
+                # A dead worker's replacement gets this change with the replayed log.
+                self._recover(position, exc)
+
+    def _read_finished_acks(self):
+        """Check the acknowledgements of ``apply_to_all`` calls not waited for that have come."""
+        if not self._pending_acks:
+            return
+        import ray
+        from pytorchrl.scheme.base.faults import gather
+        done, _ = ray.wait([ref for _, ref in self._pending_acks], num_returns=len(self._pending_acks), timeout=0)
+        done = set(done)
+        finished = [(p, ref) for p, ref in self._pending_acks if ref in done]
+        self._pending_acks = [(p, ref) for p, ref in self._pending_acks if ref not in done]
+        self._check_acks(finished, gather([ref for _, ref in finished]))
 
     def get_hyperparameters(self):
         """``get_hyperparameters()`` of the local worker and of every remote worker, in order."""
         out = [self.local_worker().get_hyperparameters()]
         if self.remote_workers():
             from pytorchrl.scheme.base.faults import get_all
-            out += get_all([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
+            from pytorchrl.scheme.workflows.replay_server import sampling_paused
+            with sampling_paused(self.replay_server):
+                out += get_all([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
         return out
 
     def stop(self):
         """Drop in-flight requests and stop every worker."""
-        in_flight, self._in_flight = list(self._in_flight) + self._abandoned, {}
-        self._abandoned = []
+        in_flight, self._in_flight = list(self._in_flight) + self._abandoned + [r for _, r in self._pending_acks], {}
+        self._abandoned, self._pending_acks = [], []
         super().stop()
         # The requests still out failed when their workers were killed (or earlier, with the
         # failure that ended the run): read, so that Ray does not report them as unhandled.

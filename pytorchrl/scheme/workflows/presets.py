@@ -40,6 +40,11 @@ class Preset:
         """True when some level has several workers (they run as Ray actors)."""
         return self.scheme.get("num_col_workers", 1) > 1 or self.scheme.get("num_grad_workers", 1) > 1
 
+    @property
+    def off_policy(self):
+        """True when the layout needs an off-policy algorithm (its data path is a replay server)."""
+        return self.scheme.get("data_path") == "replay_server"
+
     def __repr__(self):
         return f"Preset({self.name!r})"
 
@@ -91,6 +96,14 @@ _PRESETS = [
            {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": QUARTER_CPU,
             "num_grad_workers": 2, "grad_workers_communication": "sync", "grad_workers_resources": QUARTER_CPU,
             "decentralized_update_execution": True}),
+    Preset("drl-actor-model",
+           "DistributedReinforcementLearning.jl's actor model (off-policy): async collectors insert into a "
+           "replay server (TrajectoryManager) that the learner samples, paced by a rate limiter (Orchestrator)",
+           {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": QUARTER_CPU,
+            "num_grad_workers": 1, "grad_workers_communication": "sync",
+            "data_path": "replay_server",
+            "replay_server": {"min_size_to_sample": 200, "samples_per_insert": 4.0, "error_buffer": 256.0,
+                              "num_cpus": 0.25}}),
 ]
 
 #: Presets by name, in the order they are listed.

@@ -24,6 +24,11 @@ at most one insert's ``n * spi``, and never falls below ``offset - error_buffer`
 sampling started. An ``error_buffer`` of at least half a mini-batch plus half an
 insert's ``n * spi`` keeps it within ``offset +- error_buffer``.
 
+The sampling side may be away for a while (``pause_sampling``/``resume_sampling``):
+meanwhile inserts are admitted whatever the ratio. The learner pauses it while it waits for
+its collectors to apply a change (a hot-swap queued behind a rollout whose insert waits
+for samples would otherwise never run).
+
 Neither side can wait forever on a side that is gone: ``close("insert")`` (collection
 ended) ends every wait for a sample that no longer can be served, ``close("sample")``
 (the learner stopped) ends every wait for an insert, ``stop()`` both; the waits return
@@ -84,6 +89,7 @@ class RateLimiter:
         self.inserts = self.samples = self.deletes = 0
         self.blocked_s = {side: 0.0 for side in SIDES}
         self.closed = set()
+        self.sampling_paused = 0   # nesting depth of pause_sampling
         self.cond = threading.Condition(threading.RLock())
         self._refused_sample = 0   # size of the last sample refused and not yet served
 
@@ -100,7 +106,7 @@ class RateLimiter:
 
     def can_insert(self, n):
         """Whether an insert of ``n`` items may happen now (see the module docstring)."""
-        if self.size + n <= self.min_size_to_sample:
+        if self.size + n <= self.min_size_to_sample or self.sampling_paused:
             return True
         if (self.inserts + n) * self.samples_per_insert - self.samples <= self.max_diff:
             return True
@@ -194,6 +200,19 @@ class RateLimiter:
                     self.cond.wait(remaining)
             finally:
                 self.blocked_s[side] += time.perf_counter() - t0
+
+    def pause_sampling(self):
+        """The sampling side is away for a while (calls nest): every insert is admitted
+        until the matching ``resume_sampling``."""
+        with self.cond:
+            self.sampling_paused += 1
+            self.cond.notify_all()
+
+    def resume_sampling(self):
+        """End one ``pause_sampling``."""
+        with self.cond:
+            self.sampling_paused = max(0, self.sampling_paused - 1)
+            self.cond.notify_all()
 
     def close(self, side):
         """Close one side for good: ``"insert"`` when collection has ended, ``"sample"`` when

@@ -256,6 +256,16 @@ class ReplayServer:
             self.priority_updates += 1
         return True
 
+    def pause_sampling(self):
+        """Admit every insert until ``resume_sampling`` (see ``RateLimiter.pause_sampling``)."""
+        self.limiter.pause_sampling()
+        return True
+
+    def resume_sampling(self):
+        """End one ``pause_sampling``."""
+        self.limiter.resume_sampling()
+        return True
+
     def close(self, side):
         """Close one side (``"insert"``: collection ended; ``"sample"``: the learner stopped);
         see ``RateLimiter.close``."""
@@ -411,6 +421,35 @@ class ReplayDataPath:
         if self.device.type == "cpu":
             return batch
         return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+class sampling_paused:
+    """Context manager: the server admits every insert while the learner waits for its
+    remote collectors to answer a call queued behind their current rollout (a hot-swap,
+    their hyperparameters): that rollout's insert must not wait for samples the waiting
+    learner cannot take. A None server does nothing.
+
+    Parameters
+    ----------
+    server : ReplayServer, ray.actor.ActorHandle or None
+        The scheme's server.
+    """
+
+    def __init__(self, server):
+        self.client = ServerClient(server) if server is not None else None
+
+    def __enter__(self):
+        if self.client is not None:
+            self.client.call("pause_sampling")
+        return self
+
+    def __exit__(self, *exc):
+        if self.client is not None:
+            try:
+                self.client.call("resume_sampling")
+            except Exception:  # the server is gone (the run is stopping): nothing to resume
+                if exc[0] is None:
+                    raise
 
 
 def insert_remote(server, data, version):

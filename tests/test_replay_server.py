@@ -1,0 +1,233 @@
+"""The replay-server data path (pytorchrl.scheme.workflows.replay_server): the server in
+this process and as a threaded Ray actor, fed with real CartPole rollouts; schemes whose
+collectors insert into it and whose gradient worker samples from it, paced by the rate
+limiter, with a real local Ray (the session's ``ray_session``, 2 CPUs) where collectors
+are remote. Waits are bounded by events and timeouts; nothing asserts wall time."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import pytorchrl as prl
+from pytorchrl.agent.actors import OffPolicyActor
+from pytorchrl.agent.algorithms import DDQN, PPO
+from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.storages import GAEBuffer, PERBuffer, ReplayBuffer
+from pytorchrl.envs import make_gym_env
+from pytorchrl.learner import Learner
+from pytorchrl.scheme import Scheme
+from pytorchrl.scheme.collection.c_worker import CWorker
+from pytorchrl.scheme.workflows.replay_server import ReplayServer, replay_server_options, start_remote
+
+from distributed_fixtures import SMALL, register_for_ray
+
+DDQN_KW = dict(lr=1e-3, gamma=0.99, polyak=0.0, update_every=32, mini_batch_size=32, target_update_interval=50,
+               initial_epsilon=1.0, epsilon_decay=0.995, min_epsilon=0.05, test_every=10 ** 9, num_test_episodes=5)
+LIMITER = dict(min_size_to_sample=200, samples_per_insert=4.0, error_buffer=100.0)
+
+
+def factories(storage_factory=None, hidden=(32, 32), seed=0, **algo):
+    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1,
+                                                           seed=seed)
+    algo_factory, name = DDQN.create_factory(**{**DDQN_KW, **algo})
+    actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name,
+                                                  common_feature_extractor_kwargs={"hidden_sizes": list(hidden)})
+    return dict(algo_factory=algo_factory, actor_factory=actor_factory,
+                storage_factory=storage_factory or ReplayBuffer.create_factory(size=10_000), train_envs_factory=train)
+
+
+def collector(f):
+    """A CWorker in this process producing real CartPole transitions."""
+    return CWorker(index_worker=1, index_parent=0, algo_factory=f["algo_factory"], actor_factory=f["actor_factory"],
+                   storage_factory=f["storage_factory"], train_envs_factory=f["train_envs_factory"])
+
+
+def server_for(f, **limiter):
+    return ReplayServer.from_factories(f["algo_factory"], f["actor_factory"], f["storage_factory"],
+                                       **{**LIMITER, **limiter})
+
+
+# ------------------------------------------------------------------ in process
+def test_min_size_is_respected_and_stats_count():
+    f = factories()
+    server, worker = server_for(f), collector(f)
+    inserted = 0
+    while inserted < 200:
+        assert server.sample(32, timeout=0) == ("timeout", None)   # below min_size_to_sample
+        data, _ = worker.collect_data()
+        assert server.insert(data, version=3, timeout=0) == "ok"
+        inserted += int(data[prl.REW].shape[0])
+    outcome, batch = server.sample(32, timeout=0)
+    assert outcome == "ok" and batch[prl.OBS].shape == (32, 4) and len(batch[prl.INDEX]) == 32
+    s = server.stats()
+    assert s["inserts"] == inserted == s["size"] and s["samples"] == 32 and s["latest_version"] == 3
+    assert s["measured_ratio"] == (32 / (inserted - 200) if inserted > 200 else math.isnan(s["measured_ratio"]))
+
+
+def test_prioritized_replay_priorities_reach_the_server():
+    f = factories(PERBuffer.create_factory(size=1000, alpha=1.0, epsilon=0.01))
+    server, worker = server_for(f, min_size_to_sample=64), collector(f)
+    while server.stats()["size"] < 64:
+        assert server.insert(worker.collect_data()[0], timeout=0) == "ok"
+    outcome, batch = server.sample(16, timeout=0)
+    assert outcome == "ok" and prl.WEIGHT in batch
+    errors = np.linspace(0.5, 5.0, 16)
+    server.update_priorities(batch[prl.INDEX], errors)
+    idx = np.asarray(batch[prl.INDEX])
+    last = {i: e for i, e in zip(idx, errors)}          # a slot sampled twice keeps its last error
+    expected = np.array([last[i] + 0.01 for i in idx])
+    assert np.allclose(server.storage.tree.get(idx), expected)
+    assert server.stats()["priority_updates"] == 1
+
+
+def test_bad_options_are_refused():
+    f = factories()
+    with pytest.raises(ValueError, match="needs a replay storage"):
+        ReplayServer(object(), **LIMITER)
+    with pytest.raises(ValueError, match=r"unknown replay_server keys \['min_size'\]"):
+        replay_server_options({"min_size": 3})
+    with pytest.raises(ValueError, match="samples_per_insert must be a positive number"):
+        replay_server_options({"samples_per_insert": 0})
+    with pytest.raises(ValueError, match="data_path must be one of 'direct', 'replay_server', got 'queue'"):
+        Scheme(**f, data_path="queue")
+    ppo, _ = PPO.create_factory()
+    with pytest.raises(ValueError, match="needs a replay storage .* got GAEBuffer"):
+        Scheme(**{**f, "algo_factory": ppo, "storage_factory": GAEBuffer.create_factory(size=16)},
+               data_path="replay_server")
+    with pytest.raises(ValueError, match="needs asynchronous collection"):
+        Scheme(**f, num_col_workers=2, data_path="replay_server")
+
+
+def check_ratio(stats, spi, min_size, error_buffer, batch, chunk):
+    """The difference inserts * spi - samples stays in the limiter's band (see RateLimiter)."""
+    diff = stats["inserts"] * spi - stats["samples"]
+    low = spi * min_size - error_buffer
+    high = max(spi * min_size + error_buffer, low + batch) + chunk * spi
+    assert low <= diff <= high, (diff, low, high, stats)
+
+
+def test_in_process_scheme_trains_through_the_server():
+    """One collector, one gradient worker, no Ray: the gradient worker collects a round
+    whenever a sample is refused; the measured ratio stays within its tolerance."""
+    torch.manual_seed(0)
+    scheme = Scheme(**factories(), data_path="replay_server", replay_server=LIMITER)
+    learner = Learner(scheme, target_steps=1500)
+    try:
+        while not learner.done():
+            learner.step()
+        s = scheme.replay_stats()
+        m = learner.get_metrics(add_scheme_metrics=True)
+    finally:
+        learner.stop()
+    assert s["inserts"] == learner.num_samples_collected >= 1500
+    assert learner.num_updates == s["samples"] // 32 > 0
+    check_ratio(s, 4.0, 200, 100.0, 32, 32)
+    assert m["Replay/MeasuredRatio"] == pytest.approx(s["measured_ratio"]) and m["Replay/Size"] == s["size"]
+    assert m["Replay/InsertsPerS"] > 0 and m["Replay/SamplesPerS"] > 0
+    # The gradient worker's own storage is not used on this data path.
+    assert scheme.update_worker.local_worker.storage.num_inserted == 0
+
+
+# ------------------------------------------------------------------------ Ray
+@pytest.fixture(scope="module")
+def ray_for_module(ray_session):
+    register_for_ray()
+    return ray_session
+
+
+def test_remote_server_waits_end_on_events(ray_for_module):
+    """A sample waiting in the actor is served by inserts; when collection ends a starved
+    sample returns "closed", and when the learner stops a blocked insert does too."""
+    ray = ray_for_module
+    f = factories()
+    options = replay_server_options({**LIMITER, "error_buffer": 0.0, "num_cpus": 0.25})
+    server = start_remote(f["algo_factory"], f["actor_factory"], f["storage_factory"], options)
+    worker = collector(f)
+    try:
+        waiting = server.sample.remote(32)
+        while True:
+            assert ray.get(server.insert.remote(worker.collect_data()[0])) == "ok"
+            done, _ = ray.wait([waiting], timeout=0.2)
+            if done:
+                break
+        assert ray.get(waiting)[0] == "ok"
+        # The ratio now refuses inserts until samples come: the learner stops first.
+        while True:
+            blocked = server.insert.remote(worker.collect_data()[0])
+            done, _ = ray.wait([blocked], timeout=0.2)
+            if not done:
+                break
+            assert ray.get(blocked) == "ok"
+        server.close.remote("sample")
+        assert ray.get(blocked, timeout=60) == "closed"
+    finally:
+        ray.kill(server)
+    server = start_remote(f["algo_factory"], f["actor_factory"], f["storage_factory"], options)
+    try:
+        starved = server.sample.remote(32)          # nothing inserted: collectors stop first
+        server.close.remote("insert")
+        assert ray.get(starved, timeout=60) == ("closed", None)
+    finally:
+        ray.kill(server)
+
+
+def ray_scheme(storage_factory=None, budget=1500, **limiter):
+    return Scheme(**factories(storage_factory), num_col_workers=2, col_workers_communication=prl.ASYNC,
+                  col_workers_resources=SMALL, data_path="replay_server",
+                  replay_server={**LIMITER, "num_cpus": 0.25, **limiter})
+
+
+def test_remote_collectors_insert_and_priorities_come_back(ray_for_module):
+    """Ape-X with a shared server: two asynchronous collectors insert, the gradient worker
+    samples prioritized mini-batches and sends every update's TD errors back; the rate
+    limiter's ratio holds; a hot-swap reaches collectors blocked in an insert."""
+    ray = ray_for_module
+    torch.manual_seed(0)
+    scheme = ray_scheme(PERBuffer.create_factory(size=10_000, alpha=0.6, beta=0.4, epsilon=1e-3))
+    learner = Learner(scheme, target_steps=1500)
+    server = scheme.replay_server
+    try:
+        while not learner.done():
+            learner.step()
+            if learner.num_updates == 20:
+                # Collectors may be waiting in an insert: the change must still reach them.
+                learner.update_algorithm_parameter("min_epsilon", 0.07)
+        s = scheme.replay_stats()
+        hyper = scheme.get_hyperparameters()
+    finally:
+        learner.stop()
+    assert s["inserts"] >= learner.num_samples_collected >= 1500
+    assert s["priority_updates"] == learner.num_updates == s["samples"] // 32 > 0
+    check_ratio(s, 4.0, 200, 100.0, 32, 32)
+    assert all(h["algorithm"]["min_epsilon"] == 0.07 for h in hyper)
+    # The server actor is gone with the scheme.
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(server.stats.remote(), timeout=60)
+
+
+def test_ddqn_learns_cartpole_through_the_server(ray_for_module):
+    """Above random (a random policy returns ~22) within a small budget: the greedy policy
+    is evaluated every 1000 inserted transitions, the run stops once it reaches the goal."""
+    torch.manual_seed(0)
+    test, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1, seed=100)
+    f = factories(hidden=(64, 64), lr=2.3e-3, target_update_interval=100, epsilon_decay=0.99, min_epsilon=0.04)
+    scheme = Scheme(**f, test_envs_factory=test, num_col_workers=2, col_workers_communication=prl.ASYNC,
+                    col_workers_resources=SMALL, data_path="replay_server",
+                    replay_server={"min_size_to_sample": 500, "samples_per_insert": 8.0, "error_buffer": 256.0,
+                                   "num_cpus": 0.25})
+    budget, goal, best, history = 12_000, 60.0, -math.inf, []
+    learner = Learner(scheme, target_steps=budget)
+    try:
+        next_eval = 1000
+        while not learner.done() and best < goal:
+            learner.step()
+            if learner.num_samples_collected >= next_eval:
+                next_eval += 1000
+                score = learner.evaluate(5)
+                history.append((learner.num_samples_collected, round(score, 1)))
+                best = max(best, score)
+    finally:
+        learner.stop()
+    assert best >= goal, f"greedy return {best:.1f} < {goal} after {learner.num_samples_collected} steps: {history}"
