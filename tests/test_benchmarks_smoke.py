@@ -183,6 +183,19 @@ def test_scaling_latency_measures_sync_and_async(bench_ray):
     assert "| sync | 2 |" in table and "| async-q2 | 2 |" in table and "Goal: sync at 2" in table
 
 
+def test_replay_server_bench_reports_rates_and_ratio(bench_ray):
+    """benchmarks/replay_server.py on a tiny budget: rates, and a measured ratio held within
+    the error buffer."""
+    mod = _load_bench("replay_server")
+    args = mod.parse_args(["--spi", "2", "--steps", "400", "--min-size", "100", "--rollout", "16", "--batch", "16"])
+    r = mod.measure(2.0, args)
+    assert r["env_steps"] >= 400 and r["updates"] > 0
+    assert r["inserts_per_s"] > 0 and r["samples_per_s"] > 0
+    assert abs(r["deviation"]) <= r["error_buffer"] + 16 * 2 + 16
+    table = mod.render([r], load_share=0.5)
+    assert "| 2 | 2 | " in table and "50%" in table
+
+
 @pytest.mark.timeout(300)
 def test_straggler_is_cut_with_preemption(bench_ray):
     mod = _load_bench("straggler")

@@ -173,7 +173,7 @@ def test_remote_server_waits_end_on_events(ray_for_module):
         ray.kill(server)
 
 
-def ray_scheme(storage_factory=None, budget=1500, **limiter):
+def ray_scheme(storage_factory=None, **limiter):
     return Scheme(**factories(storage_factory), num_col_workers=2, col_workers_communication=prl.ASYNC,
                   col_workers_resources=SMALL, data_path="replay_server",
                   replay_server={**LIMITER, "num_cpus": 0.25, **limiter})
@@ -186,7 +186,7 @@ def test_remote_collectors_insert_and_priorities_come_back(ray_for_module):
     ray = ray_for_module
     torch.manual_seed(0)
     scheme = ray_scheme(PERBuffer.create_factory(size=10_000, alpha=0.6, beta=0.4, epsilon=1e-3))
-    learner = Learner(scheme, target_steps=1500)
+    learner = Learner(scheme, target_steps=1000)
     server = scheme.replay_server
     try:
         while not learner.done():
@@ -198,10 +198,11 @@ def test_remote_collectors_insert_and_priorities_come_back(ray_for_module):
         hyper = scheme.get_hyperparameters()
     finally:
         learner.stop()
-    assert s["inserts"] >= learner.num_samples_collected >= 1500
+    assert s["inserts"] >= learner.num_samples_collected >= 1000
     assert s["priority_updates"] == learner.num_updates == s["samples"] // 32 > 0
     check_ratio(s, 4.0, 200, 100.0, 32, 32)
-    assert all(h["algorithm"]["min_epsilon"] == 0.07 for h in hyper)
+    workers = [h for per_grad in hyper for h in per_grad]
+    assert len(workers) == 3 and all(h["algorithm"]["min_epsilon"] == 0.07 for h in workers)
     # The server actor is gone with the scheme.
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(server.stats.remote(), timeout=60)
@@ -231,3 +232,4 @@ def test_ddqn_learns_cartpole_through_the_server(ray_for_module):
     finally:
         learner.stop()
     assert best >= goal, f"greedy return {best:.1f} < {goal} after {learner.num_samples_collected} steps: {history}"
+    print(f"DDQN through the replay server: greedy return {best:.1f}, history {history}")
