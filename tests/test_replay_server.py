@@ -21,7 +21,9 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.workflows.replay_server import ReplayServer, replay_server_options, start_remote
 
+from cli_helpers import assert_one_line_error, pytorchrl, tiny, write_config
 from distributed_fixtures import SMALL, register_for_ray
+from pytorchrl.config import ConfigError, validate_config
 
 DDQN_KW = dict(lr=1e-3, gamma=0.99, polyak=0.0, update_every=32, mini_batch_size=32, target_update_interval=50,
                initial_epsilon=1.0, epsilon_decay=0.995, min_epsilon=0.05, test_every=10 ** 9, num_test_episodes=5)
@@ -64,6 +66,12 @@ def test_min_size_is_respected_and_stats_count():
     s = server.stats()
     assert s["inserts"] == inserted == s["size"] and s["samples"] == 32 and s["latest_version"] == 3
     assert s["measured_ratio"] == (32 / (inserted - 200) if inserted > 200 else math.isnan(s["measured_ratio"]))
+    # Without samples the ratio soon refuses inserts: a refused one is dropped and counted.
+    for _ in range(100):
+        if server.insert(worker.collect_data()[0], timeout=0) == "timeout":
+            break
+    s = server.stats()
+    assert s["timed_out_inserts"] == 1 and s["inserts"] * 4.0 - s["samples"] <= 4.0 * 200 + 100.0
 
 
 def test_prioritized_replay_priorities_reach_the_server():
@@ -128,6 +136,50 @@ def test_in_process_scheme_trains_through_the_server():
     assert m["Replay/InsertsPerS"] > 0 and m["Replay/SamplesPerS"] > 0
     # The gradient worker's own storage is not used on this data path.
     assert scheme.update_worker.local_worker.storage.num_inserted == 0
+
+
+# ------------------------------------------------------------------ configuration
+def dqn_config(scheme, **algorithm):
+    config = tiny(scheme=scheme)
+    config["algorithm"] = {"name": "DDQN", **algorithm}
+    config["storage"] = {"name": "ReplayBuffer", "size": 1000}
+    return config
+
+
+@pytest.mark.parametrize("config,path,words", [
+    (tiny(scheme={"data_path": "replay_server"}), "scheme.data_path", "replay_server is for off-policy"),
+    (dqn_config({"data_path": "replay"}), "scheme.data_path", "did you mean 'replay_server'?"),
+    (dqn_config({"replay_server": {"samples_per_insert": 2}}), "scheme.replay_server",
+     "has no effect with scheme.data_path: direct"),
+    (dqn_config({"data_path": "replay_server", "replay_server": {"sample_per_insert": 2}}),
+     "scheme.replay_server.sample_per_insert", "did you mean 'samples_per_insert'?"),
+    (dqn_config({"data_path": "replay_server", "replay_server": {"error_buffer": -1}}),
+     "scheme.replay_server.error_buffer", "must be >= 0"),
+    (dqn_config({"data_path": "replay_server", "num_col_workers": 2}), "scheme.data_path",
+     "needs scheme.col_workers_communication: async"),
+    (dqn_config({"preset": "drl-actor-model", "max_policy_lag": 3}), "scheme.max_policy_lag", "no effect"),
+    (dqn_config({"preset": "drl-actor-model"}, num_updates=10), "algorithm.num_updates", "no effect"),
+    (dqn_config({"data_path": "replay_server"}), "scheme.replay_server.min_size_to_sample",
+     "1000 exceeds learner.target_steps (500)"),
+])
+def test_configuration_refuses_what_the_replay_path_cannot_use(config, path, words):
+    if path.endswith("min_size_to_sample"):
+        config["learner"]["target_steps"] = 500
+    with pytest.raises(ConfigError) as info:
+        validate_config(config)
+    assert str(info.value).startswith(f"config error: {path}: ") and words in str(info.value), str(info.value)
+
+
+def test_a_resolved_replay_configuration_validates_again():
+    config = validate_config(dqn_config({"preset": "drl-actor-model", "replay_server": {"samples_per_insert": 2}}))
+    assert config["scheme"]["replay_server"] == {"min_size_to_sample": 1000, "samples_per_insert": 2.0,
+                                                 "error_buffer": 2000.0, "num_cpus": 0.25}
+    assert validate_config(config)["scheme"] == config["scheme"]
+
+
+def test_command_line_refuses_an_on_policy_replay_server(tmp_path):
+    path = write_config(tmp_path, tiny(scheme={"preset": "drl-actor-model"}))
+    assert_one_line_error(pytorchrl("train", path, cwd=tmp_path), "scheme.data_path: replay_server is for off-policy")
 
 
 # ------------------------------------------------------------------------ Ray

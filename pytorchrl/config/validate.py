@@ -390,6 +390,27 @@ def _check_data_path(config):
                                                        "(scheme.data_path: replay_server), which is not saved")
 
 
+#: Algorithm keys that set the pace of training on the direct data path only: on the
+#: replay-server path the rate limiter does.
+REPLAY_PACED_KEYS = ("num_updates", "start_steps")
+
+
+def _check_replay_pace(config, raw):
+    """Refuse ``algorithm.num_updates``/``start_steps`` written with a value of their own on
+    the replay-server data path, where they have no effect (a resolved configuration holds
+    them at their defaults and passes)."""
+    if config["scheme"]["data_path"] != "replay_server":
+        return
+    given = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
+    keys = schema.algorithm_keys(config["algorithm"]["name"])
+    for key in REPLAY_PACED_KEYS:
+        if key in given and key in keys and config["algorithm"][key] != keys[key].default:
+            raise ConfigError(f"algorithm.{key}", "has no effect with scheme.data_path: replay_server (the "
+                                                  "replay server's rate limiter sets the pace: "
+                                                  "scheme.replay_server.min_size_to_sample, samples_per_insert); "
+                                                  "remove it")
+
+
 def _check_device(device, path):
     """Refuse a device torch cannot parse, or a GPU this machine does not have."""
     if device in (None, "auto"):
@@ -448,5 +469,6 @@ def validate_config(raw):
     config["schedules"] = _check_schedules(raw.get("schedules"), config)
     _check_families(config, raw)
     _check_consistency(config)
+    _check_replay_pace(config, raw)
     check_env_id(config["env"]["id"])
     return config

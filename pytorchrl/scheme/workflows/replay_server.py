@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from pytorchrl import INDEX, REW, TD_ERROR
-from pytorchrl.scheme.workflows.rate_limiter import CLOSED, OK, RateLimiter
+from pytorchrl.scheme.workflows.rate_limiter import CLOSED, OK, TIMEOUT, RateLimiter
 
 #: Values of ``Scheme(data_path=...)`` and ``scheme.data_path``.
 DATA_PATHS = ("direct", "replay_server")
@@ -164,6 +164,7 @@ class ReplayServer:
         self.storage = storage
         self.limiter = RateLimiter(samples_per_insert, min_size_to_sample, error_buffer)
         self.priority_updates = 0
+        self.timed_out_inserts = 0
         self.latest_version = None
         self._start = time.perf_counter()
 
@@ -202,6 +203,7 @@ class ReplayServer:
         with lim.cond:
             outcome = lim.wait_insert(n, timeout)
             if outcome != OK:
+                self.timed_out_inserts += outcome == TIMEOUT
                 return outcome
             before = self.storage.num_items
             self.storage.add_data(data)
@@ -280,11 +282,13 @@ class ReplayServer:
     def stats(self):
         """Counters: ``size``, ``inserts``, ``samples`` (transitions), ``measured_ratio``,
         ``insert_blocked_s``, ``sample_blocked_s``, ``inserts_per_s``, ``samples_per_s`` (since
-        the server started), ``priority_updates``, ``latest_version``."""
+        the server started), ``priority_updates``, ``timed_out_inserts`` (inserts not
+        admitted within their timeout, their data dropped), ``latest_version``."""
         s = self.limiter.stats()
         elapsed = max(1e-9, time.perf_counter() - self._start)
         s.update(inserts_per_s=s["inserts"] / elapsed, samples_per_s=s["samples"] / elapsed,
-                 priority_updates=self.priority_updates, latest_version=self.latest_version)
+                 priority_updates=self.priority_updates, timed_out_inserts=self.timed_out_inserts,
+                 latest_version=self.latest_version)
         return s
 
 
@@ -355,12 +359,6 @@ class ReplayDataPath:
     local_collection : bool
         The gradient worker's collector runs in its process (no remote collectors): it
         collects a round whenever a sample is refused, and inserts it itself.
-
-    Attributes
-    ----------
-    dropped_inserts : int
-        Local rollouts dropped because the server did not admit them in time (another
-        gradient worker's samples had used up the room the refusal made).
     """
 
     def __init__(self, server, batch_size, device, local_collection=False):
@@ -368,7 +366,6 @@ class ReplayDataPath:
         self.batch_size = batch_size
         self.device = device
         self.local_collection = local_collection
-        self.dropped_inserts = 0
 
     def next_batch(self, collect):
         """The next mini-batch.
@@ -403,12 +400,11 @@ class ReplayDataPath:
     def insert_local(self, data, version):
         """Insert a rollout of this process's collector. A refused sample precedes it, so
         the server admits it at once unless another gradient worker sampled meanwhile; it
-        is dropped (and counted) if not admitted within ``SAMPLE_POLL_S``."""
+        is dropped if not admitted within ``SAMPLE_POLL_S`` (the server counts it:
+        ``timed_out_inserts``)."""
         outcome = self.client.call("insert", data, version, SAMPLE_POLL_S if self.client.remote else 0)
         if outcome == CLOSED:
             raise RuntimeError("the replay server is closed: the scheme is stopping")
-        if outcome != OK:
-            self.dropped_inserts += 1
 
     def after_update(self, batch, info):
         """Send the mini-batch's TD errors (``info[prl.TD_ERROR]``, removed) to the server."""
