@@ -497,6 +497,14 @@ class CWorkerSet(WorkerSet):
         self._pending_acks = [(p, ref) for p, ref in self._pending_acks if ref not in done]
         self._check_acks(finished, gather([ref for _, ref in finished]))
 
+    def process_info(self):
+        """(node id, pid) of every remote worker (see ``WorkerSet.process_info``); on the
+        replay-server data path the server admits every insert meanwhile (the call waits
+        behind each worker's current rollout)."""
+        from pytorchrl.scheme.workflows.replay_server import sampling_paused
+        with sampling_paused(self.replay_server if self.remote_workers() else None):
+            return super().process_info()
+
     def get_hyperparameters(self):
         """``get_hyperparameters()`` of the local worker and of every remote worker, in order."""
         out = [self.local_worker().get_hyperparameters()]
