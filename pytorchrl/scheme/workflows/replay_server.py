@@ -164,7 +164,7 @@ class ReplayServer:
         self.storage = storage
         self.limiter = RateLimiter(samples_per_insert, min_size_to_sample, error_buffer)
         self.priority_updates = 0
-        self.timed_out_inserts = 0
+        self.refused_inserts = 0
         self.latest_version = None
         self._start = time.perf_counter()
 
@@ -203,7 +203,7 @@ class ReplayServer:
         with lim.cond:
             outcome = lim.wait_insert(n, timeout)
             if outcome != OK:
-                self.timed_out_inserts += outcome == TIMEOUT
+                self.refused_inserts += outcome == TIMEOUT
                 return outcome
             before = self.storage.num_items
             self.storage.add_data(data)
@@ -282,12 +282,12 @@ class ReplayServer:
     def stats(self):
         """Counters: ``size``, ``inserts``, ``samples`` (transitions), ``measured_ratio``,
         ``insert_blocked_s``, ``sample_blocked_s``, ``inserts_per_s``, ``samples_per_s`` (since
-        the server started), ``priority_updates``, ``timed_out_inserts`` (inserts not
-        admitted within their timeout, their data dropped), ``latest_version``."""
+        the server started), ``priority_updates``, ``refused_inserts`` (inserts not
+        admitted within their timeout: the caller keeps or drops the data), ``latest_version``."""
         s = self.limiter.stats()
         elapsed = max(1e-9, time.perf_counter() - self._start)
         s.update(inserts_per_s=s["inserts"] / elapsed, samples_per_s=s["samples"] / elapsed,
-                 priority_updates=self.priority_updates, timed_out_inserts=self.timed_out_inserts,
+                 priority_updates=self.priority_updates, refused_inserts=self.refused_inserts,
                  latest_version=self.latest_version)
         return s
 
@@ -366,6 +366,7 @@ class ReplayDataPath:
         self.batch_size = batch_size
         self.device = device
         self.local_collection = local_collection
+        self._pending = None   # (data, version) of a local rollout the server has not admitted yet
 
     def next_batch(self, collect):
         """The next mini-batch.
@@ -394,17 +395,27 @@ class ReplayDataPath:
             if outcome == CLOSED:
                 raise RuntimeError("the replay server is closed: the scheme is stopping")
             if self.local_collection:
-                # The refusal lets the next insert through: the local collector's round.
-                collect(True)
+                # The refusal lets the next insert through: the local collector's round,
+                # or the one still waiting (another gradient worker sampled in between).
+                if self._pending is None:
+                    collect(True)
+                else:
+                    self._insert_pending()
 
     def insert_local(self, data, version):
         """Insert a rollout of this process's collector. A refused sample precedes it, so
-        the server admits it at once unless another gradient worker sampled meanwhile; it
-        is dropped if not admitted within ``SAMPLE_POLL_S`` (the server counts it:
-        ``timed_out_inserts``)."""
-        outcome = self.client.call("insert", data, version, SAMPLE_POLL_S if self.client.remote else 0)
+        the server admits it at once unless another gradient worker sampled meanwhile; then
+        it is kept and offered again after this worker's next refused sample (never
+        dropped, and never waited for: only this worker's own samples may be what admits it)."""
+        self._pending = (data, version)
+        self._insert_pending()
+
+    def _insert_pending(self):
+        outcome = self.client.call("insert", *self._pending, 0)
         if outcome == CLOSED:
             raise RuntimeError("the replay server is closed: the scheme is stopping")
+        if outcome == OK:
+            self._pending = None
 
     def after_update(self, batch, info):
         """Send the mini-batch's TD errors (``info[prl.TD_ERROR]``, removed) to the server."""
