@@ -284,3 +284,23 @@ def test_ddqn_learns_cartpole_through_the_server(ray_for_module):
         learner.stop()
     assert best >= goal, f"greedy return {best:.1f} < {goal} after {learner.num_samples_collected} steps: {history}"
     print(f"DDQN through the replay server: greedy return {best:.1f}, history {history}")
+
+
+def test_gradient_workers_with_local_collectors_share_the_server(ray_for_module):
+    """Two remote gradient workers, each collecting in its own process, sample one server:
+    a rollout the server does not admit at once (the other worker sampled in between) is
+    offered again, not dropped, and the ratio holds."""
+    torch.manual_seed(0)
+    scheme = Scheme(**factories(), num_grad_workers=2, grad_workers_resources=SMALL, data_path="replay_server",
+                    replay_server={**LIMITER, "num_cpus": 0.25})
+    learner = Learner(scheme, target_steps=1000)
+    try:
+        while not learner.done():
+            learner.step()
+        s = scheme.replay_stats()
+    finally:
+        learner.stop()
+    # At most one rollout per gradient worker still waits to be offered again.
+    assert learner.num_samples_collected - 2 * 32 <= s["inserts"] <= learner.num_samples_collected
+    check_ratio(s, 4.0, 200, 100.0, 32, 2 * 32)
+    assert s["samples"] == 32 * 2 * learner.num_updates
