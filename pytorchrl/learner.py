@@ -57,8 +57,28 @@ class Learner:
         (``num_epochs x num_mini_batch`` updates, all skipped) while a diverged network,
         whose every update is skipped, stops the run within seconds.
 
+    target_episodes : int or None
+        End the run after this many finished training episodes (counted from the
+        collectors' episode information): the collectors hand over no more once that many
+        are in, and ``done()`` turns True once their data is trained on (the update round
+        they arrived in is finished), so no episode counted is lost. With the
+        ``episodes`` rollout unit exactly this many episodes are run. None: no limit.
+    cutoff : float or None
+        End the run when the mean return of the last ``rolling_reward_length`` episodes
+        differs from that of the ``rolling_reward_length`` before them by less than this
+        (EXARL's plateau stop; None: never).
+    rolling_reward_length : int
+        Episodes in each window of the ``cutoff`` test.
+    record_episodes : bool
+        Keep a record of every finished training episode (``episode_records``); off by
+        default since it grows with the run.
+
     Attributes
     ----------
+    episode_records : list of dict
+        Every finished training episode, in the order handed over: ``episode`` (1-based),
+        ``return``, ``length``, ``grad_worker``, ``col_worker``, ``env_steps`` (when it was
+        handed over) and ``time`` (seconds since the start); see ``write_episode_records``.
     worker_restarts, env_restarts : int
         Remote workers replaced after they died, and environments rebuilt after they
         failed, since the start (``Scheme/WorkerRestarts``, ``Scheme/EnvRestarts``).
@@ -77,7 +97,8 @@ class Learner:
     """
 
     def __init__(self, scheme, target_steps, log_dir=None, schedules=None, checkpoint_replay=False,
-                 max_nonfinite_updates=100):
+                 max_nonfinite_updates=100, target_episodes=None, cutoff=None, rolling_reward_length=20,
+                 record_episodes=False):
         # 1e7 written in a script is a float: an integral float is the integer meant.
         if isinstance(target_steps, (float, np.floating)) and float(target_steps).is_integer():
             target_steps = int(target_steps)
@@ -90,6 +111,24 @@ class Learner:
         if max_nonfinite_updates is not None and (isinstance(max_nonfinite_updates, bool) or not isinstance(
                 max_nonfinite_updates, (int, np.integer)) or max_nonfinite_updates < 1):
             raise ValueError(f"max_nonfinite_updates must be None or a positive integer, got {max_nonfinite_updates!r}")
+        if target_episodes is not None and (isinstance(target_episodes, bool) or not isinstance(
+                target_episodes, (int, np.integer)) or target_episodes < 1):
+            raise ValueError(f"target_episodes must be None or a positive integer, got {target_episodes!r}")
+        if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, (int, float)) or cutoff < 0):
+            raise ValueError(f"cutoff must be None or a number >= 0, got {cutoff!r}")
+        if isinstance(rolling_reward_length, bool) or not isinstance(rolling_reward_length, (int, np.integer)) \
+                or rolling_reward_length < 1:
+            raise ValueError(f"rolling_reward_length must be a positive integer, got {rolling_reward_length!r}")
+        self.target_episodes = target_episodes
+        self.cutoff = cutoff
+        self.rolling_reward_length = int(rolling_reward_length)
+        self.record_episodes = bool(record_episodes)
+        self.episode_records = []
+        self._returns = collections.deque(maxlen=2 * self.rolling_reward_length)  # for the cutoff test
+        self.budget_spent = False
+        self.plateau = False
+        if target_episodes is not None:
+            scheme.update_worker.set_episode_budget(int(target_episodes))
         self.max_nonfinite_updates = max_nonfinite_updates
         self.checkpoint_replay = bool(checkpoint_replay)
         self.scheme = scheme
@@ -101,6 +140,7 @@ class Learner:
         self.num_samples_collected = 0
         self.num_updates = 0
         self.num_episodes = 0
+        self.policy_version = 0   # newest weight version (publication) seen in a gradient's information
         self.start_time = time.time()
         self._replay_last = (self.start_time, 0, 0)  # (time, inserts, samples) at the last replay metrics
         self._episodes = collections.deque(maxlen=RECENT_EPISODES)
@@ -141,7 +181,9 @@ class Learner:
             counts are recorded first, and the weights are those of the last finite update.
         """
         infos = self.update_worker.step()
-        self.num_updates += 1
+        if not infos[0].get("no_update"):
+            self.num_updates += 1
+        self.budget_spent = self.budget_spent or bool(infos[0].get("budget_spent"))
         # One update per step: with several gradient workers every info says the same.
         skipped = any(info.get("update_skipped") for info in infos)
         for info in infos:
@@ -197,6 +239,8 @@ class Learner:
         for key in ("grad_time", "col_time", "prepare_time", "wait_time", "update_time", "collect_wait"):
             if key in info:
                 self._time_info[key] += info[key]
+        if "version" in info:
+            self.policy_version = max(self.policy_version, int(info["version"]))
         if "grad_asynchrony" in info:
             self._scheme_info["GradAsynchrony"].append(info["grad_asynchrony"])
         for event in info.get("worker_events", ()):
@@ -208,10 +252,18 @@ class Learner:
             self.on_worker_event(event["text"])
         if "collected_samples" in info:
             self.num_samples_collected += int(info["collected_samples"])
-            for ret, length in info.get("episodes", ()):
+            sources = info.get("episode_sources") or [(None, None)] * len(info.get("episodes", ()))
+            for (ret, length), (grad_worker, col_worker) in zip(info.get("episodes", ()), sources):
                 self._episodes.append(ret)
                 self._episode_lengths.append(length)
                 self.num_episodes += 1
+                if self.record_episodes:
+                    self.episode_records.append({"episode": self.num_episodes, "return": float(ret), "length": int(length),
+                                                 "grad_worker": grad_worker, "col_worker": col_worker,
+                                                 "env_steps": self.num_samples_collected,
+                                                 "time": round(time.time() - self.start_time, 3)})
+                self._returns.append(float(ret))
+            self.plateau = self.plateau or self._plateaued()
             self._scheme_info["PolicyLag"].append(info.get("policy_lag", 0.0))
             self._scheme_info["MaxPolicyLag"].append(max(info.get("policy_lags") or [0]))
             self._scheme_info["CutRollouts"].append(info.get("cut_rollouts", 0))
@@ -227,9 +279,46 @@ class Learner:
         if info.get("TestReward") is not None:
             self.test_reward = float(info["TestReward"])
 
+    def _plateaued(self):
+        """The ``cutoff`` test: the last two windows of returns differ by less than it."""
+        n = self.rolling_reward_length
+        if self.cutoff is None or len(self._returns) < 2 * n:
+            return False
+        returns = list(self._returns)
+        return abs(np.mean(returns[n:]) - np.mean(returns[:n])) < self.cutoff
+
     def done(self):
-        """True once ``target_steps`` environment steps have been collected."""
-        return self.num_samples_collected >= self.target_steps
+        """True once ``target_steps`` environment steps have been collected, the episode
+        budget (``target_episodes``) is trained on, or the returns stopped changing
+        (``cutoff``)."""
+        return self.num_samples_collected >= self.target_steps or self.budget_spent or self.plateau
+
+    def write_episode_records(self, path, policy):
+        """Write ``episode_records`` as CSV (one row per episode, with a ``policy`` column
+        saying what acted: "random", "learned", a model's path); returns a one-line summary.
+
+        Parameters
+        ----------
+        path : str
+            The file (relative: in ``log_dir``).
+        policy : str
+            Written in every row.
+        """
+        import csv
+        path = self._path(path)
+        fields = ["episode", "return", "length", "grad_worker", "col_worker", "env_steps", "time", "policy"]
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            for record in self.episode_records:
+                writer.writerow({**record, "policy": policy})
+        returns = [r["return"] for r in self.episode_records]
+        collectors = {(r["grad_worker"], r["col_worker"]) for r in self.episode_records}
+        if not returns:
+            return f"0 episodes ({policy} policy); {path}"
+        return (f"{len(returns)} episodes over {len(collectors)} collectors ({policy} policy): mean return "
+                f"{np.mean(returns):.2f} (min {np.min(returns):.2f}, max {np.max(returns):.2f}), mean length "
+                f"{np.mean([r['length'] for r in self.episode_records]):.1f}; {path}")
 
     # ------------------------------------------------------------------- metrics
     @property
@@ -266,7 +355,8 @@ class Learner:
         add_time_metrics : bool
             Steps per second, elapsed time, seconds spent in each phase.
         """
-        m = {"Scheme/EnvSteps": self.num_samples_collected, "Scheme/Updates": self.num_updates}
+        m = {"Scheme/EnvSteps": self.num_samples_collected, "Scheme/Updates": self.num_updates,
+             "Scheme/PolicyVersion": self.policy_version}
         if add_algo_metrics:
             for key, values in self._algo_info.items():
                 if values:
@@ -497,6 +587,10 @@ class Learner:
             self.num_samples_collected = ls["num_samples_collected"]
             self.num_updates = ls["num_updates"]
             self.num_episodes = ls["num_episodes"]
+            self.policy_version = int(state["worker"]["version"])
+            if self.target_episodes is not None:
+                # The collectors count from zero again: only the episodes still to run.
+                self.update_worker.set_episode_budget(max(0, self.target_episodes - self.num_episodes))
             self._episodes.clear()
             self._episodes.extend(ls["episodes"])
             self._episode_lengths.clear()

@@ -52,7 +52,9 @@ class Scheme:
         and the round holds a fraction f of its samples (a threshold left at 1.0 sets no
         condition of its own); see ``CWorkerSet``.
     num_grad_workers : int
-        Gradient workers.
+        Gradient workers; 0 makes a collection-only scheme: the collectors of one gradient
+        worker (in this process) run and their episodes are counted, nothing is trained
+        (EXARL's RANDOM workflow with ``col_policy="random"``, or a saved policy).
     grad_compress_data : bool or "auto"
         lz4-compress gradients sent by remote gradient workers.
     grad_workers_communication : str
@@ -100,6 +102,11 @@ class Scheme:
         ``samples_per_insert``, ``error_buffer`` (the rate limiter, see ``RateLimiter``)
         and ``num_cpus`` (Ray CPUs of the server actor); the others keep
         ``REPLAY_SERVER_DEFAULTS``.
+    col_rollout_unit : str
+        What one rollout is: "steps" (default: the storage's ``size`` steps) or "episodes"
+        (a rollout ends with its episode; one environment per collector), see ``CWorker``.
+    col_policy : str
+        "learned" (default) or "random": collectors act uniformly at random.
 
     Options that the layout never uses (preemption thresholds with asynchronous collection
     or one collection worker, ``max_policy_lag`` with synchronous collection,
@@ -122,7 +129,8 @@ class Scheme:
                  grad_workers_communication=prl.SYNC, grad_workers_resources=None, local_device=None,
                  decentralized_update_execution=False, max_policy_lag=None, max_grad_lag=None,
                  col_requests_in_flight=1, max_worker_restarts=3, worker_restart_delay_s=1.0,
-                 on_env_error="restart", data_path="direct", replay_server=None):
+                 on_env_error="restart", data_path="direct", replay_server=None, col_rollout_unit="steps",
+                 col_policy="learned"):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -130,9 +138,11 @@ class Scheme:
         thresholds.update(col_preemption_thresholds or {})
         for name, v in thresholds.items():
             check_fraction(f"col_preemption_thresholds[{name!r}]", v)
-        for name, n in (("num_col_workers", num_col_workers), ("num_grad_workers", num_grad_workers)):
-            if not isinstance(n, int) or n < 1:
-                raise ValueError(f"{name} must be a positive integer, got {n!r}")
+        for name, n, low in (("num_col_workers", num_col_workers, 1), ("num_grad_workers", num_grad_workers, 0)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {n!r}")
+        collect_only = num_grad_workers == 0
+        num_grad_workers = max(1, num_grad_workers)
         if decentralized_update_execution and grad_workers_communication != prl.SYNC:
             raise ValueError("decentralized_update_execution needs grad_workers_communication=prl.SYNC")
         for name, mode in (("col_workers_communication", col_workers_communication),
@@ -202,7 +212,7 @@ class Scheme:
                           compress_data_to_send=col_compress_data, col_worker_resources=col_res,
                           communication=col_workers_communication, max_policy_lag=max_policy_lag,
                           requests_in_flight=col_requests_in_flight, fault_policy=self.fault_policy,
-                          replay_server=self.replay_server)
+                          replay_server=self.replay_server, rollout_unit=col_rollout_unit, policy=col_policy)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.
@@ -216,7 +226,8 @@ class Scheme:
         try:
             self.update_worker = UWorker(grad_factory, grad_communication=grad_workers_communication,
                                          decentralized_update_execution=decentralized_update_execution,
-                                         local_device=local_device, max_grad_lag=max_grad_lag)
+                                         local_device=local_device, max_grad_lag=max_grad_lag,
+                                         collect_only=collect_only)
         except BaseException:
             # The worker sets stop what they started before failing; what is left is the
             # replay server and Ray.

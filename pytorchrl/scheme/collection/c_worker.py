@@ -12,6 +12,12 @@ from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.transport import pack, weights_from_wire
 
 
+#: What one rollout is: a fixed number of steps, or whole episodes (see CWorker).
+ROLLOUT_UNITS = ("steps", "episodes")
+#: Where actions come from: the actor, or uniform draws from the action space.
+POLICIES = ("learned", "random")
+
+
 def no_envs(*args, **kwargs):
     """Environment factory that builds nothing (the default for test environments)."""
     return None
@@ -51,11 +57,26 @@ class CWorker(Worker):
         Initial actor weights.
     device : str or None
         "cpu" or "cuda:N" (None: CPU).
+    rollout_unit : str
+        ``"steps"`` (default): a rollout is the storage's ``size`` steps. ``"episodes"``: a
+        rollout ends with the step that ends an episode (at most ``size`` steps: a longer
+        episode goes on in the next rollout), so that with one environment a rollout is one
+        whole episode, collected with one policy version (EXARL's episode work unit).
+    policy : str
+        ``"learned"`` (default): the actor's actions. ``"random"``: actions drawn uniformly
+        from the action space (the actor still runs, so the storage keeps its extras).
     """
 
     def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
                  fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
-                 test_envs_factory=no_envs, initial_weights=None, device=None):
+                 test_envs_factory=no_envs, initial_weights=None, device=None, rollout_unit="steps",
+                 policy="learned"):
+        if rollout_unit not in ROLLOUT_UNITS:
+            raise ValueError(f"rollout_unit must be one of {ROLLOUT_UNITS}, got {rollout_unit!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        self.rollout_unit = rollout_unit
+        self.policy = policy
         # One thread per worker process: several workers share the cores, and small
         # networks gain nothing from intra-op parallelism.
         torch.set_num_threads(1)
@@ -75,6 +96,9 @@ class CWorker(Worker):
         self.iter = 0
         self.actor_version = 0
         self._cut_round = None
+        if rollout_unit == "episodes" and self.envs_train is not None and self.envs_train.num_envs != 1:
+            raise ValueError(f"rollout_unit='episodes' needs one environment per collector (env.vec_env_size: 1), "
+                             f"got {self.envs_train.num_envs}: a rollout is one episode")
         self.obs = self.envs_train.reset_numpy().copy() if self.envs_train is not None else None
         self.state = self.actor.initial_state(self.envs_train.num_envs) if self.envs_train is not None else None
         if initial_weights is not None:
@@ -295,6 +319,8 @@ class CWorker(Worker):
                 break
             # The actor reads the storage's observation row: no copy on the way in.
             env_action, extras, state = actor.act(storage.current_obs(), state)
+            if self.policy == "random":
+                env_action = self._random_actions(env_action)
             next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
             step = {ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
                     FINAL_OBS: final_obs}
@@ -304,10 +330,19 @@ class CWorker(Worker):
             if final_obs and state is not None:
                 state = actor.reset_state(state, list(final_obs))
             steps += 1
+            if final_obs and self.rollout_unit == "episodes":
+                break
         storage.finish(state)
         self.obs = storage.next_rollout_obs()
         self.state = state
         return time.perf_counter() - t0, steps, cut
+
+    def _random_actions(self, like):
+        """One uniform draw of the action space per environment, shaped and typed as the
+        actor's actions ``like`` (the storage's buffers are sized by them)."""
+        space = self.envs_train.action_space
+        draws = np.stack([np.asarray(space.sample()) for _ in range(self.envs_train.num_envs)])
+        return draws.reshape(np.shape(like)).astype(np.asarray(like).dtype, copy=False)
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self, num_episodes=None, deterministic=True):

@@ -14,6 +14,11 @@ from pytorchrl.scheme.transport import WeightBroadcast, unpack
 DEFAULT_COL_WORKER_RESOURCES = default_remote_config(num_cpus=1)
 
 
+class EpisodeBudgetSpent(Exception):
+    """Raised by ``CWorkerSet.collect`` once the episode budget is handed over: no more
+    rollouts will come. ``args[0]``: the episodes handed over."""
+
+
 class CWorkerSet(WorkerSet):
     """Class to better handle the operations of ensembles of CWorkers.
 
@@ -79,6 +84,15 @@ class CWorkerSet(WorkerSet):
     replay_server : ray.actor.ActorHandle or None
         Replay-server data path (asynchronous collection): remote workers insert their
         rollouts into this server and hand over only their information.
+    rollout_unit, policy : str
+        Passed to every ``CWorker``: what one rollout is (``"steps"`` or ``"episodes"``) and
+        where actions come from (``"learned"`` or ``"random"``).
+
+    Episode budget (``set_episode_budget``). Once the rollouts handed over hold that many
+    finished episodes, ``collect`` raises ``EpisodeBudgetSpent`` instead of collecting. With
+    ``rollout_unit="episodes"`` a request finishes at most one episode, so the set is the
+    shared "next episode" counter: it sends a request only while the episodes handed over
+    plus the requests out stay below the budget, and exactly that many episodes are run.
 
     Failures. A remote worker that dies is replaced (``WorkerSet.replace_worker``) with the
     current weights and version and the hot-swaps applied since the start; its rollout in
@@ -99,7 +113,8 @@ class CWorkerSet(WorkerSet):
                  local_device=None, initial_weights=None, fraction_samples=1.0, total_parent_workers=0,
                  compress_data_to_send=False, train_envs_factory=no_envs, test_envs_factory=no_envs,
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
-                 max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None):
+                 max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
+                 rollout_unit="steps", policy="learned"):
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
@@ -124,7 +139,11 @@ class CWorkerSet(WorkerSet):
         self.compress_data_to_send = compress_data_to_send
         params = dict(index_parent=index_parent, algo_factory=algo_factory, actor_factory=actor_factory,
                       storage_factory=storage_factory, compress_data_to_send=compress_data_to_send,
-                      fraction_samples=fraction_samples, initial_weights=initial_weights)
+                      fraction_samples=fraction_samples, initial_weights=initial_weights,
+                      rollout_unit=rollout_unit, policy=policy)
+        self.rollout_unit = rollout_unit
+        self.episode_budget = None  # episodes to hand over in all (None: no limit)
+        self.episodes_received = 0
         # The local worker's rollouts never leave this process: nothing to compress. With
         # remote workers it collects nothing and keeps no training environments. Of several
         # gradient workers (indices 1..N) only the first evaluates: the others hold the same
@@ -164,7 +183,7 @@ class CWorkerSet(WorkerSet):
                        train_envs_factory=no_envs, total_parent_workers=0, col_fraction_samples=1.0,
                        compress_data_to_send=False, col_worker_resources=None, col_fraction_workers=1.0,
                        communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None,
-                       replay_server=None):
+                       replay_server=None, rollout_unit="steps", policy="learned"):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -180,7 +199,7 @@ class CWorkerSet(WorkerSet):
                                 test_envs_factory=test_envs_factory, worker_remote_config=col_worker_resources,
                                 communication=communication, max_policy_lag=max_policy_lag,
                                 requests_in_flight=requests_in_flight, fault_policy=fault_policy,
-                                replay_server=replay_server)
+                                replay_server=replay_server, rollout_unit=rollout_unit, policy=policy)
 
     # ------------------------------------------------------------------ weights
     def set_version(self, version):
@@ -197,6 +216,28 @@ class CWorkerSet(WorkerSet):
         """The current weights as sent with requests, prepared once per version (see
         ``WeightBroadcast``)."""
         return self.broadcast.current(self.version)
+
+    # ----------------------------------------------------------- episode budget
+    def set_episode_budget(self, episodes):
+        """Hand over at most ``episodes`` finished episodes in all (counted from the start;
+        None: no limit); see the class docstring."""
+        check_int("episodes", episodes, 0, optional=True)
+        self.episode_budget = episodes
+        return episodes
+
+    def _budget_spent(self):
+        return self.episode_budget is not None and self.episodes_received >= self.episode_budget
+
+    def _may_request(self, handing_over=0):
+        """Whether one more request may go out: always without a budget; with one, while
+        the episodes handed over (``handing_over`` more are on their way) and those that the
+        requests out may finish (one each, with whole-episode rollouts) stay below it."""
+        if self.episode_budget is None:
+            return True
+        claimed = self.episodes_received + handing_over
+        if self.rollout_unit == "episodes":
+            claimed += len(self._in_flight)
+        return claimed < self.episode_budget
 
     # --------------------------------------------------------------- collection
     def collect(self, block=True):
@@ -217,6 +258,8 @@ class CWorkerSet(WorkerSet):
         info : dict
             ``TestReward`` if the local worker evaluated, ``collect_wait`` seconds waited.
         """
+        if self._budget_spent():
+            raise EpisodeBudgetSpent(self.episodes_received)
         t0 = time.perf_counter()
         info = {}
         local = self._local_worker
@@ -236,6 +279,7 @@ class CWorkerSet(WorkerSet):
         self._round += 1
         self.stats["rounds"] = self._round
         for _, winfo in rollouts:
+            self.episodes_received += len(winfo["episodes"])
             winfo["policy_lag"] = self.version - winfo["version"]
             if winfo.get("cut"):
                 self.stats["cut_rollouts"] += 1
@@ -330,6 +374,9 @@ class CWorkerSet(WorkerSet):
         from ray.exceptions import RayError
         weights = self._current_weights()
         n = len(self._remote_workers)
+        if self.episode_budget is not None and self.rollout_unit == "episodes":
+            # One episode per request at most: ask only as many collectors as episodes remain.
+            n = min(n, self.episode_budget - self.episodes_received)
         round_id = self._round
 
         def request(i):
@@ -397,7 +444,8 @@ class CWorkerSet(WorkerSet):
         if not self._in_flight:
             for _ in range(self.requests_in_flight):
                 for w in self.remote_workers():
-                    self._submit(w)
+                    if self._may_request():
+                        self._submit(w)
         while True:
             # In submission order: of several ready rollouts the oldest is handed over first,
             # which keeps the largest policy lag smallest.
@@ -414,12 +462,14 @@ class CWorkerSet(WorkerSet):
                 self._recover(position, exc)
                 self._submit(self._remote_workers[position])
                 continue
-            self._submit(worker)  # back to work at once, with the newest weights
             lag = self.version - winfo["version"]
-            if self.max_policy_lag is not None and lag > self.max_policy_lag:
-                self.stats["dropped_rollouts"] += 1
-                continue
-            return [(data, winfo)]
+            dropped = self.max_policy_lag is not None and lag > self.max_policy_lag
+            # Back to work at once, with the newest weights, if an episode remains.
+            if self._may_request(0 if dropped else len(winfo["episodes"])):
+                self._submit(worker)
+            if not dropped:
+                return [(data, winfo)]
+            self.stats["dropped_rollouts"] += 1
 
     def _any_ready(self):
         """Whether a rollout request in flight has finished (the first call sends them)."""
@@ -427,7 +477,8 @@ class CWorkerSet(WorkerSet):
         if not self._in_flight:
             for _ in range(self.requests_in_flight):
                 for w in self.remote_workers():
-                    self._submit(w)
+                    if self._may_request():
+                        self._submit(w)
         ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=0)
         return bool(ready)
 

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from pytorchrl.scheme.base.worker import Worker
+from pytorchrl.scheme.collection.c_worker_set import EpisodeBudgetSpent
 from pytorchrl.scheme.transport import pack, unpack, weights_from_wire
 
 
@@ -54,7 +55,10 @@ class GWorker(Worker):
             # The learner's own networks (targets, SAC's alpha) start from the same values
             # on every gradient worker; the collectors only took the acting weights.
             self.algo.set_weights(weights_from_wire(initial_weights))
+        # The weight version counts publications: the weights the collectors get, once per
+        # update round (see ``publish``); optimizer steps are the algorithm's ``updates_applied``.
         self.version = 0
+        self._unpublished = False
         self._batches = None
         self._round_info = None
         self._dist = False
@@ -112,7 +116,12 @@ class GWorker(Worker):
         """
         if weights is not None:
             self.set_weights(weights, version)
-        batch = self._next_batch()
+        try:
+            batch = self._next_batch()
+        except EpisodeBudgetSpent:
+            # Every episode of the budget was handed over and trained on: no gradient.
+            return None, self._take_round_info({"budget_spent": True, "version": self.version,
+                                                "index_worker": self.index_worker})
         t0 = time.perf_counter()
         grads, algo_info = self.algo.compute_gradients(batch, return_grads=return_grads and not self.decentralized)
         (self._data_path or self.storage).after_update(batch, algo_info)
@@ -124,13 +133,40 @@ class GWorker(Worker):
             # skip a non-finite one together, and their weights stay identical.
             if not self.apply_gradients():
                 info["update_skipped"] = True
-        if self._round_info is not None:
-            info.update(self._round_info)
-            self._round_info = None
+        info = self._take_round_info(info)
         if grads is not None and (pack_grads or (pack_grads is None and self.compress_grads_to_send)):
             grads = pack(dict(enumerate(grads)), self.compress_grads_to_send)
             info.update(grad_raw_bytes=grads.raw_bytes, grad_sent_bytes=grads.sent_bytes)
         return grads, info
+
+    def _take_round_info(self, info):
+        """``info`` with the information of the collection rounds not yet reported."""
+        if self._round_info is not None:
+            info.update(self._round_info)
+            self._round_info = None
+        return info
+
+    def collect_only(self):
+        """Collection-only schemes: collect one round and drop its data (nothing is trained).
+
+        Returns
+        -------
+        info : dict
+            The round's information (as a step's); ``budget_spent`` (True) instead once the
+            episode budget is handed over.
+        """
+        try:
+            self._collect_round()
+        except EpisodeBudgetSpent:
+            return self._take_round_info({"budget_spent": True, "version": self.version,
+                                          "index_worker": self.index_worker})
+        self.storage.clear()
+        return self._take_round_info({"version": self.version, "index_worker": self.index_worker})
+
+    def set_episode_budget(self, episodes):
+        """Let this worker's collectors hand over at most ``episodes`` finished episodes in
+        all (None: no limit); ``step`` then reports ``budget_spent`` once they are trained on."""
+        return self.col_workers.set_episode_budget(episodes)
 
     def _next_batch(self):
         if self._data_path is not None:
@@ -150,11 +186,14 @@ class GWorker(Worker):
             self._collect_round()
 
     def _collect_round(self, block=True):
+        # The updates since the last round become one new version before collectors see them.
+        self.publish()
         rollouts, info = self.col_workers.collect(block)
         if not rollouts:  # a poll of the replay-server data path found nothing new
             return
         t0 = time.perf_counter()
         episodes, lags, samples, col_time, raw, sent, packed = [], [], 0, 0.0, 0, 0, False
+        sources = []   # (gradient worker, collection worker) of each episode
         for data, winfo in rollouts:
             if self._data_path is not None:
                 if data is not None:  # this process's collector: remote ones inserted theirs
@@ -164,6 +203,7 @@ class GWorker(Worker):
             samples += winfo["collected_samples"]
             col_time = max(col_time, winfo["col_time"])
             episodes += winfo["episodes"]
+            sources += [(self.index_worker, winfo["index_worker"])] * len(winfo["episodes"])
             lags.append(winfo["policy_lag"])
             if "TestReward" in winfo:  # the local collector evaluated (one worker per level)
                 info["TestReward"] = winfo["TestReward"]
@@ -171,7 +211,7 @@ class GWorker(Worker):
                 packed = True
                 raw += winfo["raw_bytes"]
                 sent += winfo["sent_bytes"]
-        info.update(collected_samples=samples, col_time=col_time, episodes=episodes,
+        info.update(collected_samples=samples, col_time=col_time, episodes=episodes, episode_sources=sources,
                     policy_lag=float(np.mean(lags)) if lags else 0.0, policy_lags=lags,
                     prepare_time=time.perf_counter() - t0,
                     cut_rollouts=sum(1 for _, w in rollouts if w.get("cut")),
@@ -189,8 +229,10 @@ class GWorker(Worker):
         self._round_info = info if self._round_info is None else merge_round_infos(self._round_info, info)
 
     def apply_gradients(self, gradients=None):
-        """Take one optimizer step (with ``gradients``, or those held in ``.grad``) and
-        make the result the new weight version of this worker's collectors.
+        """Take one optimizer step (with ``gradients``, or those held in ``.grad``). The
+        result becomes a new weight version when it is published (``publish``): at the
+        start of the next collection round, or by the update worker after each step it
+        sends to remote gradient workers.
 
         Parameters
         ----------
@@ -202,7 +244,7 @@ class GWorker(Worker):
         -------
         bool
             False when the algorithm skipped the update (a non-finite gradient, see
-            ``Algorithm.apply_gradients``): the weights and their version are unchanged.
+            ``Algorithm.apply_gradients``): the weights are unchanged.
         """
         if gradients is not None:
             gradients = unpack(gradients)
@@ -210,9 +252,24 @@ class GWorker(Worker):
                 gradients = [gradients[i] for i in range(len(gradients))]
         if not self.algo.apply_gradients(gradients):
             return False
-        self.version += 1
-        self.col_workers.set_version(self.version)
+        self._unpublished = True
         return True
+
+    def publish(self):
+        """Make the optimizer steps taken since the last publication one new weight version
+        of this worker's collectors (nothing happens when there were none). Returns the
+        current version.
+
+        A version is a publication, not an optimizer step, so that policy lags and
+        ``max_policy_lag`` mean the same for every algorithm: PPO publishes once per
+        rollout after ``num_epochs`` x mini-batches steps, DQN once per collection round
+        after ``num_updates`` steps.
+        """
+        if self._unpublished:
+            self.version += 1
+            self._unpublished = False
+            self.col_workers.set_version(self.version)
+        return self.version
 
     # ------------------------------------------------------------ decentralized
     def get_address(self):
@@ -297,7 +354,9 @@ class GWorker(Worker):
         if version is not None and int(version) == self.version:
             self.col_workers.invalidate_weights()  # same version number, new weights
         self.version = self.version + 1 if version is None else int(version)
-        # Versions count optimizer steps: the algorithm's schedules that depend on the
+        self._unpublished = False
+        # Weights come from the update worker after every optimizer step it applies, so its
+        # versions count its optimizer steps: the algorithm's schedules that depend on the
         # update count (TD3's policy delay, DDQN's epsilon) follow the weights' owner.
         self.algo.updates_applied = self.version
         self.col_workers.set_version(self.version)
@@ -308,13 +367,17 @@ class GWorker(Worker):
         return self.algo.get_weights()
 
     def get_state(self):
-        """Algorithm state (weights, optimizers, hyperparameters) and weight version, for checkpoints."""
-        return {"algo": self.algo.state_dict(), "version": self.version}
+        """Algorithm state (weights, optimizers, hyperparameters, optimizer steps) and weight
+        version, for checkpoints. Updates not yet published count as the next version (that
+        of the saved weights); nothing is published here, so that gradient workers asked
+        for their state keep the same versions."""
+        return {"algo": self.algo.state_dict(), "version": self.version + int(self._unpublished)}
 
     def set_state(self, state):
         """Restore a state produced by ``get_state`` on this worker and its collectors."""
         self.algo.load_state_dict(state["algo"])
         self.version = state["version"]
+        self._unpublished = False
         self.col_workers.set_version(self.version)
         self.col_workers.invalidate_weights()
         return True
@@ -390,7 +453,7 @@ def merge_round_infos(first, second):
                 "sent_bytes"):
         if key in first:
             out[key] = first[key] + second.get(key, 0)
-    for key in ("episodes", "policy_lags", "rollout_steps", "worker_events"):
+    for key in ("episodes", "episode_sources", "policy_lags", "rollout_steps", "worker_events"):
         if key in first:
             out[key] = list(first[key]) + list(second.get(key, []))
     if out.get("policy_lags"):

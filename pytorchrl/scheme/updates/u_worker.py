@@ -38,6 +38,15 @@ class UWorker(Worker):
     max_grad_lag : int or None
         Asynchronous gradients computed from weights more than this many versions old are
         dropped; None applies them all.
+    collect_only : bool
+        Collection-only scheme (one gradient worker, in this process): each ``step``
+        collects one round and trains nothing (``GWorker.collect_only``).
+
+    Versions. A weight version is one publication of new weights: with one gradient
+    worker, the weights its collectors get after an update round (``GWorker.publish``);
+    with remote gradient workers and a central update, the weights sent to them after
+    each optimizer step. Optimizer steps are counted apart (``Algorithm.updates_applied``,
+    the learner's ``Scheme/Updates``).
 
     Failures. A remote gradient worker that dies is replaced (``GWorkerSet.replace_worker``:
     same index, hot-swaps replayed) and given the current weights and version; its gradient
@@ -51,7 +60,7 @@ class UWorker(Worker):
     """
 
     def __init__(self, grad_workers_factory, index_worker=0, grad_communication=prl.SYNC,
-                 decentralized_update_execution=False, local_device=None, max_grad_lag=None):
+                 decentralized_update_execution=False, local_device=None, max_grad_lag=None, collect_only=False):
         if grad_communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"gradient communication must be prl.SYNC or prl.ASYNC, got {grad_communication!r}")
         if decentralized_update_execution and grad_communication == prl.ASYNC:
@@ -61,7 +70,10 @@ class UWorker(Worker):
         self.grad_communication = grad_communication
         self.decentralized = decentralized_update_execution
         self.max_grad_lag = max_grad_lag
+        self.collect_only = collect_only
         self.grad_workers = grad_workers_factory(local_device)
+        if collect_only and self.grad_workers._remote_workers:
+            raise ValueError("a collection-only scheme has no gradient workers to spread over")
         self.local_worker = self.grad_workers.local_worker()
         self._in_flight = {}
         self._remote_version_known = True
@@ -86,16 +98,29 @@ class UWorker(Worker):
             first also holds ``worker_events``: the restarts of gradient workers since the
             last step (collectors' restarts come with their rounds' information), and
             ``update_skipped`` (True) when the algorithm refused the update for a non-finite
-            gradient: the weights and their version did not change.
+            gradient: the weights and their version did not change. ``no_update`` (True):
+            no update was made (collection only, or a gradient worker whose episode budget
+            is spent); ``budget_spent`` (True): every gradient worker's episode budget is
+            handed over and trained on, nothing more will be collected.
         """
         t0 = time.perf_counter()
         remotes = self.grad_workers._remote_workers
-        if not remotes:
+        if self.collect_only:
+            info = self.local_worker.collect_only()
+            info["no_update"] = True
+            t1 = time.perf_counter()
+            infos = [info]
+        elif not remotes:
             _, info = self.local_worker.step(return_grads=False)
             t1 = time.perf_counter()
             infos = [info]
-            if not self.local_worker.apply_gradients():
-                info["update_skipped"] = True
+            if info.get("budget_spent"):
+                info["no_update"] = True
+            else:
+                # Applied to the weights it was computed on; published with the next round.
+                info["grad_asynchrony"] = 0
+                if not self.local_worker.apply_gradients():
+                    info["update_skipped"] = True
         elif self.decentralized:
             infos, t1 = self._step_decentralized()
         elif self.grad_communication == prl.SYNC:
@@ -103,10 +128,6 @@ class UWorker(Worker):
         else:
             infos, t1 = self._step_async()
         t2 = time.perf_counter()
-        # A skipped update (non-finite gradient) made no new version.
-        skipped = infos[0].get("update_skipped", False)
-        for info in infos:
-            info["grad_asynchrony"] = self.version - (0 if skipped else 1) - info["version"]
         infos[0]["wait_time"] = t1 - t0
         infos[0]["update_time"] = t2 - t1
         events = self.grad_workers.pop_events()
@@ -124,9 +145,11 @@ class UWorker(Worker):
             if not dead:
                 self._raise_failures(outcomes)
                 infos = [info for _, info in (value for value, _ in outcomes)]
-                # All skip a non-finite all-reduced gradient together (or none does).
+                for info in infos:
+                    info["grad_asynchrony"] = 0   # all-reduced: every worker on the same weights
+                # All skip a non-finite all-reduced gradient together (or none does). Each
+                # gradient worker publishes its versions to its collectors itself.
                 if not infos[0].get("update_skipped"):
-                    self.local_worker.version += 1
                     self._remote_version_known = False
                 return infos, t1
             # A peer died: the survivors' all-reduce failed with it (their errors are that),
@@ -153,12 +176,22 @@ class UWorker(Worker):
             self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
             if results:
                 break
+        infos = [i for _, i in results]
+        # Gradient workers whose episode budget is spent send their last round's
+        # information and no gradient.
+        results = [r for r in results if r[0] is not None]
+        if not results:
+            infos[0].update(no_update=True, budget_spent=all(i.get("budget_spent") for i in infos))
+            return infos, t1
         grads = [self._unpack(g) for g, _ in results]
         averaged = [None if gs[0] is None else torch.stack(gs).mean(0) for gs in zip(*grads)]
-        infos = [i for _, i in results]
+        for _, info in results:
+            info["grad_asynchrony"] = self.version - info["version"]
         # One worker's non-finite gradient makes the average non-finite: the update is skipped.
         if not self.local_worker.apply_gradients(averaged):
             infos[0]["update_skipped"] = True
+        else:
+            self.local_worker.publish()   # the weights go to every gradient worker: a new version
         return infos, t1
 
     def _step_async(self):
@@ -183,15 +216,42 @@ class UWorker(Worker):
                 self._handle_deaths({position: exc})
                 continue
             t1 = time.perf_counter()
+            if grads is None:
+                # Its episode budget is spent: it gets no new request.
+                info["no_update"] = True
+                info["budget_spent"] = not self._in_flight
+                return [info], t1
             lag = self.version - info["version"]
             if self.max_grad_lag is not None and lag > self.max_grad_lag:
                 self.stats["dropped_gradients"] += 1
                 self._submit(worker)
                 continue
+            info["grad_asynchrony"] = lag
             if not self.local_worker.apply_gradients(self._unpack(grads)):
                 info["update_skipped"] = True
+            else:
+                self.local_worker.publish()
             self._submit(worker)  # fresh weights back to the sender only
             return [info], t1
+
+    def set_episode_budget(self, episodes):
+        """Let the collectors hand over at most ``episodes`` finished episodes in all (None:
+        no limit), shared among the gradient workers (the first ones take one more when it
+        does not divide). Once they are all trained on, ``step`` reports ``budget_spent``.
+        Not with decentralized updates: a gradient worker that stops would leave its peers
+        waiting in their all-reduce."""
+        if episodes is not None and self.decentralized:
+            raise ValueError("an episode budget (learner.target_episodes) needs a central update: with "
+                             "decentralized_update_execution a gradient worker whose budget is spent would "
+                             "leave the others waiting in their all-reduce")
+        remotes = self.grad_workers.remote_workers()
+        if not remotes:
+            return self.local_worker.set_episode_budget(episodes)
+        n = len(remotes)
+        shares = [None if episodes is None else episodes // n + (i < episodes % n) for i in range(n)]
+        outcomes = gather([w.set_episode_budget.remote(share) for w, share in zip(remotes, shares)])
+        self._raise_failures(outcomes)
+        return episodes
 
     def _submit(self, worker):
         ref = worker.step.remote(weights=self._weights(), version=self.version, pack_grads=True)
@@ -365,6 +425,7 @@ class UWorker(Worker):
         self._in_flight = {}
         result = self._apply_everywhere("replace_agent_component", component_name, new_component_factory)
         if component_name in ("actor", "algo"):
+            self.local_worker.publish()
             self.local_worker.set_weights(self.local_worker.get_weights(), self.version + 1)
             self.broadcast.invalidate()
             remotes = self.grad_workers.remote_workers()

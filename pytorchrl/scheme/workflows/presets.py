@@ -66,10 +66,11 @@ _PRESETS = [
     Preset("async-collectors",
            "collectors run continuously; the first rollout ready is used and its collector gets the newest "
            "weights (IMPALA-style data flow; V-trace targets: storage VTraceBuffer)",
-           # No max_policy_lag: versions count optimizer steps (PPO takes num_epochs x mini-batches
-           # of them per rollout), so a bound that suits one algorithm drops every rollout of another.
+           # Versions count weight publications (one per update round, whatever the algorithm):
+           # with N collectors a rollout is normally at most N versions old, so 4 drops only the
+           # rollouts of a collector that fell well behind.
            {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": HALF_CPU,
-            "max_policy_lag": None, "num_grad_workers": 1, "grad_workers_communication": "sync"}),
+            "max_policy_lag": 4, "num_grad_workers": 1, "grad_workers_communication": "sync"}),
     Preset("data-parallel",
            "M gradient workers, each with its own collector; gradients averaged, one central optimizer step",
            {"num_col_workers": 1, "col_workers_communication": "sync",
