@@ -111,7 +111,8 @@ def test_ray_preset_trains(name, ray_session):
     # One process per remote worker: collectors run in processes of their own when a
     # gradient worker has several, gradient workers when there are several.
     cols, grads = preset.scheme["num_col_workers"], preset.scheme["num_grad_workers"]
-    assert len(processes) == (grads if grads > 1 else 0) + (cols * grads if cols > 1 else 0)
+    # (A collection-only scheme, 0 gradient workers, has the collectors of one.)
+    assert len(processes) == (grads if grads > 1 else 0) + (cols * max(grads, 1) if cols > 1 else 0)
     per_worker = sorted(k for k in metrics if k.startswith("Workers/"))
     if grads > 1:     # per-gradient-worker timings and samples
         assert len(per_worker) == 4 * grads and all(metrics[k] > 0 for k in per_worker), per_worker

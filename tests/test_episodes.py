@@ -142,9 +142,12 @@ def test_the_cutoff_ends_a_run_whose_returns_stopped_changing():
         assert learner.plateau and learner.num_episodes == 20
 
 
-def test_the_episode_unit_needs_one_environment():
-    with pytest.raises(ValueError, match="one environment per collector"):
-        build(envs=2, col_rollout_unit="episodes")
+def test_with_several_environments_an_episode_rollout_ends_with_the_first_episode():
+    with Learner(build(A2C, envs=2, col_rollout_unit="episodes"), target_steps=10 ** 6) as learner:
+        for _ in range(5):
+            info, = learner.step()
+            # Episodes last 3 to 7 steps: a rollout (size 16) ends when the first env ends one.
+            assert 1 <= info["rollout_steps"][0] <= 7 and len(info["episodes"]) >= 1
 
 
 # --------------------------------------------------------------- collection only

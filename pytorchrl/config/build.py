@@ -162,7 +162,8 @@ def build_scheme(config, log_dir=None):
         max_policy_lag=s["max_policy_lag"], max_grad_lag=s["max_grad_lag"],
         col_requests_in_flight=s["col_requests_in_flight"], max_worker_restarts=s["max_worker_restarts"],
         worker_restart_delay_s=s["worker_restart_delay_s"], on_env_error=s["on_env_error"],
-        data_path=s["data_path"], replay_server=s["replay_server"], **kwargs)
+        data_path=s["data_path"], replay_server=s["replay_server"], col_rollout_unit=s["col_rollout_unit"],
+        col_policy=s["col_policy"], **kwargs)
 
 
 def build_learner(config, log_dir=None):
@@ -185,7 +186,11 @@ def build_learner(config, log_dir=None):
     try:
         return Learner(scheme, config["learner"]["target_steps"], log_dir=log_dir,
                        schedules=build_schedules(config), checkpoint_replay=config["learner"]["checkpoint_replay"],
-                       max_nonfinite_updates=config["learner"]["max_nonfinite_updates"])
+                       max_nonfinite_updates=config["learner"]["max_nonfinite_updates"],
+                       target_episodes=config["learner"]["target_episodes"], cutoff=config["learner"]["cutoff"],
+                       rolling_reward_length=config["learner"]["rolling_reward_length"],
+                       # Collection-only runs write every episode to their results file.
+                       record_episodes=config["scheme"]["num_grad_workers"] == 0)
     except BaseException:
         scheme.stop()
         raise

@@ -84,9 +84,10 @@ PARAMETER_RANGES = {
     "vtrace_lambda": dict(low=0.0, high=1.0), "clip_rho_threshold": dict(low=0.0, low_inclusive=False),
     "clip_pg_rho_threshold": dict(low=0.0, low_inclusive=False),
     "clip_c_threshold": dict(low=0.0, low_inclusive=False),
-    "num_col_workers": dict(low=1), "num_grad_workers": dict(low=1), "max_policy_lag": dict(low=0),
+    "num_col_workers": dict(low=1), "num_grad_workers": dict(low=0), "max_policy_lag": dict(low=0),
     "max_grad_lag": dict(low=0), "col_requests_in_flight": dict(low=1), "target_steps": dict(low=1),
     "max_worker_restarts": dict(low=0), "worker_restart_delay_s": dict(low=0.0),
+    "target_episodes": dict(low=1), "cutoff": dict(low=0.0), "rolling_reward_length": dict(low=1),
     "start_step": dict(low=0),
     "end_step": dict(low=1), "min_relative_change": dict(low=0.0),
 }
@@ -367,6 +368,8 @@ SECTIONS = {
                                            "resources: " + ", ".join(f"{k} (default {v})" for k, v in
                                                                      REPLAY_SERVER_DEFAULTS.items())
                              + " (see docs/schemes.md); null: those defaults."),
+        "col_rollout_unit": derived(Scheme, "col_rollout_unit", choices=("steps", "episodes")),
+        "col_policy": derived(Scheme, "col_policy", choices=("learned", "random")),
         "ray_address": Key("str", None, "Ray cluster to join when a level has several workers "
                                         "(null: RAY_ADDRESS, else a local instance)."),
     },
@@ -382,6 +385,9 @@ SECTIONS = {
         "save_every_steps": Key("int", None, "Also save a checkpoint each time the env steps pass a multiple "
                                              "of this (either interval triggers a save; null: time only).",
                                 low=1),
+        "target_episodes": derived(Learner, "target_episodes"),
+        "cutoff": derived(Learner, "cutoff"),
+        "rolling_reward_length": derived(Learner, "rolling_reward_length"),
         "checkpoint_replay": derived(Learner, "checkpoint_replay"),
         "max_nonfinite_updates": derived(Learner, "max_nonfinite_updates", low=1,
                                          doc="An update whose gradient is NaN or infinite is skipped (weights "

@@ -142,7 +142,7 @@ class Scheme:
             if isinstance(n, bool) or not isinstance(n, int) or n < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {n!r}")
         collect_only = num_grad_workers == 0
-        num_grad_workers = max(1, num_grad_workers)
+        requested_grad_workers, num_grad_workers = num_grad_workers, max(1, num_grad_workers)
         if decentralized_update_execution and grad_workers_communication != prl.SYNC:
             raise ValueError("decentralized_update_execution needs grad_workers_communication=prl.SYNC")
         for name, mode in (("col_workers_communication", col_workers_communication),
@@ -177,7 +177,8 @@ class Scheme:
         grad_res = validate_resources(grad_workers_resources or DEFAULT_GRAD_RESOURCES, "gradient workers")
         remote_cols = 0 if num_col_workers == 1 else num_col_workers
         remote_grads = 0 if num_grad_workers == 1 else num_grad_workers
-        self.num_col_workers, self.num_grad_workers = num_col_workers, num_grad_workers
+        self.num_col_workers, self.num_grad_workers = num_col_workers, requested_grad_workers
+        self.collect_only = collect_only
         self.uses_ray = bool(remote_cols or remote_grads)
         self._holds_ray = False
         self.update_worker = None

@@ -31,7 +31,9 @@ MODEL = "model.state_dict"
 CHECKPOINT = "checkpoint.pt"
 PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"   # pytorchrl.checkpoint.previous_path(CHECKPOINT)
 SUMMARY = "summary.yaml"
+#: Per-episode results of a collection-only run (scheme.num_grad_workers: 0).
+RESULTS = "results.csv"
 CONTROL = "control"
 
 __all__ = ["CONFIG", "METRICS", "HOT_SWAPS", "TENSORBOARD", "MODEL", "CHECKPOINT", "PREVIOUS_CHECKPOINT",
-           "SUMMARY", "CONTROL"]
+           "SUMMARY", "RESULTS", "CONTROL"]

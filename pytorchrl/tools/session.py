@@ -51,7 +51,7 @@ from pytorchrl.checkpoint import CheckpointError, SaveError, previous_path, remo
 from pytorchrl.config import ConfigError, build_learner, dump_config
 from pytorchrl.learner import NonFiniteUpdatesError
 from pytorchrl.scheme.base.ray_runtime import WorkerError
-from pytorchrl.tools import CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVIOUS_CHECKPOINT, SUMMARY
+from pytorchrl.tools import CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVIOUS_CHECKPOINT, RESULTS, SUMMARY
 from pytorchrl.tools.control import ControlServer, apply_changes
 from pytorchrl.tools.metrics import RunLog
 from pytorchrl.tools.progress import ProgressDisplay, format_status
@@ -540,6 +540,12 @@ class TrainingSession:
             summary["test_episodes"] = episodes
             display.message(f"evaluation: mean return {summary['test_return']:.1f} over {episodes} episodes "
                             f"(deterministic)")
+        if config["scheme"]["num_grad_workers"] == 0:
+            # Collection-only run: every episode, and one line about them.
+            line = learner.write_episode_records(os.path.join(self.run_dir, RESULTS), config["scheme"]["col_policy"])
+            summary["results"] = os.path.join(self.run_dir, RESULTS)
+            summary["episodes"] = learner.num_episodes
+            display.message(f"results: {line}")
         with open(os.path.join(self.run_dir, SUMMARY), "w") as f:
             f.write(dump_config(summary))
         return summary

@@ -61,7 +61,9 @@ class CWorker(Worker):
         ``"steps"`` (default): a rollout is the storage's ``size`` steps. ``"episodes"``: a
         rollout ends with the step that ends an episode (at most ``size`` steps: a longer
         episode goes on in the next rollout), so that with one environment a rollout is one
-        whole episode, collected with one policy version (EXARL's episode work unit).
+        whole episode, collected with one policy version (EXARL's episode work unit). With
+        several environments it ends when the first of them ends an episode (the others'
+        episodes go on in the next rollout).
     policy : str
         ``"learned"`` (default): the actor's actions. ``"random"``: actions drawn uniformly
         from the action space (the actor still runs, so the storage keeps its extras).
@@ -96,9 +98,6 @@ class CWorker(Worker):
         self.iter = 0
         self.actor_version = 0
         self._cut_round = None
-        if rollout_unit == "episodes" and self.envs_train is not None and self.envs_train.num_envs != 1:
-            raise ValueError(f"rollout_unit='episodes' needs one environment per collector (env.vec_env_size: 1), "
-                             f"got {self.envs_train.num_envs}: a rollout is one episode")
         self.obs = self.envs_train.reset_numpy().copy() if self.envs_train is not None else None
         self.state = self.actor.initial_state(self.envs_train.num_envs) if self.envs_train is not None else None
         if initial_weights is not None:

@@ -92,7 +92,9 @@ class CWorkerSet(WorkerSet):
     finished episodes, ``collect`` raises ``EpisodeBudgetSpent`` instead of collecting. With
     ``rollout_unit="episodes"`` a request finishes at most one episode, so the set is the
     shared "next episode" counter: it sends a request only while the episodes handed over
-    plus the requests out stay below the budget, and exactly that many episodes are run.
+    plus the requests out stay below the budget, and exactly that many episodes are run
+    (with one environment per collector; a request to a collector of several environments
+    may end several episodes on its last step, which then all count).
 
     Failures. A remote worker that dies is replaced (``WorkerSet.replace_worker``) with the
     current weights and version and the hot-swaps applied since the start; its rollout in

@@ -105,6 +105,23 @@ _PRESETS = [
             "data_path": "replay_server",
             "replay_server": {"min_size_to_sample": 200, "samples_per_insert": 4.0, "error_buffer": 256.0,
                               "num_cpus": 0.25}}),
+    Preset("exarl-random",
+           "EXARL's RANDOM workflow: N collectors act at random for whole episodes, nothing is trained; "
+           "the run writes results.csv (collection only)",
+           {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": HALF_CPU,
+            "num_grad_workers": 0, "grad_workers_communication": "sync",
+            "col_rollout_unit": "episodes", "col_policy": "random"}),
+    Preset("exarl-a2c-sync",
+           "EXARL's A2C sync workflow: one actor collects one whole episode, the learner trains once on it "
+           "(use A2C, env.vec_env_size: 1), in one process",
+           {"num_col_workers": 1, "col_workers_communication": "sync",
+            "num_grad_workers": 1, "grad_workers_communication": "sync", "col_rollout_unit": "episodes"}),
+    Preset("exarl-a2c-async",
+           "EXARL's A2C async workflow: N actors each collect whole episodes with the policy frozen for the "
+           "episode; the learner trains on each as it arrives",
+           {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": HALF_CPU,
+            "max_policy_lag": 4, "num_grad_workers": 1, "grad_workers_communication": "sync",
+            "col_rollout_unit": "episodes"}),
 ]
 
 #: Presets by name, in the order they are listed.
