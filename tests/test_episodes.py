@@ -75,7 +75,7 @@ def test_a_version_is_one_publication_per_update_round():
         m = learner.get_metrics()
         assert m["Scheme/Updates"] == 20 and m["Scheme/PolicyVersion"] == 4
         state = learner.update_worker.local_worker.get_state()
-        assert state["version"] == 5                  # the unpublished round counts as the saved version
+        assert state["version"] == 4 and state["unpublished"]   # round 5's steps: published before round 6
 
 
 def test_the_version_is_saved_and_restored(tmp_path):
@@ -85,7 +85,8 @@ def test_the_version_is_saved_and_restored(tmp_path):
         path = learner.save_checkpoint()
     with Learner(build(), target_steps=10 ** 6, log_dir=str(tmp_path)) as resumed:
         resumed.load_checkpoint(path)
-        assert resumed.update_worker.version == 3 and resumed.policy_version == 3
+        # Saved after round 3's updates, before their publication: it comes with round 4.
+        assert resumed.update_worker.version == 2 and resumed.policy_version == 2
         assert resumed.update_worker.local_worker.algo.updates_applied == 12
         infos = resumed.step()
         assert infos[0]["version"] == 3 and resumed.update_worker.local_worker.col_workers.version == 3

@@ -368,16 +368,15 @@ class GWorker(Worker):
 
     def get_state(self):
         """Algorithm state (weights, optimizers, hyperparameters, optimizer steps) and weight
-        version, for checkpoints. Updates not yet published count as the next version (that
-        of the saved weights); nothing is published here, so that gradient workers asked
-        for their state keep the same versions."""
-        return {"algo": self.algo.state_dict(), "version": self.version + int(self._unpublished)}
+        version, for checkpoints; ``unpublished``: whether the weights hold optimizer steps
+        not yet published as a version (they will be, before the next collection round)."""
+        return {"algo": self.algo.state_dict(), "version": self.version, "unpublished": self._unpublished}
 
     def set_state(self, state):
         """Restore a state produced by ``get_state`` on this worker and its collectors."""
         self.algo.load_state_dict(state["algo"])
         self.version = state["version"]
-        self._unpublished = False
+        self._unpublished = bool(state.get("unpublished", False))
         self.col_workers.set_version(self.version)
         self.col_workers.invalidate_weights()
         return True
