@@ -315,8 +315,8 @@ class Learner:
         returns = [r["return"] for r in self.episode_records]
         collectors = {(r["grad_worker"], r["col_worker"]) for r in self.episode_records}
         if not returns:
-            return f"0 episodes ({policy} policy); {path}"
-        return (f"{len(returns)} episodes over {len(collectors)} collectors ({policy} policy): mean return "
+            return f"0 episodes, policy {policy}; {path}"
+        return (f"{len(returns)} episodes over {len(collectors)} collectors, policy {policy}: mean return "
                 f"{np.mean(returns):.2f} (min {np.min(returns):.2f}, max {np.max(returns):.2f}), mean length "
                 f"{np.mean([r['length'] for r in self.episode_records]):.1f}; {path}")
 

@@ -163,4 +163,4 @@ def test_random_writes_its_results(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
     assert [int(r["episode"]) for r in rows] == list(range(1, 7))
     assert all(r["policy"] == "random" and 3 <= int(r["length"]) <= 7 and r["col_worker"] == "0" for r in rows)
-    assert summary.startswith("6 episodes over 1 collectors (random policy): mean return")
+    assert summary.startswith("6 episodes over 1 collectors, policy random: mean return")

@@ -95,12 +95,12 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
             obs_space, action_space, algorithm_name, feature_extractor_network=extractor,
             feature_extractor_kwargs=kwargs, shared_policy_value_network=actor["shared_policy_value_network"],
             ortho_init=actor["ortho_init"], log_std_init=actor["log_std_init"], recurrent_net=actor["recurrent_net"],
-            recurrent_net_kwargs={"hidden_size": actor["recurrent_hidden_size"]})
+            recurrent_net_kwargs={"hidden_size": actor["recurrent_hidden_size"]}, restart_model=actor["restart_model"])
     return OffPolicyActor.create_factory(
         obs_space, action_space, algorithm_name, noise=actor["noise"],
         obs_feature_extractor=None if name == "mlp" else FEATURE_EXTRACTORS[name],
         common_feature_extractor_kwargs=mlp_kwargs, num_critics=actor["num_critics"],
-        noise_kwargs={"sigma": actor["noise_sigma"]}, dueling=actor["dueling"])
+        noise_kwargs={"sigma": actor["noise_sigma"]}, dueling=actor["dueling"], restart_model=actor["restart_model"])
 
 
 def is_image_space(space):

@@ -319,6 +319,10 @@ SECTIONS = {
                                           "(DDPG, TD3).", low=0.0),
         "num_critics": derived(OffPolicyActor, "num_critics", low=1),
         "dueling": derived(OffPolicyActor, "dueling"),
+        "restart_model": derived(OnPolicyActor, "restart_model",
+                                 doc="A saved run's model.state_dict (or checkpoint.pt) loaded into the "
+                                     "actor after it is built: training starts from it, or a "
+                                     "collection-only run (scheme.num_grad_workers: 0) acts with it."),
     },
     "storage": {
         "name": Key("str", None, "Storage; the other keys of this section are its parameters (null: "

@@ -104,7 +104,8 @@ class Scheme:
         ``REPLAY_SERVER_DEFAULTS``.
     col_rollout_unit : str
         What one rollout is: "steps" (default: the storage's ``size`` steps) or "episodes"
-        (a rollout ends with its episode; one environment per collector), see ``CWorker``.
+        (a rollout ends with the first episode that ends in it, at most ``size`` steps: with
+        one environment per collector, one whole episode), see ``CWorker``.
     col_policy : str
         "learned" (default) or "random": collectors act uniformly at random.
 

@@ -181,6 +181,14 @@ def _config_differences(old, new, section):
     return [(k, v) for k, v in new[section].items() if k != "name" and old[section].get(k) != v]
 
 
+def _policy_label(config):
+    """What acted in a collection-only run, for its results: "random", the saved model
+    loaded (``actor.restart_model``), or "initial" (a freshly built, untrained actor)."""
+    if config["scheme"]["col_policy"] == "random":
+        return "random"
+    return config["actor"]["restart_model"] or "initial"
+
+
 def _finite(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
@@ -542,7 +550,7 @@ class TrainingSession:
                             f"(deterministic)")
         if config["scheme"]["num_grad_workers"] == 0:
             # Collection-only run: every episode, and one line about them.
-            line = learner.write_episode_records(os.path.join(self.run_dir, RESULTS), config["scheme"]["col_policy"])
+            line = learner.write_episode_records(os.path.join(self.run_dir, RESULTS), _policy_label(config))
             summary["results"] = os.path.join(self.run_dir, RESULTS)
             summary["episodes"] = learner.num_episodes
             display.message(f"results: {line}")

@@ -1,0 +1,43 @@
+"""The EXARL workflow configurations (examples/configs/exarl/) train from the command line,
+and a collection-only run writes its results file."""
+
+import csv
+import os
+
+import pytest
+import yaml
+
+from cli_helpers import REPO, pytorchrl
+
+EXARL = os.path.join(REPO, "examples", "configs", "exarl")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["exarl-a2c-sync", "exarl-a2c-async"])
+def test_exarl_a2c_config_trains_once_per_episode(tmp_path, name):
+    # (exarl-random: the test below.)
+    run_dir = tmp_path / "run"
+    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=1000",
+                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["env_steps"] >= 1000
+    # One A2C step per whole episode: about 22 steps each (random CartPole) at the start.
+    assert 1000 / 200 < summary["updates"] < 1000 / 8
+
+
+@pytest.mark.timeout(300)
+def test_random_writes_its_results_from_the_command_line(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = pytorchrl("train", os.path.join(EXARL, "exarl-random.yaml"), "learner.target_episodes=12",
+                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = list(csv.DictReader(open(run_dir / "results.csv")))
+    # Exactly the budget: two collectors share the next-episode counter.
+    assert [int(r["episode"]) for r in rows] == list(range(1, 13))
+    assert {r["policy"] for r in rows} == {"random"} and {r["col_worker"] for r in rows} <= {"1", "2"}
+    assert sum(int(r["length"]) for r in rows) == int(rows[-1]["env_steps"])
+    assert all(float(r["return"]) == int(r["length"]) for r in rows)    # CartPole: 1 per step
+    assert "results: 12 episodes over " in proc.stdout and "policy random: mean return" in proc.stdout
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["episodes"] == 12 and summary["results"] == str(run_dir / "results.csv")
