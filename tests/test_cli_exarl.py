@@ -15,15 +15,21 @@ EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["exarl-a2c-sync", "exarl-a2c-async"])
 def test_exarl_a2c_config_trains_once_per_episode(tmp_path, name):
-    # (exarl-random: the test below.)
+    # (exarl-random: the test below.) With EXARL's outputs: per-step logs and the plot.
     run_dir = tmp_path / "run"
     proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=1000",
-                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
+                     "learner.tensorboard=false", "scheme.col_step_logs=true", "learner.plot_at_end=true",
+                     f"run_dir={run_dir}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
     assert summary["env_steps"] >= 1000
     # One A2C step per whole episode: about 22 steps each (random CartPole) at the start.
     assert 1000 / 200 < summary["updates"] < 1000 / 8
+    logs = sorted(p.name for p in (run_dir / "steps").iterdir())
+    assert logs == (["steps_g0_c0.csv"] if name == "exarl-a2c-sync" else ["steps_g0_c1.csv", "steps_g0_c2.csv"])
+    rows = sum(len(list(csv.DictReader(open(run_dir / "steps" / f)))) for f in logs)
+    assert rows >= summary["env_steps"]     # (async: steps of rollouts still out at the end too)
+    assert summary["plot"] == str(run_dir / "reward_vs_time.png") and os.path.getsize(summary["plot"]) > 1000
 
 
 @pytest.mark.timeout(300)

@@ -1,6 +1,7 @@
 """Weight versions as publications, episode work units and budgets, collection-only schemes."""
 
 import csv
+import json
 import sys
 
 import gymnasium as gym
@@ -164,3 +165,21 @@ def test_random_writes_its_results(tmp_path):
     assert [int(r["episode"]) for r in rows] == list(range(1, 7))
     assert all(r["policy"] == "random" and 3 <= int(r["length"]) <= 7 and r["col_worker"] == "0" for r in rows)
     assert summary.startswith("6 episodes over 1 collectors, policy random: mean return")
+
+
+# ------------------------------------------------------------------ per-step logs
+def test_collectors_write_per_step_logs(tmp_path):
+    with Learner(build(A2C, envs=2, col_step_log_dir=str(tmp_path / "steps")), target_steps=64) as learner:
+        run(learner)
+    rows = list(csv.DictReader(open(tmp_path / "steps" / "steps_g0_c0.csv")))
+    assert len(rows) == 64 and set(rows[0]) == {"time", "env", "state", "action", "reward", "next_state",
+                                                 "total_reward", "done", "episode", "step", "policy"}
+    for env in ("0", "1"):
+        mine = [r for r in rows if r["env"] == env]
+        ended = [r for r in mine if r["done"] == "True"]
+        assert ended and all(r["policy"] == "learned" for r in mine)
+        # Reward 1 per step: the total is the step; an episode ends at its length (3 to 7),
+        # its next state the final observation ([length, 0]), and the next one starts at 1.
+        assert all(float(r["total_reward"]) == int(r["step"]) for r in mine)
+        assert all(3 <= int(r["step"]) <= 7 and json.loads(r["next_state"])[0] == int(r["step"]) for r in ended)
+        assert [int(r["episode"]) for r in ended] == list(range(1, len(ended) + 1))

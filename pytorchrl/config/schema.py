@@ -374,6 +374,10 @@ SECTIONS = {
                              + " (see docs/schemes.md); null: those defaults."),
         "col_rollout_unit": derived(Scheme, "col_rollout_unit", choices=("steps", "episodes")),
         "col_policy": derived(Scheme, "col_policy", choices=("learned", "random")),
+        "col_step_logs": Key("bool", False, "Every collector writes a per-step log of its training steps to "
+                                            "<run_dir>/steps/steps_g<i>_c<j>.csv (time, state, action, reward, "
+                                            "next state, total reward, done, episode, step, policy): EXARL's "
+                                            "actor logs. Large: one row per environment step."),
         "ray_address": Key("str", None, "Ray cluster to join when a level has several workers "
                                         "(null: RAY_ADDRESS, else a local instance)."),
     },
@@ -404,6 +408,9 @@ SECTIONS = {
                                         "environments (when env.test_env is true)."),
         "final_eval_episodes": Key("int", None, "Episodes of the final evaluation (null: the "
                                                 "algorithm's num_test_episodes).", low=1),
+        "plot_at_end": Key("bool", False, "After training, draw the return against env steps and against "
+                                          "wall-clock time into <run_dir>/reward_vs_time.png (as 'pytorchrl "
+                                          "plot RUN_DIR'; needs matplotlib)."),
     },
 }
 

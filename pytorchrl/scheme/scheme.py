@@ -108,6 +108,10 @@ class Scheme:
         one environment per collector, one whole episode), see ``CWorker``.
     col_policy : str
         "learned" (default) or "random": collectors act uniformly at random.
+    col_step_log_dir : str or None
+        Directory where every collector writes a per-step log of its training steps
+        (time, state, action, reward, next state, total reward, done, episode, step,
+        policy; see ``CWorker``), one CSV file per collector. None (default): no log.
 
     Options that the layout never uses (preemption thresholds with asynchronous collection
     or one collection worker, ``max_policy_lag`` with synchronous collection,
@@ -131,7 +135,7 @@ class Scheme:
                  decentralized_update_execution=False, max_policy_lag=None, max_grad_lag=None,
                  col_requests_in_flight=1, max_worker_restarts=3, worker_restart_delay_s=1.0,
                  on_env_error="restart", data_path="direct", replay_server=None, col_rollout_unit="steps",
-                 col_policy="learned"):
+                 col_policy="learned", col_step_log_dir=None):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -214,7 +218,8 @@ class Scheme:
                           compress_data_to_send=col_compress_data, col_worker_resources=col_res,
                           communication=col_workers_communication, max_policy_lag=max_policy_lag,
                           requests_in_flight=col_requests_in_flight, fault_policy=self.fault_policy,
-                          replay_server=self.replay_server, rollout_unit=col_rollout_unit, policy=col_policy)
+                          replay_server=self.replay_server, rollout_unit=col_rollout_unit, policy=col_policy,
+                          step_log_dir=col_step_log_dir)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.

@@ -33,7 +33,9 @@ PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"   # pytorchrl.checkpoint.previous_pat
 SUMMARY = "summary.yaml"
 #: Per-episode results of a collection-only run (scheme.num_grad_workers: 0).
 RESULTS = "results.csv"
+#: Reward against env steps and wall-clock time, drawn at the end with learner.plot_at_end.
+REWARD_PLOT = "reward_vs_time.png"
 CONTROL = "control"
 
 __all__ = ["CONFIG", "METRICS", "HOT_SWAPS", "TENSORBOARD", "MODEL", "CHECKPOINT", "PREVIOUS_CHECKPOINT",
-           "SUMMARY", "RESULTS", "CONTROL"]
+           "SUMMARY", "RESULTS", "REWARD_PLOT", "CONTROL"]

@@ -51,7 +51,7 @@ from pytorchrl.checkpoint import CheckpointError, SaveError, previous_path, remo
 from pytorchrl.config import ConfigError, build_learner, dump_config
 from pytorchrl.learner import NonFiniteUpdatesError
 from pytorchrl.scheme.base.ray_runtime import WorkerError
-from pytorchrl.tools import CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVIOUS_CHECKPOINT, RESULTS, SUMMARY
+from pytorchrl.tools import CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVIOUS_CHECKPOINT, RESULTS, REWARD_PLOT, SUMMARY
 from pytorchrl.tools.control import ControlServer, apply_changes
 from pytorchrl.tools.metrics import RunLog
 from pytorchrl.tools.progress import ProgressDisplay, format_status
@@ -554,9 +554,24 @@ class TrainingSession:
             summary["results"] = os.path.join(self.run_dir, RESULTS)
             summary["episodes"] = learner.num_episodes
             display.message(f"results: {line}")
+        if self.opts["plot_at_end"]:
+            summary["plot"] = self._plot()
         with open(os.path.join(self.run_dir, SUMMARY), "w") as f:
             f.write(dump_config(summary))
         return summary
+
+    def _plot(self):
+        """Draw the run's reward-vs-steps and reward-vs-time curves (``learner.plot_at_end``);
+        returns the file, or None (said on the display) when it cannot be drawn."""
+        from pytorchrl.tools.plot import plot_runs
+        path = os.path.join(self.run_dir, REWARD_PLOT)
+        try:
+            plot_runs([self.run_dir], path)
+        except (ImportError, ValueError, OSError) as exc:
+            self.display.message(f"no plot drawn: {' '.join(str(exc).split())}")
+            return None
+        self.display.message(f"reward-vs-time plot: {path}")
+        return path
 
     def close(self):
         """End the display, the control server and the logs, and stop the scheme (idempotent)."""

@@ -14,8 +14,72 @@ from pytorchrl.scheme.transport import pack, weights_from_wire
 
 #: What one rollout is: a fixed number of steps, or whole episodes (see CWorker).
 ROLLOUT_UNITS = ("steps", "episodes")
+#: Columns of a collector's per-step log (``step_log_dir``).
+STEP_LOG_FIELDS = ("time", "env", "state", "action", "reward", "next_state", "total_reward", "done", "episode",
+                   "step", "policy")
 #: Where actions come from: the actor, or uniform draws from the action space.
 POLICIES = ("learned", "random")
+
+
+class StepLog:
+    """A collector's per-step CSV log: one row per environment and step, flushed at the end
+    of each rollout (``STEP_LOG_FIELDS``; states and actions as JSON lists, ``next_state``
+    the final observation of an episode that ended, ``episode`` and ``step`` counted per
+    environment from 1).
+
+    Parameters
+    ----------
+    directory : str
+        Where the file goes (created if needed).
+    index_parent, index_worker : int
+        Gradient and collection worker: the file is ``steps_g<parent>_c<worker>.csv``.
+    num_envs : int
+        Environments of the collector.
+    policy : str
+        Written in every row ("learned" or "random").
+    """
+
+    def __init__(self, directory, index_parent, index_worker, num_envs, policy):
+        import csv
+        import os
+        os.makedirs(directory, exist_ok=True)
+        self.path = os.path.join(directory, f"steps_g{index_parent}_c{index_worker}.csv")
+        new = not os.path.exists(self.path)
+        self._file = open(self.path, "a", newline="")
+        self._writer = csv.writer(self._file)
+        if new:
+            self._writer.writerow(STEP_LOG_FIELDS)
+        self.policy = policy
+        self.total = np.zeros(num_envs)
+        self.episode = np.ones(num_envs, dtype=np.int64)
+        self.step = np.zeros(num_envs, dtype=np.int64)
+
+    def write(self, obs, action, reward, next_obs, term, trunc, final_obs):
+        """Record one vectorized step (the arrays ``envs.step_numpy`` returns)."""
+        now = round(time.time(), 4)
+        action = np.asarray(action)
+        for i in range(len(self.total)):
+            self.step[i] += 1
+            self.total[i] += float(reward[i])
+            done = bool(term[i] or trunc[i])
+            following = final_obs[i] if done and i in final_obs else next_obs[i]
+            self._writer.writerow((now, i, _json(obs[i]), _json(action[i]), float(reward[i]), _json(following),
+                                   float(self.total[i]), done, int(self.episode[i]), int(self.step[i]), self.policy))
+            if done:
+                self.episode[i] += 1
+                self.step[i] = 0
+                self.total[i] = 0.0
+
+    def flush(self):
+        self._file.flush()
+
+    def close(self):
+        self._file.close()
+
+
+def _json(x):
+    import json
+    return json.dumps(np.asarray(x).tolist())
 
 
 def no_envs(*args, **kwargs):
@@ -67,18 +131,24 @@ class CWorker(Worker):
     policy : str
         ``"learned"`` (default): the actor's actions. ``"random"``: actions drawn uniformly
         from the action space (the actor still runs, so the storage keeps its extras).
+    step_log_dir : str or None
+        Directory for a per-step log of the training steps (EXARL's actor logs): the file
+        ``steps_g<index_parent>_c<index_worker>.csv`` gets one row per environment and step
+        (see ``STEP_LOG_FIELDS``). None (default): no log. Written where the worker runs.
     """
 
     def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
                  fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, initial_weights=None, device=None, rollout_unit="steps",
-                 policy="learned"):
+                 policy="learned", step_log_dir=None):
         if rollout_unit not in ROLLOUT_UNITS:
             raise ValueError(f"rollout_unit must be one of {ROLLOUT_UNITS}, got {rollout_unit!r}")
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         self.rollout_unit = rollout_unit
         self.policy = policy
+        self._step_log = None
+        self._step_log_dir = step_log_dir
         # One thread per worker process: several workers share the cores, and small
         # networks gain nothing from intra-op parallelism.
         torch.set_num_threads(1)
@@ -99,6 +169,8 @@ class CWorker(Worker):
         self.actor_version = 0
         self._cut_round = None
         self.obs = self.envs_train.reset_numpy().copy() if self.envs_train is not None else None
+        if step_log_dir and self.envs_train is not None:
+            self._step_log = StepLog(step_log_dir, index_parent, index_worker, self.envs_train.num_envs, policy)
         self.state = self.actor.initial_state(self.envs_train.num_envs) if self.envs_train is not None else None
         if initial_weights is not None:
             # The weights a worker is built with are version 0 wherever it lives.
@@ -320,7 +392,11 @@ class CWorker(Worker):
             env_action, extras, state = actor.act(storage.current_obs(), state)
             if self.policy == "random":
                 env_action = self._random_actions(env_action)
+            if self._step_log is not None:
+                obs = storage.current_obs().copy()
             next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
+            if self._step_log is not None:
+                self._step_log.write(obs, env_action, rew, next_obs, term, trunc, final_obs)
             step = {ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
                     FINAL_OBS: final_obs}
             if state is not None:
@@ -332,9 +408,16 @@ class CWorker(Worker):
             if final_obs and self.rollout_unit == "episodes":
                 break
         storage.finish(state)
+        if self._step_log is not None:
+            self._step_log.flush()
         self.obs = storage.next_rollout_obs()
         self.state = state
         return time.perf_counter() - t0, steps, cut
+
+    def _close_step_log(self):
+        if self._step_log is not None:
+            self._step_log.close()
+            self._step_log = None
 
     def _random_actions(self, like):
         """One uniform draw of the action space per environment, shaped and typed as the
@@ -436,7 +519,8 @@ class CWorker(Worker):
                 "storage": dict(self.storage.hyperparameters)}
 
     def stop(self):
-        """Close the environments."""
+        """Close the environments (and the per-step log)."""
+        self._close_step_log()
         for envs in (self.envs_train, self.envs_test):
             if envs is not None:
                 envs.close()

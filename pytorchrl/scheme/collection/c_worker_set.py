@@ -87,6 +87,8 @@ class CWorkerSet(WorkerSet):
     rollout_unit, policy : str
         Passed to every ``CWorker``: what one rollout is (``"steps"`` or ``"episodes"``) and
         where actions come from (``"learned"`` or ``"random"``).
+    step_log_dir : str or None
+        Passed to every ``CWorker``: directory of the per-step logs (None: none).
 
     Episode budget (``set_episode_budget``). Once the rollouts handed over hold that many
     finished episodes, ``collect`` raises ``EpisodeBudgetSpent`` instead of collecting. With
@@ -116,7 +118,7 @@ class CWorkerSet(WorkerSet):
                  compress_data_to_send=False, train_envs_factory=no_envs, test_envs_factory=no_envs,
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
-                 rollout_unit="steps", policy="learned"):
+                 rollout_unit="steps", policy="learned", step_log_dir=None):
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
@@ -142,7 +144,7 @@ class CWorkerSet(WorkerSet):
         params = dict(index_parent=index_parent, algo_factory=algo_factory, actor_factory=actor_factory,
                       storage_factory=storage_factory, compress_data_to_send=compress_data_to_send,
                       fraction_samples=fraction_samples, initial_weights=initial_weights,
-                      rollout_unit=rollout_unit, policy=policy)
+                      rollout_unit=rollout_unit, policy=policy, step_log_dir=step_log_dir)
         self.rollout_unit = rollout_unit
         self.episode_budget = None  # episodes to hand over in all (None: no limit)
         self.episodes_received = 0
@@ -185,7 +187,7 @@ class CWorkerSet(WorkerSet):
                        train_envs_factory=no_envs, total_parent_workers=0, col_fraction_samples=1.0,
                        compress_data_to_send=False, col_worker_resources=None, col_fraction_workers=1.0,
                        communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None,
-                       replay_server=None, rollout_unit="steps", policy="learned"):
+                       replay_server=None, rollout_unit="steps", policy="learned", step_log_dir=None):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -201,7 +203,8 @@ class CWorkerSet(WorkerSet):
                                 test_envs_factory=test_envs_factory, worker_remote_config=col_worker_resources,
                                 communication=communication, max_policy_lag=max_policy_lag,
                                 requests_in_flight=requests_in_flight, fault_policy=fault_policy,
-                                replay_server=replay_server, rollout_unit=rollout_unit, policy=policy)
+                                replay_server=replay_server, rollout_unit=rollout_unit, policy=policy,
+                                step_log_dir=step_log_dir)
 
     # ------------------------------------------------------------------ weights
     def set_version(self, version):
