@@ -331,7 +331,10 @@ class Learner:
                     add_time_metrics=False):
         """Current metrics as a flat dict with ``"Group/Name"`` keys.
 
-        Algorithm metrics (losses) are means over the updates since the previous call.
+        Always present: ``Scheme/EnvSteps``, ``Scheme/Updates`` (optimizer steps, skipped ones
+        included) and ``Scheme/PolicyVersion`` (the newest weight version a gradient was
+        computed on; versions count publications of weights, see ``UWorker``). Algorithm
+        metrics (losses) are means over the updates since the previous call.
 
         Parameters
         ----------
@@ -355,6 +358,7 @@ class Learner:
         add_time_metrics : bool
             Steps per second, elapsed time, seconds spent in each phase.
         """
+        # Updates are optimizer steps; PolicyVersion counts weight publications (update rounds).
         m = {"Scheme/EnvSteps": self.num_samples_collected, "Scheme/Updates": self.num_updates,
              "Scheme/PolicyVersion": self.policy_version}
         if add_algo_metrics:
