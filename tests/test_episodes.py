@@ -135,6 +135,22 @@ def test_an_episode_budget_over_async_collectors_runs_exactly_n(ray_here):
         assert learner.update_worker.local_worker.col_workers._in_flight == {}
 
 
+def test_an_episode_budget_is_shared_by_gradient_workers(ray_here):
+    # 2 gradient workers take 6 and 5 episodes; the one done first sends no gradient while
+    # the other trains on, and the run ends once both are done.
+    with Learner(build(A2C, num_grad_workers=2, grad_workers_resources={"num_cpus": 0.25},
+                       col_rollout_unit="episodes"), target_steps=10 ** 6, target_episodes=11,
+                 record_episodes=True) as learner:
+        infos = run(learner)
+        assert learner.num_episodes == 11
+        per_worker = [sum(1 for r in learner.episode_records if r["grad_worker"] == g) for g in (1, 2)]
+        assert per_worker == [6, 5]
+        assert learner.budget_spent and sum(1 for i in infos if i.get("budget_spent")) == 1
+    with pytest.raises(ValueError, match="needs a central update"):
+        Learner(build(A2C, num_grad_workers=2, grad_workers_resources={"num_cpus": 0.25},
+                      decentralized_update_execution=True), target_steps=100, target_episodes=5).stop()
+
+
 def test_the_cutoff_ends_a_run_whose_returns_stopped_changing():
     # Returns are episode lengths, 3 to 7 at random whatever the policy: the means of two
     # windows of 10 differ by far less than 5.

@@ -178,11 +178,14 @@ class UWorker(Worker):
                 break
         infos = [i for _, i in results]
         # Gradient workers whose episode budget is spent send their last round's
-        # information and no gradient.
+        # information and no gradient; the run's budget is spent once all of theirs are.
+        spent = [i.pop("budget_spent", False) for i in infos]
         results = [r for r in results if r[0] is not None]
         if not results:
-            infos[0].update(no_update=True, budget_spent=all(i.get("budget_spent") for i in infos))
+            infos[0].update(no_update=True, budget_spent=all(spent))
             return infos, t1
+        # Those of the gradients used first: the update's outcome is written on infos[0].
+        infos = [i for _, i in results] + [i for i, was_spent in zip(infos, spent) if was_spent]
         grads = [self._unpack(g) for g, _ in results]
         averaged = [None if gs[0] is None else torch.stack(gs).mean(0) for gs in zip(*grads)]
         for _, info in results:
