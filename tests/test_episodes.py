@@ -125,6 +125,19 @@ def test_an_episode_budget_ends_with_all_n_episodes_used(algo_cls):
         assert infos[-1].get("budget_spent")
 
 
+def test_a_resumed_run_runs_only_the_episodes_left(tmp_path):
+    with Learner(build(A2C, col_rollout_unit="episodes"), target_steps=10 ** 6, target_episodes=9,
+                 log_dir=str(tmp_path)) as learner:
+        while learner.num_episodes < 4:
+            learner.step()
+        path = learner.save_checkpoint()
+    with Learner(build(A2C, col_rollout_unit="episodes"), target_steps=10 ** 6, target_episodes=9,
+                 log_dir=str(tmp_path)) as resumed:
+        resumed.load_checkpoint(path)
+        run(resumed)
+        assert resumed.num_episodes == 9 and resumed.budget_spent
+
+
 def test_an_episode_budget_over_async_collectors_runs_exactly_n(ray_here):
     with Learner(build(A2C, num_col_workers=2, col_workers_communication=prl.ASYNC, col_rollout_unit="episodes",
                        col_workers_resources={"num_cpus": 0.25}),
