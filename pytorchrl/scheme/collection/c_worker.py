@@ -9,77 +9,14 @@ from pytorchrl import ACT, OBS2, REW, RHS, TERM, TRUNC
 from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.worker import Worker
+from pytorchrl.scheme.collection.step_log import StepLog
 from pytorchrl.scheme.transport import pack, weights_from_wire
 
 
 #: What one rollout is: a fixed number of steps, or whole episodes (see CWorker).
 ROLLOUT_UNITS = ("steps", "episodes")
-#: Columns of a collector's per-step log (``step_log_dir``).
-STEP_LOG_FIELDS = ("time", "env", "state", "action", "reward", "next_state", "total_reward", "done", "episode",
-                   "step", "policy")
 #: Where actions come from: the actor, or uniform draws from the action space.
 POLICIES = ("learned", "random")
-
-
-class StepLog:
-    """A collector's per-step CSV log: one row per environment and step, flushed at the end
-    of each rollout (``STEP_LOG_FIELDS``; states and actions as JSON lists, ``next_state``
-    the final observation of an episode that ended, ``episode`` and ``step`` counted per
-    environment from 1).
-
-    Parameters
-    ----------
-    directory : str
-        Where the file goes (created if needed).
-    index_parent, index_worker : int
-        Gradient and collection worker: the file is ``steps_g<parent>_c<worker>.csv``.
-    num_envs : int
-        Environments of the collector.
-    policy : str
-        Written in every row ("learned" or "random").
-    """
-
-    def __init__(self, directory, index_parent, index_worker, num_envs, policy):
-        import csv
-        import os
-        os.makedirs(directory, exist_ok=True)
-        self.path = os.path.join(directory, f"steps_g{index_parent}_c{index_worker}.csv")
-        new = not os.path.exists(self.path)
-        self._file = open(self.path, "a", newline="")
-        self._writer = csv.writer(self._file)
-        if new:
-            self._writer.writerow(STEP_LOG_FIELDS)
-        self.policy = policy
-        self.total = np.zeros(num_envs)
-        self.episode = np.ones(num_envs, dtype=np.int64)
-        self.step = np.zeros(num_envs, dtype=np.int64)
-
-    def write(self, obs, action, reward, next_obs, term, trunc, final_obs):
-        """Record one vectorized step (the arrays ``envs.step_numpy`` returns)."""
-        now = round(time.time(), 4)
-        action = np.asarray(action)
-        for i in range(len(self.total)):
-            self.step[i] += 1
-            self.total[i] += float(reward[i])
-            done = bool(term[i] or trunc[i])
-            following = final_obs[i] if done and i in final_obs else next_obs[i]
-            self._writer.writerow((now, i, _json(obs[i]), _json(action[i]), float(reward[i]), _json(following),
-                                   float(self.total[i]), done, int(self.episode[i]), int(self.step[i]), self.policy))
-            if done:
-                self.episode[i] += 1
-                self.step[i] = 0
-                self.total[i] = 0.0
-
-    def flush(self):
-        self._file.flush()
-
-    def close(self):
-        self._file.close()
-
-
-def _json(x):
-    import json
-    return json.dumps(np.asarray(x).tolist())
 
 
 def no_envs(*args, **kwargs):
@@ -134,7 +71,7 @@ class CWorker(Worker):
     step_log_dir : str or None
         Directory for a per-step log of the training steps (EXARL's actor logs): the file
         ``steps_g<index_parent>_c<index_worker>.csv`` gets one row per environment and step
-        (see ``STEP_LOG_FIELDS``). None (default): no log. Written where the worker runs.
+        (see ``step_log.STEP_LOG_FIELDS``). None (default): no log. Written where the worker runs.
     """
 
     def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
@@ -148,7 +85,6 @@ class CWorker(Worker):
         self.rollout_unit = rollout_unit
         self.policy = policy
         self._step_log = None
-        self._step_log_dir = step_log_dir
         # One thread per worker process: several workers share the cores, and small
         # networks gain nothing from intra-op parallelism.
         torch.set_num_threads(1)
