@@ -109,6 +109,9 @@ def test_killed_collector_is_replaced(col, how):
         expected = _swap_hyperparameters(learner, actor=True)
         for _ in range(3):
             learner.step()
+        # The test collects below as the gradient worker would, which publishes the updates
+        # made since its last round first (collectors only ever get published versions).
+        scheme.update_worker.local_worker.publish()
         old_pid = scheme.process_info()[1][1]
         victim = col_set.remote_workers()[1]
         if how == "ray.kill":

@@ -147,8 +147,11 @@ class UWorker(Worker):
                 infos = [info for _, info in (value for value, _ in outcomes)]
                 for info in infos:
                     info["grad_asynchrony"] = 0   # all-reduced: every worker on the same weights
-                # All skip a non-finite all-reduced gradient together (or none does). Each
-                # gradient worker publishes its versions to its collectors itself.
+                # Each gradient worker publishes its versions to its collectors itself (all
+                # in lockstep): the version here follows theirs, the weights are fetched
+                # when needed (sync_local_weights).
+                self.local_worker.version = max(info["version"] for info in infos)
+                # All skip a non-finite all-reduced gradient together (or none does).
                 if not infos[0].get("update_skipped"):
                     self._remote_version_known = False
                 return infos, t1
