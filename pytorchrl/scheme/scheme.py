@@ -175,6 +175,9 @@ class Scheme:
                            f"data_path='replay_server' (rollouts are in the server before their lag is known); "
                            f"it is ignored")
             max_policy_lag = None
+        if replay_options is not None and collect_only:
+            raise ValueError("a collection-only scheme (num_grad_workers=0) trains nothing: it needs "
+                             "data_path='direct', not a replay server")
         self.fault_policy = FaultPolicy(max_worker_restarts=max_worker_restarts,
                                         worker_restart_delay_s=worker_restart_delay_s, on_env_error=on_env_error)
         from pytorchrl.scheme.base.ray_runtime import validate_resources
