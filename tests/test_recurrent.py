@@ -61,6 +61,33 @@ def memory_from_zero(actor, observations):
 
 
 # ------------------------------------------------------------------------- names
+
+@pytest.mark.parametrize("net", [GRU, LSTM])
+def test_memory_step_is_torch_cell_and_sequence_resets_at_episode_ends(net):
+    """One step equals torch's own cell; ``sequence`` equals stepping one at a time with the
+    state zeroed after each ended episode (what the collector does while acting)."""
+    torch.manual_seed(0)
+    memory = net(5, hidden_size=7)
+    x, state = torch.randn(6, 3, 5), torch.randn(3, memory.state_size)
+    out, next_state = memory(x[0], state)
+    if net is GRU:
+        expected = memory.cell(x[0], state)
+        np.testing.assert_allclose(next_state.detach().numpy(), expected.detach().numpy(), atol=1e-6)
+    else:
+        expected, cell = memory.cell(x[0], (state[:, :7], state[:, 7:]))
+        np.testing.assert_allclose(next_state[:, 7:].detach().numpy(), cell.detach().numpy(), atol=1e-6)
+    np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), atol=1e-6)
+
+    done = torch.zeros(6, 3, 1)
+    done[1, 0] = done[3, 2] = 1.0
+    by_steps, h = [], state
+    for t in range(6):
+        out, h = memory(x[t], h)
+        by_steps.append(out)
+        h = h * (1.0 - done[t])
+    np.testing.assert_allclose(memory.sequence(x, state, done).detach().numpy(),
+                               torch.stack(by_steps).detach().numpy(), atol=1e-5)
+
 def test_memory_networks_by_name_and_unknown_names_refused():
     assert get_memory_network("GRU") is GRU and get_memory_network("lstm") is LSTM
     assert get_memory_network(GRU) is GRU

@@ -42,6 +42,15 @@ class MemoryNetwork(nn.Module):
     def forward(self, x, state):
         """One step: features ``x`` (N, input_size) and ``state`` (N, state_size) ->
         (output (N, hidden_size), next state (N, state_size))."""
+        return self._advance(self._project_inputs(x), state)
+
+    def _project_inputs(self, x):
+        """The part of a step that reads only the input (..., input_size): done for a whole
+        sequence at once by ``sequence``. Default: the input itself."""
+        return x
+
+    def _advance(self, projected, state):
+        """One step from ``_project_inputs``'s output -> (output, next state)."""
         raise NotImplementedError
 
     def sequence(self, x, state, done):
@@ -62,12 +71,13 @@ class MemoryNetwork(nn.Module):
         torch.Tensor
             Outputs (T, B, hidden_size).
         """
-        outs = []
+        inputs = self._project_inputs(x)
         keep = 1.0 - done
+        outs = []
         for t in range(x.shape[0]):
             if t > 0:
                 state = state * keep[t - 1]
-            out, state = self(x[t], state)
+            out, state = self._advance(inputs[t], state)
             outs.append(out)
         return torch.stack(outs)
 
@@ -85,32 +95,21 @@ class GRU(MemoryNetwork):
         super().__init__(input_size, hidden_size)
         # GRUCell holds the parameters (its usual initialisation and state-dict names);
         # the arithmetic is written out so that a sequence projects all its inputs in
-        # one product, and acting and training share ``_step`` exactly.
+        # one product, and acting and training share ``_advance`` exactly.
         self.cell = nn.GRUCell(self.input_size, hidden_size)
         self.state_size = hidden_size
 
-    def _step(self, gi, h):
+    def _project_inputs(self, x):
+        return F.linear(x, self.cell.weight_ih, self.cell.bias_ih)
+
+    def _advance(self, gi, h):
         """GRUCell's update from the projected input ``gi`` (N, 3 * hidden_size)."""
         gh = F.linear(h, self.cell.weight_hh, self.cell.bias_hh)
         size = 2 * self.hidden_size
         r, z = torch.sigmoid(gi[:, :size] + gh[:, :size]).chunk(2, dim=1)
         n = torch.tanh(gi[:, size:] + r * gh[:, size:])
-        return n + z * (h - n)
-
-    def forward(self, x, state):
-        h = self._step(F.linear(x, self.cell.weight_ih, self.cell.bias_ih), state)
+        h = n + z * (h - n)
         return h, h
-
-    def sequence(self, x, state, done):
-        gi = F.linear(x, self.cell.weight_ih, self.cell.bias_ih)
-        keep = 1.0 - done
-        outs = []
-        for t in range(x.shape[0]):
-            if t > 0:
-                state = state * keep[t - 1]
-            state = self._step(gi[t], state)
-            outs.append(state)
-        return torch.stack(outs)
 
 
 class LSTM(MemoryNetwork):
@@ -128,7 +127,7 @@ class LSTM(MemoryNetwork):
         self.cell = nn.LSTMCell(self.input_size, hidden_size)
         self.state_size = 2 * hidden_size
 
-    def forward(self, x, state):
+    def _advance(self, x, state):
         h, c = self.cell(x, (state[:, :self.hidden_size], state[:, self.hidden_size:]))
         return h, torch.cat([h, c], dim=1)
 
