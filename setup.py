@@ -13,6 +13,8 @@ setup(
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["pytorchrl", "pytorchrl.*"]),
+    # The agent presets (top-level 'preset: NAME' of a configuration) are YAML files.
+    package_data={"pytorchrl.config": ["presets/*.yaml"]},
     python_requires=">=3.9",
     install_requires=[
         "torch>=2.1,<3",

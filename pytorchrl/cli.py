@@ -252,15 +252,21 @@ def set_command(args):
 
 
 def presets_command(args):
-    """Handler of `presets`: list the named scheme layouts; returns the exit status."""
+    """Handler of `presets`: list the named scheme layouts, then the named agents; returns the exit status."""
+    from pytorchrl.config.agent_presets import AGENT_PRESETS
     from pytorchrl.scheme.workflows.presets import PRESETS, get_preset
     if args.name:
+        if args.name in AGENT_PRESETS:
+            _print_agent_preset(AGENT_PRESETS[args.name], full=True)
+            return EXIT_OK
         try:
             presets = [get_preset(args.name)]
-        except KeyError as exc:
-            raise UsageError(exc.args[0]) from None
+        except KeyError:
+            raise UsageError(f"unknown preset {args.name!r}; scheme layouts: {', '.join(PRESETS)}; agents: "
+                             f"{', '.join(AGENT_PRESETS)}") from None
     else:
         presets = list(PRESETS.values())
+        print("scheme layouts\n")
     for i, preset in enumerate(presets):
         if i:
             print()
@@ -271,7 +277,35 @@ def presets_command(args):
     if not args.name:
         print("\nuse one with  scheme: {preset: NAME}  in the configuration file (keys next to it win), "
               "or  scheme.preset=NAME  on the command line")
+        print("\n\nagents\n")
+        for i, agent in enumerate(AGENT_PRESETS.values()):
+            if i:
+                print()
+            _print_agent_preset(agent, full=False)
+        print("\nuse one with  preset: NAME  at the top of the configuration file (keys written in the file "
+              "win); 'pytorchrl presets NAME' prints its values")
     return EXIT_OK
+
+
+def _print_agent_preset(agent, full):
+    """Print an agent preset: name, example file, description, then its values section by
+    section (``full``) or one line saying what it combines."""
+    values = agent.resolved()
+    print(f"{agent.name}  (examples/configs/{agent.file})\n  {agent.description}")
+    if not full:
+        env, scheme = values.get("env", {}), values.get("scheme") or {}
+        storage = (values.get("storage") or {}).get("name", "default")
+        print(f"  algorithm: {values['algorithm']['name']}, storage: {storage}, env: {env.get('id')} "
+              f"(family {env.get('family', 'gym')}), scheme: {scheme.get('preset') or 'single-process'}")
+        return
+    values.pop("preset", None)
+    for section, value in values.items():
+        if isinstance(value, list):
+            print(f"  {section}:")
+            for item in value:
+                print(f"    - {_yaml_inline(item)}")
+        else:
+            print(f"  {section}: {_yaml_inline(value)}")
 
 
 def _yaml_inline(value):
@@ -497,11 +531,14 @@ def build_parser():
     _add_debug_argument(setp)
     setp.set_defaults(handler=set_command)
 
-    presets = sub.add_parser("presets", help="list the named scheme layouts (scheme.preset)",
+    presets = sub.add_parser("presets", help="list the named scheme layouts (scheme.preset) and agents (preset)",
                              description="List the named scheme layouts: name, what it does, and the scheme "
                                          "values it sets. Use one with 'scheme: {preset: NAME}' in a "
-                                         "configuration file; keys written next to it win.")
-    presets.add_argument("name", nargs="?", default=None, help="show only this preset")
+                                         "configuration file; keys written next to it win. Then list the "
+                                         "named agents, whole configurations used with 'preset: NAME' at the "
+                                         "top of a file; keys written in the file win.")
+    presets.add_argument("name", nargs="?", default=None,
+                         help="show only this preset (an agent: all its values)")
     _add_debug_argument(presets)
     presets.set_defaults(handler=presets_command)
 

@@ -41,7 +41,7 @@ def error_of(raw):
 # ------------------------------------------------------------------------------ schema
 def test_resolved_config_has_every_key_with_defaults():
     config = validate_config(minimal())
-    assert list(config) == ["seed", "run_dir", "env", "algorithm", "actor", "storage", "scheme",
+    assert list(config) == ["preset", "seed", "run_dir", "env", "algorithm", "actor", "storage", "scheme",
                             "learner", "schedules"]
     assert set(config["scheme"]) == set(SECTIONS["scheme"])
     assert config["algorithm"]["clip_param"] == 0.2          # PPO's own default

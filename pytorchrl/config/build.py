@@ -12,7 +12,7 @@ from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.schema import FEATURE_EXTRACTORS
-from pytorchrl.envs import make_gym_env
+from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.learner import Learner
 from pytorchrl.schedules import Schedule
 from pytorchrl.scheme import Scheme
@@ -56,13 +56,21 @@ def build_env_factories(config, log_dir=None):
     env = config["env"]
     seed = env["seed"] if env["seed"] is not None else config["seed"]
     monitor_dir = os.path.join(log_dir, "monitor") if (log_dir and env["monitor"]) else None
-    common = dict(env_fn=make_gym_env, env_kwargs={"env_id": env["id"], **env["kwargs"]},
-                  log_dir=monitor_dir, vectorization=env["vectorization"], seed=seed)
-    train_factory, action_space, obs_space = VecEnv.create_factory(vec_env_size=env["vec_env_size"], **common)
+    family = ENV_FAMILIES[env["family"]]
+    env_kwargs = {"env_id": env["id"], **env["kwargs"],
+                  **{k: env[k] for k in family.options if env[k] is not None}}
+    if family.name != "gym" and seed is not None:
+        # The family's factories combine the seed with the worker and env indexes (and
+        # train/test) themselves: the vector env adds no seed of its own.
+        env_kwargs["seed"], seed = seed, None
+    common = dict(env_kwargs=env_kwargs, log_dir=monitor_dir, vectorization=env["vectorization"], seed=seed)
+    train_factory, action_space, obs_space = VecEnv.create_factory(
+        env_fn=family.train_factory, vec_env_size=env["vec_env_size"], **common)
     test_factory = None
     if env["test_env"]:
         # Test envs get seeds of their own from the factory (it offsets the "test" mode).
-        test_factory, _, _ = VecEnv.create_factory(vec_env_size=env["test_vec_env_size"], **common)
+        test_factory, _, _ = VecEnv.create_factory(env_fn=family.test_factory,
+                                                   vec_env_size=env["test_vec_env_size"], **common)
     return train_factory, test_factory, action_space, obs_space
 
 

@@ -14,6 +14,7 @@ import sys
 
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.storages import STORAGES
+from pytorchrl.config.agent_presets import AGENT_PRESETS
 from pytorchrl.config.schema import (REQUIRED, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL,
                                      algorithm_keys, storage_keys)
 from pytorchrl.scheme.workflows.presets import PRESETS
@@ -25,7 +26,7 @@ INTRO = """\
      (the same text as `pytorchrl keys --markdown`). Do not edit by hand: change the
      components' docstrings or pytorchrl/config/schema.py and generate it again. -->
 
-A configuration file is YAML with two top-level keys and seven sections. Every key is
+A configuration file is YAML with three top-level keys and seven sections. Every key is
 optional unless marked *required*; a missing key takes its default, and the run directory
 receives the resolved file (`config.yaml`) with every default filled in. The file is
 validated before anything starts: an unknown key, a wrong type or a value out of range is
@@ -86,8 +87,28 @@ def _presets_table():
     return "\n".join(rows)
 
 
+def _agents_table():
+    rows = ["| preset | agent | example |", "| --- | --- | --- |"]
+    for agent in AGENT_PRESETS.values():
+        rows.append(f"| `{agent.name}` | {_cell(agent.description)} | `examples/configs/{agent.file}` |")
+    return "\n".join(rows)
+
+
+AGENTS_TEXT = """\
+`preset: NAME` names a whole agent: its values (algorithm, storage, actor, env, scheme layout,
+learner budget, schedules) fill every section first, and the keys written in the file or
+given on the command line win, key by key (`pytorchrl train examples/configs/ppo_atari.yaml
+learner.target_steps=100000`). A section whose `algorithm.name`, `storage.name` or
+`env.family` differs from the preset's replaces the preset's section instead (and another
+algorithm drops the preset's schedules). `pytorchrl presets NAME` prints an agent's values;
+the files are in `pytorchrl/config/presets/`.
+"""
+
 SECTION_TEXT = {
-    "env": "The environments: a gymnasium id, its arguments, and how many run side by side.",
+    "env": "The environments: a family (`gym`, `atari`, `mujoco`), an id, the family's options, and how "
+           "many run side by side. The family options (`frame_stack`, `episodic_life`, ...) default to "
+           "null, the factory's own default; one the family does not have is refused. Image observations "
+           "(Atari's stacked frames) get the CNN feature extractor (`actor.feature_extractor: auto`).",
     "algorithm": "The algorithm (`name`) and its hyperparameters; the valid keys depend on the name. "
                  "Every hyperparameter can change while training (`pytorchrl set RUN_DIR lr=1e-4`, "
                  "`schedules`).",
@@ -104,7 +125,7 @@ SECTION_TEXT = {
 
 def configuration_reference():
     """The whole reference as Markdown text."""
-    out = [INTRO, "## Top level\n", _table(TOP_LEVEL), ""]
+    out = [INTRO, "## Top level\n", _table(TOP_LEVEL), "", "### agent presets\n", AGENTS_TEXT, _agents_table(), ""]
     for section in SECTION_ORDER:
         if section == "schedules":
             out += ["## schedules\n",

@@ -31,6 +31,8 @@ from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import STORAGES
+from pytorchrl.config.agent_presets import AGENT_PRESETS
+from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.learner import Learner
 from pytorchrl.schedules import VALID_KINDS, VALID_TARGETS, Schedule
 from pytorchrl.scheme import Scheme
@@ -90,6 +92,8 @@ PARAMETER_RANGES = {
     "target_episodes": dict(low=1), "cutoff": dict(low=0.0), "rolling_reward_length": dict(low=1),
     "start_step": dict(low=0),
     "end_step": dict(low=1), "min_relative_change": dict(low=0.0),
+    "frame_stack": dict(low=1), "frame_skip": dict(low=0), "reward_delay": dict(low=1),
+    "max_episode_steps": dict(low=0),
 }
 
 
@@ -266,10 +270,45 @@ def storage_keys(name):
     return _component_keys(STORAGES[name])
 
 
+#: Docs of family options whose factory docstring speaks of Python values (None) that the
+#: configuration uses for "the factory's default".
+_FAMILY_OPTION_OVERRIDES = {
+    "max_episode_steps": dict(doc="Truncate a game after this many agent steps (4 frames each); 0: no limit."),
+}
+
+
+def env_family_option_keys():
+    """Keys of the options of the environment families (``env.frame_stack``, ...).
+
+    Each is documented by the first family's factory that takes it; its default is null,
+    the factory's own default, so that an option given for a family without it is refused
+    (``validate``), not silently ignored.
+    """
+    keys = {}
+    for family in ENV_FAMILIES.values():
+        for name in family.options:
+            if name in keys:
+                continue
+            owners = [f.name for f in ENV_FAMILIES.values() if name in f.options]
+            key = derived(family.train_factory, name, **_FAMILY_OPTION_OVERRIDES.get(name, {}))
+            default = inspect.signature(family.train_factory).parameters[name].default
+            default = str(default).lower() if isinstance(default, bool) else default
+            keys[name] = Key(key.kind, None, f"Famil{'ies' if len(owners) > 1 else 'y'} {' and '.join(owners)}: "
+                                             f"{key.doc} Null: the factory's default ({default}).",
+                             low=key.low, high=key.high)
+    return keys
+
+
+#: ``env`` keys of the family options (frame_stack, episodic_life, ...).
+ENV_FAMILY_OPTION_KEYS = env_family_option_keys()
+
 # ------------------------------------------------------------------------------- schema
 _COMM = ("sync", "async")
 
 TOP_LEVEL = {
+    "preset": Key("str", None, "Named agent whose values fill every section first (algorithm, storage, actor, "
+                               "env, scheme, learner, schedules); keys written in the file win ('pytorchrl "
+                               "presets' lists them).", choices=tuple(AGENT_PRESETS)),
     "seed": Key("int", None, "Seed of torch, numpy and random, and base seed of the environments."),
     "run_dir": Key("str", None, "Directory of the run (config.yaml, metrics.csv, model, episode logs); "
                                 "null: runs/<config name>-<timestamp>."),
@@ -279,7 +318,12 @@ SECTIONS = {
     "env": {
         "id": Key("str", REQUIRED, "gymnasium environment id, e.g. CartPole-v1; 'module:Id' imports "
                                    "the module that registers it first."),
-        "kwargs": Key("dict", {}, "Keyword arguments of gymnasium.make (e.g. max_episode_steps)."),
+        "family": Key("str", "gym", "Which factories build the environments: gym (gymnasium.make), atari "
+                                    "(ALE games, 84x84 frames: PongNoFrameskip-v4), mujoco (HalfCheetah-v5, "
+                                    "...); the options below belong to one family or another.",
+                      choices=tuple(ENV_FAMILIES)),
+        "kwargs": Key("dict", {}, "Keyword arguments of gymnasium.make (e.g. max_episode_steps); family gym "
+                                  "only."),
         "vec_env_size": derived(VecEnv.create_factory, "vec_env_size"),
         "vectorization": derived(VecEnv.create_factory, "vectorization", kind="str",
                                  choices=("sync", "subprocess"),
@@ -290,6 +334,7 @@ SECTIONS = {
                                        "(Episodes/TestReward, the final evaluation)."),
         "test_vec_env_size": Key("int", 1, "Test environments evaluated together.", low=1),
         "monitor": Key("bool", True, "Write one CSV line per finished episode under <run_dir>/monitor."),
+        **ENV_FAMILY_OPTION_KEYS,
     },
     "algorithm": {
         "name": Key("str", REQUIRED, "Algorithm; the other keys of this section are its "

@@ -12,7 +12,10 @@ import importlib
 import math
 
 from pytorchrl.config import schema
-from pytorchrl.config.schema import RESOURCE_KEYS, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL, Key
+from pytorchrl.config.agent_presets import apply_agent_preset
+from pytorchrl.config.schema import (ENV_FAMILY_OPTION_KEYS, RESOURCE_KEYS, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS,
+                                     TOP_LEVEL, Key)
+from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.scheme.base.checks import ineffective_options
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
 
@@ -224,6 +227,36 @@ def check_env_id(env_id, path="env.id"):
         hint = suggestion(name, gymnasium.envs.registry.keys()) or \
             " (an environment registered by a package is written 'package:Id')"
         raise ConfigError(path, f"unknown gymnasium environment {name!r}{hint}")
+
+
+def check_env_family(env):
+    """Refuse what the family of ``env`` (a resolved ``env`` section) cannot build: an option
+    of another family, gymnasium.make arguments outside the gym family, an id of another
+    family or none, and a family whose package is not installed."""
+    family = ENV_FAMILIES[env["family"]]
+    for name in ENV_FAMILY_OPTION_KEYS:
+        if env[name] is not None and name not in family.options:
+            owners = [f.name for f in ENV_FAMILIES.values() if name in f.options]
+            raise ConfigError(f"env.{name}", f"is an option of the {' and '.join(owners)} "
+                                             f"famil{'ies' if len(owners) > 1 else 'y'}; env.family is "
+                                             f"{family.name!r}, which has "
+                                             f"{'options ' + ', '.join(family.options) if family.options else 'none'}")
+    if family.name == "gym":
+        check_env_id(env["id"])
+        return
+    if env["kwargs"]:
+        raise ConfigError("env.kwargs", f"the {family.name} family takes no gymnasium.make arguments; its options "
+                                        f"are env keys: {', '.join(family.options)}")
+    try:
+        problem = family.check_id(env["id"])
+    except ImportError as exc:
+        raise ConfigError("env.family", f"{family.name}: {exc}") from None
+    if problem == "unknown":
+        import gymnasium
+        ids = [i for i, spec in gymnasium.envs.registry.items() if family.entry_point in str(spec.entry_point)]
+        raise ConfigError("env.id", f"unknown {family.name} environment {env['id']!r}{suggestion(env['id'], ids)}")
+    if problem:
+        raise ConfigError("env.id", f"{env['id']!r} is {problem}")
 
 
 def _check_schedules(items, config):
@@ -450,6 +483,9 @@ def validate_config(raw):
     """
     if not isinstance(raw, dict):
         raise ConfigError("", f"expected a mapping of sections at the top level, got {_show(raw)}")
+    if raw.get("preset") is not None:
+        check_value(TOP_LEVEL["preset"], raw["preset"], "preset")
+        raw = apply_agent_preset(raw)
     valid = list(TOP_LEVEL) + list(SECTION_ORDER)
     for name in raw:
         if name not in valid:
@@ -470,5 +506,5 @@ def validate_config(raw):
     _check_families(config, raw)
     _check_consistency(config)
     _check_replay_pace(config, raw)
-    check_env_id(config["env"]["id"])
+    check_env_family(config["env"])
     return config

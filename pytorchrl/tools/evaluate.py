@@ -133,6 +133,7 @@ def build_policy(config, model_path, render=False):
     """
     from pytorchrl.config import build_actor_factory, build_algorithm_factory
     from pytorchrl.envs import make_gym_env
+    from pytorchrl.envs.families import ENV_FAMILIES
 
     if not os.path.isfile(model_path):
         raise EvaluationError(f"no model at {model_path}: the run saves it at the end, on Ctrl-C and "
@@ -145,10 +146,16 @@ def build_policy(config, model_path, render=False):
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
         kwargs["render_mode"] = "rgb_array"
-    if ":" in env_id:
-        module, _, env_id = env_id.partition(":")
-        importlib.import_module(module)
-    env = make_gym_env(env_id, **kwargs)
+    family = ENV_FAMILIES[config["env"]["family"]]
+    if family.name != "gym":
+        # Evaluation plays whole games with the test factory (no episodic life, no clipping).
+        options = {k: config["env"][k] for k in family.options if config["env"][k] is not None}
+        env = family.test_factory(env_id, 0, 0, render_mode=kwargs.get("render_mode"), **options)
+    else:
+        if ":" in env_id:
+            module, _, env_id = env_id.partition(":")
+            importlib.import_module(module)
+        env = make_gym_env(env_id, **kwargs)
     _, algorithm_name = build_algorithm_factory(config)
     actor = build_actor_factory(config, env.observation_space, env.action_space, algorithm_name)("cpu")
     try:

@@ -1,0 +1,165 @@
+"""Named agents: whole configurations picked with ``preset: NAME`` at the top of a file.
+
+An agent preset combines an algorithm, a storage, an actor, an environment (family and
+id), a scheme layout (a ``scheme.preset``) and a training budget. Its values fill every
+section first; the keys written in the configuration file (and ``key=value`` overrides)
+win, key by key::
+
+    preset: PPO-Atari
+    env: {id: BreakoutNoFrameskip-v4}
+    learner: {target_steps: 1000000}
+
+Each preset is a YAML file under ``pytorchrl/config/presets/`` (shipped with the
+package), and ``examples/configs/`` has a configuration of the same name that uses it.
+A preset file may start from another preset (``preset: A2C`` in the A3C file): the same
+rule applies, its own keys win.
+
+When the file names another algorithm than the preset's (``algorithm: {name: A2C}``), the
+preset's ``algorithm`` section and its schedules (which name that algorithm's parameters)
+are dropped rather than merged; likewise the ``storage`` section for another storage name
+and the ``env`` section for another ``env.family``.
+"""
+
+import copy
+import os
+
+#: Directory of the preset files.
+PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets")
+
+#: Key of a section whose change of value replaces the preset's section instead of merging into it.
+_IDENTITY = {"algorithm": "name", "storage": "name", "env": "family"}
+
+
+class AgentPreset:
+    """One named agent.
+
+    Parameters
+    ----------
+    name : str
+        Value of the top-level ``preset`` key.
+    description : str
+        One line saying what the agent is.
+    file : str
+        Name of its file in ``PRESETS_DIR`` and of the example in ``examples/configs/``.
+    """
+
+    def __init__(self, name, description, file):
+        self.name = name
+        self.description = description
+        self.file = file
+        self._values = None
+
+    @property
+    def path(self):
+        """Path of the preset's YAML file."""
+        return os.path.join(PRESETS_DIR, self.file)
+
+    @property
+    def values(self):
+        """The configuration the preset file holds (a copy), as written (its own ``preset`` unexpanded)."""
+        if self._values is None:
+            # Imported here: the loader imports the validation, which imports this module.
+            from pytorchrl.config.loader import load_yaml
+            self._values = load_yaml(self.path)
+        return copy.deepcopy(self._values)
+
+    def resolved(self):
+        """The preset's values with the presets it starts from expanded (not yet validated)."""
+        return apply_agent_preset(self.values)
+
+    def __repr__(self):
+        return f"AgentPreset({self.name!r})"
+
+
+_AGENTS = [
+    AgentPreset("A2C", "synchronous advantage actor-critic on CartPole-v1: one gradient step per 8x5-step rollout, "
+                       "one process (rl-zoo hyperparameters)", "a2c_cartpole.yaml"),
+    AgentPreset("PPO", "PPO on CartPole-v1: 20 epochs over 8x32-step rollouts, lr and clip range annealed to 0, "
+                       "one process (rl-zoo hyperparameters)", "ppo_cartpole.yaml"),
+    AgentPreset("A3C", "A2C with asynchronous gradients: 2 gradient workers, each gradient applied as it arrives "
+                       "(scheme preset a3c)", "a3c_cartpole.yaml"),
+    AgentPreset("IMPALA", "A2C with V-trace targets (VTraceBuffer) fed by 2 asynchronous collectors "
+                          "(scheme preset async-collectors)", "impala_cartpole.yaml"),
+    AgentPreset("DD-PPO", "decentralized data-parallel PPO: 2 gradient workers all-reduce gradients, each with its "
+                          "own collector and optimizer (scheme preset dd-ppo)", "ddppo_cartpole.yaml"),
+    AgentPreset("DQN", "double DQN on CartPole-v1 with uniform replay, one process (rl-zoo hyperparameters)",
+                "dqn_cartpole.yaml"),
+    AgentPreset("Ape-X", "double DQN with prioritized 3-step replay (PERBuffer) fed by 2 asynchronous collectors",
+                "apex_cartpole.yaml"),
+    AgentPreset("SAC", "soft actor-critic on Pendulum-v1, one process (rl-zoo hyperparameters)",
+                "sac_pendulum.yaml"),
+    AgentPreset("TD3", "TD3 on Pendulum-v1, one process (rl-zoo hyperparameters)", "td3_pendulum.yaml"),
+    AgentPreset("PPO-Atari", "PPO on Atari (env family atari, PongNoFrameskip-v4, 4 stacked 84x84 frames, Nature "
+                             "CNN): pytorchrl's Atari PPO hyperparameters, lr and clip annealed", "ppo_atari.yaml"),
+    AgentPreset("SAC-MuJoCo", "SAC on a MuJoCo task (env family mujoco, HalfCheetah-v5), rl-zoo's hyperparameters",
+                "sac_mujoco.yaml"),
+]
+
+#: Agent presets by name, in the order they are listed.
+AGENT_PRESETS = {a.name: a for a in _AGENTS}
+
+
+def get_agent_preset(name):
+    """The agent preset called ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A key of ``AGENT_PRESETS``.
+
+    Raises
+    ------
+    KeyError
+        Naming the valid agent presets.
+    """
+    try:
+        return AGENT_PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown agent preset {name!r}; valid: {', '.join(AGENT_PRESETS)}") from None
+
+
+def _replaces(below, value, section):
+    """Whether the written ``value`` of ``section`` replaces the preset's instead of merging into it."""
+    key = _IDENTITY.get(section)
+    return key is not None and value.get(key) is not None and below.get(key, value[key]) != value[key]
+
+
+def merge_configs(base, over):
+    """``over`` written on top of ``base`` (neither is modified): sections merged key by key
+    (``over`` wins), anything else replaced; see the module documentation for the sections
+    that a different algorithm, storage or family replaces."""
+    out = copy.deepcopy(base)
+    for name, value in over.items():
+        below = out.get(name)
+        if isinstance(value, dict) and isinstance(below, dict) and not _replaces(below, value, name):
+            out[name] = {**below, **copy.deepcopy(value)}
+        else:
+            out[name] = copy.deepcopy(value)
+    if isinstance(base.get("algorithm"), dict) and isinstance(over.get("algorithm"), dict) \
+            and _replaces(base["algorithm"], over["algorithm"], "algorithm") and "schedules" not in over:
+        out.pop("schedules", None)
+    return out
+
+
+def apply_agent_preset(config):
+    """``config`` with its top-level ``preset`` expanded: the preset's values, then the
+    configuration's own keys. A configuration without ``preset`` is returned as is.
+
+    Parameters
+    ----------
+    config : dict
+        A configuration as loaded (it is not modified).
+
+    Raises
+    ------
+    KeyError
+        For an unknown preset name (see ``get_agent_preset``).
+    """
+    name = config.get("preset")
+    if name is None:
+        return config
+    return merge_configs(get_agent_preset(name).resolved(), config)
+
+
+__all__ = ["AgentPreset", "AGENT_PRESETS", "PRESETS_DIR", "get_agent_preset", "merge_configs",
+           "apply_agent_preset"]

@@ -1,0 +1,85 @@
+"""Families of environments a configuration names with ``env.family``.
+
+A family says which factories build the training and test environments of an id and
+which options it takes: ``gym`` (any gymnasium id, options through ``gymnasium.make``
+keyword arguments), ``atari`` (``atari_train_env_factory`` / ``atari_test_env_factory``:
+the ALE games with the standard preprocessing) and ``mujoco``
+(``mujoco_train_env_factory`` / ``mujoco_test_env_factory``).
+"""
+
+import inspect
+
+import gymnasium as gym
+
+from pytorchrl.envs.atari import _register_ale, atari_test_env_factory, atari_train_env_factory
+from pytorchrl.envs.gym_env import make_gym_env
+from pytorchrl.envs.mujoco import mujoco_test_env_factory, mujoco_train_env_factory
+
+#: Parameters of a family's factories that are not options: the id, the worker indexes
+#: (given by the vector env), the seed (from ``env.seed``) and the render mode (evaluate --video).
+_NOT_OPTIONS = ("env_id", "index_col_worker", "index_grad_worker", "index_env", "seed", "render_mode", "kwargs")
+
+
+class EnvFamily:
+    """One family of environments.
+
+    Parameters
+    ----------
+    name : str
+        Value of ``env.family``.
+    train_factory, test_factory : callable
+        Build one training (test) environment from ``env_id``, the worker indexes and the options.
+    description : str
+        One line saying what the family is.
+    entry_point : str or None
+        Text that the gymnasium entry point of every id of the family contains ("ale_py"):
+        an id of another family is refused; None accepts any registered id.
+    register : callable or None
+        Registers the family's ids with gymnasium (raising ImportError when its package is missing).
+    """
+
+    def __init__(self, name, train_factory, test_factory, description, entry_point=None, register=None):
+        self.name = name
+        self.train_factory = train_factory
+        self.test_factory = test_factory
+        self.description = description
+        self.entry_point = entry_point
+        self.register = register
+
+    @property
+    def options(self):
+        """Names of the options of the family's factories (``frame_stack``, ...), in signature order."""
+        return tuple(n for n in inspect.signature(self.train_factory).parameters if n not in _NOT_OPTIONS)
+
+    def check_id(self, env_id):
+        """The reason why ``env_id`` is not an environment of this family, or None when it is.
+
+        Raises
+        ------
+        ImportError
+            When the family's package is not installed (the message says what to install).
+        """
+        if self.register is not None:
+            self.register()
+        spec = gym.envs.registry.get(env_id)
+        if spec is None:
+            return "unknown"
+        if self.entry_point is not None and self.entry_point not in str(spec.entry_point):
+            return f"not an environment of the {self.name} family (entry point {spec.entry_point})"
+        return None
+
+    def __repr__(self):
+        return f"EnvFamily({self.name!r})"
+
+
+ENV_FAMILIES = {f.name: f for f in [
+    EnvFamily("gym", make_gym_env, make_gym_env, "any gymnasium id; env.kwargs go to gymnasium.make"),
+    EnvFamily("atari", atari_train_env_factory, atari_test_env_factory,
+              "Atari games of the ALE (ale-py) with the standard DQN preprocessing, 84x84 frames",
+              entry_point="ale_py", register=_register_ale),
+    EnvFamily("mujoco", mujoco_train_env_factory, mujoco_test_env_factory,
+              "gymnasium's MuJoCo tasks (HalfCheetah-v5, Hopper-v5, ...), float32 observations",
+              entry_point="mujoco"),
+]}
+
+__all__ = ["EnvFamily", "ENV_FAMILIES"]
