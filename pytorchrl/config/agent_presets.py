@@ -26,8 +26,9 @@ import os
 #: Directory of the preset files.
 PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets")
 
-#: Key of a section whose change of value replaces the preset's section instead of merging into it.
-_IDENTITY = {"algorithm": "name", "storage": "name", "env": "family"}
+#: Key of a section (and its value when absent) whose change replaces the preset's section
+#: instead of merging into it.
+_IDENTITY = {"algorithm": ("name", None), "storage": ("name", None), "env": ("family", "gym")}
 
 
 class AgentPreset:
@@ -120,8 +121,10 @@ def get_agent_preset(name):
 
 def _replaces(below, value, section):
     """Whether the written ``value`` of ``section`` replaces the preset's instead of merging into it."""
-    key = _IDENTITY.get(section)
-    return key is not None and value.get(key) is not None and below.get(key, value[key]) != value[key]
+    if section not in _IDENTITY:
+        return False
+    key, absent = _IDENTITY[section]
+    return value.get(key) is not None and below.get(key, absent) != value[key]
 
 
 def merge_configs(base, over):
