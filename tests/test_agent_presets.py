@@ -199,3 +199,25 @@ def test_atari_family_builds_frames_and_a_cnn_actor():
     finally:
         envs.close()
     assert test is not None
+
+
+def test_evaluation_plays_whole_games_of_the_family(tmp_path):
+    """`pytorchrl evaluate` rebuilds a run's environment with its family's test factory."""
+    pytest.importorskip("ale_py")
+    import torch
+
+    from pytorchrl.tools.evaluate import build_policy
+
+    config = load_config(_example(AGENT_PRESETS["PPO-Atari"]), ["env.max_episode_steps=20"])
+    _, _, action_space, obs_space = build_env_factories(config)
+    torch.save(build_actor_factory(config, obs_space, action_space, "PPO")("cpu").state_dict(),
+               tmp_path / "model.state_dict")
+    env, actor = build_policy(config, str(tmp_path / "model.state_dict"))
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (4, 84, 84) and isinstance(actor.policy_net, FEATURE_EXTRACTORS["cnn"])
+        for _ in range(20):
+            obs, _, terminated, truncated, info = env.step(0)
+        assert truncated and not terminated and info["game_length"] == 20   # env.max_episode_steps reached it
+    finally:
+        env.close()
