@@ -354,6 +354,7 @@ overrides:
   (section.key, schedules.0.end) and VALUE is read as YAML:
     pytorchrl train conf.yaml algorithm.lr=1e-4 scheme.num_col_workers=4 actor.hidden_sizes=[128,128]
     pytorchrl train conf.yaml scheme.preset=dd-ppo     ('pytorchrl presets' lists the layouts)
+    pytorchrl train examples/configs/ppo_atari.yaml env.id=BreakoutNoFrameskip-v4   (agent preset PPO-Atari)
   'pytorchrl keys' lists every key with its type, default and meaning.
 
 while it runs:

@@ -248,15 +248,16 @@ def check_env_family(env):
         raise ConfigError("env.kwargs", f"the {family.name} family takes no gymnasium.make arguments; its options "
                                         f"are env keys: {', '.join(family.options)}")
     try:
-        problem = family.check_id(env["id"])
+        ids = family.ids()
     except ImportError as exc:
         raise ConfigError("env.family", f"{family.name}: {exc}") from None
-    if problem == "unknown":
+    if env["id"] not in ids:
         import gymnasium
-        ids = [i for i, spec in gymnasium.envs.registry.items() if family.entry_point in str(spec.entry_point)]
+        spec = gymnasium.envs.registry.get(env["id"])
+        if spec is not None:
+            raise ConfigError("env.id", f"{env['id']!r} is not an environment of the {family.name} family "
+                                        f"(entry point {spec.entry_point})")
         raise ConfigError("env.id", f"unknown {family.name} environment {env['id']!r}{suggestion(env['id'], ids)}")
-    if problem:
-        raise ConfigError("env.id", f"{env['id']!r} is {problem}")
 
 
 def _check_schedules(items, config):

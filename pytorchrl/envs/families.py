@@ -35,7 +35,8 @@ class EnvFamily:
         Text that the gymnasium entry point of every id of the family contains ("ale_py"):
         an id of another family is refused; None accepts any registered id.
     register : callable or None
-        Registers the family's ids with gymnasium (raising ImportError when its package is missing).
+        Registers the family's ids with gymnasium, or checks that its package is installed
+        (raising ImportError naming what to install).
     """
 
     def __init__(self, name, train_factory, test_factory, description, entry_point=None, register=None):
@@ -51,8 +52,8 @@ class EnvFamily:
         """Names of the options of the family's factories (``frame_stack``, ...), in signature order."""
         return tuple(n for n in inspect.signature(self.train_factory).parameters if n not in _NOT_OPTIONS)
 
-    def check_id(self, env_id):
-        """The reason why ``env_id`` is not an environment of this family, or None when it is.
+    def ids(self):
+        """The registered gymnasium ids of the family (all of them for ``gym``).
 
         Raises
         ------
@@ -61,15 +62,19 @@ class EnvFamily:
         """
         if self.register is not None:
             self.register()
-        spec = gym.envs.registry.get(env_id)
-        if spec is None:
-            return "unknown"
-        if self.entry_point is not None and self.entry_point not in str(spec.entry_point):
-            return f"not an environment of the {self.name} family (entry point {spec.entry_point})"
-        return None
+        return [i for i, spec in gym.envs.registry.items()
+                if self.entry_point is None or self.entry_point in str(spec.entry_point)]
 
     def __repr__(self):
         return f"EnvFamily({self.name!r})"
+
+
+def _require_mujoco():
+    # gymnasium registers the MuJoCo ids without the package; building one needs it.
+    try:
+        import mujoco  # noqa: F401
+    except ImportError as exc:
+        raise ImportError("MuJoCo tasks need the mujoco package: pip install \"pytorchrl[mujoco]\"") from exc
 
 
 ENV_FAMILIES = {f.name: f for f in [
@@ -79,7 +84,7 @@ ENV_FAMILIES = {f.name: f for f in [
               entry_point="ale_py", register=_register_ale),
     EnvFamily("mujoco", mujoco_train_env_factory, mujoco_test_env_factory,
               "gymnasium's MuJoCo tasks (HalfCheetah-v5, Hopper-v5, ...), float32 observations",
-              entry_point="mujoco"),
+              entry_point="mujoco", register=_require_mujoco),
 ]}
 
 __all__ = ["EnvFamily", "ENV_FAMILIES"]
