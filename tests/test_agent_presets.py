@@ -95,6 +95,29 @@ def test_another_algorithm_storage_or_family_replaces_the_presets_section():
     assert config["env"]["vec_env_size"] == 1 and config["env"]["family"] == "mujoco"
 
 
+def test_an_error_in_a_value_of_the_preset_says_so():
+    with pytest.raises(ConfigError) as info:
+        validate_config({"preset": "PPO", "storage": {"name": "ReplayBuffer", "size": 100}})
+    assert str(info.value) == ("config error: storage.name: PPO learns from an on-policy storage (GAEBuffer, "
+                               "VanillaOnPolicyBuffer, VTraceBuffer), got 'ReplayBuffer'")
+    with pytest.raises(ConfigError) as info:
+        validate_config({"preset": "DQN", "scheme": {"preset": "drl-actor-model"}})
+    assert str(info.value).startswith("config error: algorithm.num_updates: has no effect with scheme.data_path: "
+                                      "replay_server")
+    assert str(info.value).endswith("(the value of preset DQN; write the key in the file to change it)")
+    with pytest.raises(ConfigError) as info:      # a value the file wrote: no note
+        validate_config({"preset": "PPO", "algorithm": {"lr": -1}})
+    assert str(info.value) == "config error: algorithm.lr: must be >= 0, got -1.0"
+
+
+def test_an_algorithm_of_the_other_family_drops_the_presets_actor_and_storage():
+    with pytest.raises(ConfigError, match="^config error: storage.size: missing required key$"):
+        validate_config({"preset": "PPO", "algorithm": {"name": "DDQN"}})
+    config = validate_config({"preset": "PPO", "algorithm": {"name": "DDQN"}, "storage": {"size": 1000}})
+    assert config["storage"]["name"] == "ReplayBuffer" and config["schedules"] == []
+    assert config["actor"]["hidden_sizes"] is None and config["env"]["vec_env_size"] == 8   # env: PPO's
+
+
 def test_an_unknown_agent_preset_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError) as info:
         validate_config({"preset": "PPO-atari"})

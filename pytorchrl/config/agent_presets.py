@@ -16,8 +16,9 @@ rule applies, its own keys win.
 
 When the file names another algorithm than the preset's (``algorithm: {name: A2C}``), the
 preset's ``algorithm`` section and its schedules (which name that algorithm's parameters)
-are dropped rather than merged; likewise the ``storage`` section for another storage name
-and the ``env`` section for another ``env.family``.
+are dropped rather than merged, and its ``actor`` and ``storage`` sections too when the
+other algorithm is of the other family (on-policy or off-policy); likewise the ``storage``
+section for another storage name and the ``env`` section for another ``env.family``.
 """
 
 import copy
@@ -139,9 +140,26 @@ def merge_configs(base, over):
         else:
             out[name] = copy.deepcopy(value)
     if isinstance(base.get("algorithm"), dict) and isinstance(over.get("algorithm"), dict) \
-            and _replaces(base["algorithm"], over["algorithm"], "algorithm") and "schedules" not in over:
-        out.pop("schedules", None)
+            and _replaces(base["algorithm"], over["algorithm"], "algorithm"):
+        # The preset's schedules name its algorithm's parameters; its actor and storage
+        # belong to its family of algorithms (on-policy rollouts or replay).
+        dropped = ["schedules"]
+        if _on_policy(base["algorithm"]["name"]) != _on_policy(over["algorithm"]["name"]):
+            dropped += ["actor", "storage"]
+        for name in dropped:
+            if name in over:
+                out[name] = copy.deepcopy(over[name])    # the file's section alone, not merged
+            else:
+                out.pop(name, None)
     return out
+
+
+def _on_policy(algorithm_name):
+    """Whether the algorithm learns from on-policy rollouts (None for an unknown name: the
+    validation refuses it with the valid names)."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    cls = ALGORITHMS.get(algorithm_name)
+    return None if cls is None else cls.on_policy
 
 
 def apply_agent_preset(config):

@@ -99,9 +99,11 @@ AGENTS_TEXT = """\
 learner budget, schedules) fill every section first, and the keys written in the file or
 given on the command line win, key by key (`pytorchrl train examples/configs/ppo_atari.yaml
 learner.target_steps=100000`). A section whose `algorithm.name`, `storage.name` or
-`env.family` differs from the preset's replaces the preset's section instead (and another
-algorithm drops the preset's schedules). `pytorchrl presets NAME` prints an agent's values;
-the files are in `pytorchrl/config/presets/`.
+`env.family` differs from the preset's replaces the preset's section instead (another
+algorithm also drops the preset's schedules, and its actor and storage when it is of the
+other family, on- or off-policy); an error in a value the file did not write says it is the
+preset's. `pytorchrl presets NAME` prints an agent's values; the files are in
+`pytorchrl/config/presets/`.
 """
 
 SECTION_TEXT = {

@@ -484,9 +484,36 @@ def validate_config(raw):
     """
     if not isinstance(raw, dict):
         raise ConfigError("", f"expected a mapping of sections at the top level, got {_show(raw)}")
-    if raw.get("preset") is not None:
-        check_value(TOP_LEVEL["preset"], raw["preset"], "preset")
-        raw = apply_agent_preset(raw)
+    name = raw.get("preset")
+    if name is None:
+        return _validate(raw)
+    check_value(TOP_LEVEL["preset"], name, "preset")
+    expanded = apply_agent_preset(raw)
+    try:
+        return _validate(expanded)
+    except ConfigError as exc:
+        # A value the file did not write came from the preset: say so, the user did not write it.
+        if exc.path and _has_key(expanded, exc.path) and not _has_key(raw, exc.path):
+            raise ConfigError(exc.path, f"{exc.problem} (the value of preset {name}; write the key in the file to "
+                                        f"change it)", exc.source) from None
+        raise
+
+
+def _has_key(config, path):
+    """Whether the dotted ``path`` (``algorithm.lr``, ``schedules.0.end``) is written in ``config``."""
+    node = config
+    for part in path.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
+def _validate(raw):
+    """``validate_config`` of a configuration whose agent preset is expanded."""
     valid = list(TOP_LEVEL) + list(SECTION_ORDER)
     for name in raw:
         if name not in valid:
