@@ -154,8 +154,10 @@ class Actor(nn.Module):
 
     @property
     def is_recurrent(self):
-        """True when the actor carries a state between steps (``initial_state`` is not None)."""
-        return self.initial_state(1) is not None
+        """True when the actor has a recurrent memory: its state is re-run over sequences
+        in training and is a tensor inside ``act_torch``. A state kept only for exploration
+        (Ornstein-Uhlenbeck noise) does not make an actor recurrent."""
+        return False
 
     def acting_state_dict(self):
         """The weights collectors need to act (what a weight broadcast sends).
@@ -182,9 +184,10 @@ class Actor(nn.Module):
         return None
 
     def _torch_acting(self, obs, state, deterministic):
-        # A numpy state (recurrent actors) enters as a tensor and leaves as numpy again:
-        # collectors and storages keep states as plain arrays.
-        numpy_state = isinstance(state, np.ndarray)
+        # A recurrent memory's state enters act_torch as a tensor and leaves as numpy again:
+        # collectors and storages keep states as plain arrays. Other states (OU noise) are
+        # numpy on both sides already.
+        numpy_state = self.is_recurrent and isinstance(state, np.ndarray)
         with torch.inference_mode():
             obs_t = torch.as_tensor(obs, device=self.device)
             if numpy_state:

@@ -263,6 +263,10 @@ class OnPolicyActor(Actor):
 
     value_torch = get_value
 
+    @property
+    def is_recurrent(self):
+        return self.memory is not None
+
     def logits_and_value(self, obs, rhs=None, done=None):
         """Raw policy head output (logits for a categorical policy, means for a Gaussian one)
         and value estimate (B, 1) of a batch of observations.
