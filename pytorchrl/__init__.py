@@ -29,7 +29,8 @@ DISCOUNT = "discount"  # replay: factor of the bootstrap value of OBS2 (gamma^n,
 WEIGHT = "weight"      # prioritized replay: importance-sampling weight of a sample
 INDEX = "index"        # replay: where a sample sits in the buffer (for priority updates)
 TD_ERROR = "td_error"  # per-sample |TD error| an algorithm reports for prioritized replay
+TARGET = "target"      # training target computed by the collector (Algorithm.preprocess_rollout)
 
 __all__ = ["SYNC", "ASYNC", "OBS", "OBS2", "RHS", "ACT", "REW", "DONE", "TERM", "TRUNC",
            "TRUNC_VAL", "VAL", "LOGP", "RET", "ADV", "VERSION", "DISCOUNT", "WEIGHT", "INDEX",
-           "TD_ERROR", "__version__"]
+           "TD_ERROR", "TARGET", "__version__"]

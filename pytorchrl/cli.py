@@ -274,6 +274,9 @@ def presets_command(args):
         print(f"{preset.name}  ({ray})\n  {preset.description}")
         values = ", ".join(f"{k}: {_yaml_inline(v)}" for k, v in preset.scheme.items())
         print(f"  scheme: {{{values}}}")
+        if preset.algorithm:
+            values = ", ".join(f"{k}: {_yaml_inline(v)}" for k, v in preset.algorithm.items())
+            print(f"  meant for  algorithm: {{{values}}}  (written in the configuration file)")
     if not args.name:
         print("\nuse one with  scheme: {preset: NAME}  in the configuration file (keys next to it win), "
               "or  scheme.preset=NAME  on the command line")

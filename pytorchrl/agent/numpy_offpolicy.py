@@ -535,7 +535,8 @@ class NumpyDDQNUpdate(_NumpyUpdate):
     """``DDQN.compute_loss`` and its backward pass in numpy (see the module docstring).
 
     Forward passes of the online network over the observations (one lane) and over the
-    next observations with the target network's (the other lane), then the backward pass
+    next observations with the target network's (the other lane; none where the collectors
+    computed the targets: ``targets_on_collector``), then the backward pass
     of the taken actions' values (Huber or squared TD error, optionally weighted by
     prioritized replay; dueling heads included), each large layer's weight gradient beside
     the gradient it passes down.
@@ -555,7 +556,8 @@ class NumpyDDQNUpdate(_NumpyUpdate):
         exactly what its torch path computes."""
         from pytorchrl.agent.algorithms.ddqn import DDQN
         reason = _check_common(algo, DDQN, ("q_values", "_obs_features"),
-                               ("compute_loss", "unpack_batch", "weighted_mean", "report_td_errors"))
+                               ("compute_loss", "unpack_batch", "weighted_mean", "report_td_errors",
+                                "bellman_targets", "stored_targets"))
         if reason is not None:
             return None, reason
         actor = algo.actor
@@ -593,9 +595,13 @@ class NumpyDDQNUpdate(_NumpyUpdate):
             next_act = self._q(self.net.forward(obs2, copy=0)).argmax(axis=1)
             return self._q(self.target.forward(obs2, copy=0))[rows, next_act][:, None]
 
-        q_all, q_next = self.lanes.run(online, next_values)
+        if algo.targets_on_collector:   # the collectors computed them (collector-side pre-processing)
+            target = _column(algo.stored_targets(batch))
+            q_all = online()
+        else:
+            q_all, q_next = self.lanes.run(online, next_values)
+            target = rew + disc * q_next
         q = q_all[rows, act][:, None]
-        target = rew + disc * q_next
         td = q - target
         if algo.loss == "huber":
             abs_td = np.abs(td)
@@ -672,7 +678,8 @@ class NumpySACUpdate(_NumpyUpdate):
         exactly what its torch path computes."""
         from pytorchrl.agent.algorithms.sac import SAC
         reason = _check_common(algo, SAC, ("q_values", "policy_output", "sample_policy", "_obs_features"),
-                               ("compute_loss", "unpack_batch", "weighted_mean", "report_td_errors"))
+                               ("compute_loss", "unpack_batch", "weighted_mean", "report_td_errors",
+                                "bellman_targets", "stored_targets"))
         if reason is not None:
             return None, reason
         actor = algo.actor

@@ -25,7 +25,11 @@ class Algorithm(ABC):
     - ``parameter_groups``: the parameters each named optimizer trains (SAC has three);
       ``group_lr`` names the hyperparameter holding each group's learning rate;
     - ``learner_modules``: networks only the learner keeps (target networks), saved and
-      sent to other gradient workers with the actor's weights but never to collectors.
+      sent to other gradient workers with the actor's weights; ``collector_modules`` names
+      those of them that collectors need too (they then travel with the acting weights);
+    - ``preprocess_rollout``: what a collector computes on a finished rollout before
+      sending it (nothing by default; DDQN's Bellman targets with ``targets_on_collector``),
+      and ``preprocessed_keys``, the data keys it adds (storages keep them).
 
     Hyperparameters are plain attributes, listed in ``self.hyperparameters``;
     ``update_algorithm_parameter`` changes them while training (optimizer settings such as
@@ -71,6 +75,12 @@ class Algorithm(ABC):
     def learner_modules(self):
         """Dict name -> nn.Module of networks the learner keeps besides the actor (targets)."""
         return {}
+
+    @property
+    def collector_modules(self):
+        """Names of ``learner_modules`` that collectors need for ``preprocess_rollout``: sent
+        with every weight broadcast (``get_acting_weights``). None by default."""
+        return ()
 
     def trainable_parameters(self):
         """Every parameter that gets a gradient, group after group: the order of the
@@ -196,6 +206,28 @@ class Algorithm(ABC):
         """
 
     # ------------------------------------------------------------------- acting
+    #: Data keys that ``preprocess_rollout`` adds to a rollout (storages keep them).
+    preprocessed_keys = ()
+
+    def preprocess_rollout(self, data):
+        """Collector-side pre-processing of a finished rollout, before it is sent.
+
+        Runs on the collector with the weights it acted with (the actor's and those of
+        ``collector_modules``); may add per-transition arrays under ``preprocessed_keys``.
+        The default changes nothing.
+
+        Parameters
+        ----------
+        data : dict of tensors
+            The rollout as the storage hands it over (``Storage.get_data``).
+
+        Returns
+        -------
+        dict of tensors
+            The rollout to send.
+        """
+        return data
+
     def bootstrap(self, obs, state=None):
         """What a rollout needs at its end, computed from observations (N, ...) numpy.
 
@@ -333,21 +365,30 @@ class Algorithm(ABC):
 
     def set_weights(self, weights):
         """Load weights produced by ``get_weights`` (learner modules too when present)."""
-        actor_w, modules = {}, {}
-        for k, v in weights.items():
-            if k.startswith("algo."):
-                name, _, key = k[5:].partition(".")
-                modules.setdefault(name, {})[key] = v
-            else:
-                actor_w[k] = v
+        actor_w, modules = _split_weights(weights)
         self.actor.load_state_dict(actor_w)
         for name, module in self.learner_modules.items():
             if name in modules:
                 module.load_state_dict(modules[name])
 
     def get_acting_weights(self):
-        """The weights collectors act with (``Actor.acting_state_dict``), CPU tensors."""
-        return {k: v.detach().cpu() for k, v in self.actor.acting_state_dict().items()}
+        """The weights collectors act with (``Actor.acting_state_dict``) and, prefixed
+        ``algo.<name>.``, the ``collector_modules``: CPU tensors."""
+        weights = {k: v.detach().cpu() for k, v in self.actor.acting_state_dict().items()}
+        modules = self.learner_modules
+        for name in self.collector_modules:
+            weights.update({f"algo.{name}.{k}": v.detach().cpu() for k, v in modules[name].state_dict().items()})
+        return weights
+
+    def set_acting_weights(self, weights):
+        """Load weights produced by ``get_acting_weights`` (or by ``get_weights``: of the
+        learner modules only ``collector_modules`` are loaded)."""
+        actor_w, modules = _split_weights(weights)
+        self.actor.load_acting_state_dict(actor_w)
+        learner = self.learner_modules
+        for name in self.collector_modules:
+            if name in modules:
+                learner[name].load_state_dict(modules[name])
 
     def state_dict(self):
         """Full state for checkpoints: weights (learner modules included), optimizers,
@@ -367,6 +408,19 @@ class Algorithm(ABC):
                 setattr(self, name, value)
         self._sync_optimizers()
         self.updates_applied = state.get("updates_applied", state.get("num_updates", 0))
+
+
+def _split_weights(weights):
+    """(actor weights, dict module name -> its weights) of a dict whose learner-module
+    entries are prefixed ``algo.<name>.``."""
+    actor_w, modules = {}, {}
+    for k, v in weights.items():
+        if k.startswith("algo."):
+            name, _, key = k[5:].partition(".")
+            modules.setdefault(name, {})[key] = v
+        else:
+            actor_w[k] = v
+    return actor_w, modules
 
 
 def make_adam(params, lr, eps=1e-8):

@@ -10,7 +10,8 @@ the collector (as in Ape-X): a window never crosses an episode end; a truncated 
 wait for the next rollout of the same collector to complete their window.
 
 Learner side: transitions go into preallocated ring arrays (no per-transition Python
-object). Once ``start_steps`` transitions are in, every ``update_every`` inserted grant
+object), with whatever the algorithm's collector-side pre-processing added to them
+(``Algorithm.preprocessed_keys``: DDQN's Bellman targets with ``targets_on_collector``). Once ``start_steps`` transitions are in, every ``update_every`` inserted grant
 ``num_updates`` mini-batches of ``mini_batch_size`` (the algorithm's hyperparameters,
 read when data arrives, so hot-swaps apply to the next stage); ``batches()`` yields the
 mini-batches granted so far. The replay ratio is the same whatever the layout: one
@@ -186,12 +187,18 @@ class ReplayBuffer(Storage):
 
     # -------------------------------------------------------------- learner side
     def add_data(self, data):
-        """Insert the transitions of one rollout (from any collector) into the ring."""
+        """Insert the transitions of one rollout (from any collector) into the ring, with
+        the keys of ``algorithm.preprocessed_keys``."""
         m = int(data[REW].shape[0])
         if m == 0:
             return
+        keys = _TRANSITION_KEYS + tuple(self.algorithm.preprocessed_keys)
+        missing = [key for key in keys if key not in data]
+        if missing:
+            raise KeyError(f"{type(self).__name__}: a rollout lacks {missing}, which "
+                           f"{type(self.algorithm).__name__} adds on the collector (preprocess_rollout)")
         arrays = {key: np.asarray(data[key].numpy() if isinstance(data[key], torch.Tensor) else data[key])
-                  for key in _TRANSITION_KEYS}
+                  for key in keys}
         if self._arrays is None:
             self._arrays = {key: np.zeros((self.size,) + v.shape[1:], dtype=v.dtype) for key, v in arrays.items()}
         received = m       # all of them count for the replay schedule

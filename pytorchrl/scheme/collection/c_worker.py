@@ -172,7 +172,9 @@ class CWorker(Worker):
             col_time, steps, cut = self._guarded(self._rollout, "envs_train", self.update_every, listen)
         finally:
             self._listening_round = None
-        data = self.storage.get_data(data_to_cpu)
+        # The algorithm's collector-side step (EXARL's ASYNC: Bellman targets computed
+        # here), with the weights this rollout was collected with.
+        data = self.algo.preprocess_rollout(self.storage.get_data(data_to_cpu))
         info.update(collected_samples=steps * self.envs_train.num_envs, steps=steps, col_time=col_time,
                     version=self.actor_version, episodes=self.envs_train.pop_finished_episodes(),
                     index_worker=self.index_worker, cut=cut)
@@ -406,12 +408,13 @@ class CWorker(Worker):
         Parameters
         ----------
         actor_weights : dict of tensors or numpy arrays
-            The actor's acting weights (``Actor.acting_state_dict``; numpy arrays: as sent
-            by ``transport.weights_to_wire``).
+            The acting weights (``Algorithm.get_acting_weights``: the actor's and those of
+            the algorithm's ``collector_modules``; numpy arrays: as sent by
+            ``transport.weights_to_wire``).
         version : int or None
             Version of these weights (None: one more than the current version).
         """
-        self.actor.load_acting_state_dict(weights_from_wire(actor_weights))
+        self.algo.set_acting_weights(weights_from_wire(actor_weights))
         self.actor_version = self.actor_version + 1 if version is None else int(version)
 
     def get_weights(self):

@@ -28,12 +28,18 @@ class Preset:
         One line saying what the layout does.
     scheme : dict
         Values of the ``scheme:`` section (configuration-file words: "sync", "async").
+    algorithm : dict or None
+        Values of the ``algorithm:`` section the layout is meant for (the workflow needs
+        them: EXARL's ASYNC computes DDQN's targets on the collectors). A preset sets only
+        ``scheme:`` values: the configuration file writes these; ``pytorchrl presets``
+        prints them and the tests train the layout with them. None: any algorithm.
     """
 
-    def __init__(self, name, description, scheme):
+    def __init__(self, name, description, scheme, algorithm=None):
         self.name = name
         self.description = description
         self.scheme = dict(scheme)
+        self.algorithm = dict(algorithm) if algorithm else None
 
     @property
     def uses_ray(self):
@@ -42,8 +48,13 @@ class Preset:
 
     @property
     def off_policy(self):
-        """True when the layout needs an off-policy algorithm (its data path is a replay server)."""
-        return self.scheme.get("data_path") == "replay_server"
+        """True when the layout needs an off-policy algorithm (its data path is a replay
+        server, or the algorithm it is meant for is one)."""
+        if self.scheme.get("data_path") == "replay_server":
+            return True
+        from pytorchrl.agent.algorithms import ALGORITHMS
+        name = (self.algorithm or {}).get("name")
+        return name is not None and not ALGORITHMS[name].on_policy
 
     def __repr__(self):
         return f"Preset({self.name!r})"
@@ -122,6 +133,14 @@ _PRESETS = [
            {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": HALF_CPU,
             "max_policy_lag": 4, "num_grad_workers": 1, "grad_workers_communication": "sync",
             "col_rollout_unit": "episodes"}),
+    Preset("exarl-async",
+           "EXARL's ASYNC workflow: N actors each run whole episodes, compute the training data themselves "
+           "(DDQN's Bellman targets, with the target network they receive: algorithm.targets_on_collector) "
+           "and send it; the learner fits it as it arrives and sends fresh weights back to the sender",
+           {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": HALF_CPU,
+            "max_policy_lag": 4, "num_grad_workers": 1, "grad_workers_communication": "sync",
+            "col_rollout_unit": "episodes"},
+           algorithm={"name": "DDQN", "targets_on_collector": True}),
 ]
 
 #: Presets by name, in the order they are listed.
