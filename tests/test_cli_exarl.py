@@ -33,6 +33,16 @@ def test_exarl_a2c_config_trains_once_per_episode(tmp_path, name):
 
 
 @pytest.mark.timeout(300)
+def test_exarl_async_config_trains_with_collector_targets(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = pytorchrl("train", os.path.join(EXARL, "exarl-async.yaml"), "learner.target_steps=5000",
+                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["env_steps"] >= 5000 and summary["updates"] > 0
+
+
+@pytest.mark.timeout(300)
 def test_random_writes_its_results_from_the_command_line(tmp_path):
     run_dir = tmp_path / "run"
     proc = pytorchrl("train", os.path.join(EXARL, "exarl-random.yaml"), "learner.target_episodes=12",

@@ -19,10 +19,13 @@ TINY_OFF_POLICY = {"algorithm": {"name": "DDQN", "mini_batch_size": 32, "update_
 
 
 def preset_config(name, **sections):
-    """TINY with ``scheme.preset: name`` (and DDQN for an off-policy preset), sections updated."""
+    """TINY with ``scheme.preset: name`` (DDQN for an off-policy preset, with the algorithm
+    values the preset is meant for), sections updated."""
     config = tiny(scheme={"preset": name})
     if PRESETS[name].off_policy:
         config.update(TINY_OFF_POLICY)
+    if PRESETS[name].algorithm:     # the algorithm values the layout is meant for (exarl-async)
+        config = with_sections(config, algorithm=dict(PRESETS[name].algorithm))
     return with_sections(config, **sections)
 
 
