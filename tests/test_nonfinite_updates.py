@@ -317,4 +317,8 @@ def test_cli_run_that_keeps_getting_nan_stops_with_one_line_and_a_finite_checkpo
     assert weights and all(torch.isfinite(torch.as_tensor(v)).all() for v in weights.values())
     assert all(torch.isfinite(v).all() for v in torch.load(run_dir / "model.state_dict").values())
     rows = read_csv(run_dir / "metrics.csv")
-    assert int(rows[-1]["Scheme/SkippedUpdates"]) >= 6 and int(rows[-1]["Scheme/EnvSteps"]) == stopped_at
+    # The last row is of the stopping step. It holds at least the skips of its first update:
+    # a PPO rollout gives several updates at one env step, and a periodic row already written
+    # at that step is not written twice (metrics.csv has one row per env step), so it may
+    # predate the last skips (the exact count is checked through the Learner above).
+    assert int(rows[-1]["Scheme/EnvSteps"]) == stopped_at and int(rows[-1]["Scheme/SkippedUpdates"]) >= 1
