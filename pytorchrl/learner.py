@@ -102,23 +102,16 @@ class Learner:
         # 1e7 written in a script is a float: an integral float is the integer meant.
         if isinstance(target_steps, (float, np.floating)) and float(target_steps).is_integer():
             target_steps = int(target_steps)
-        if isinstance(target_steps, bool) or not isinstance(target_steps, (int, np.integer)) or target_steps < 1:
-            raise ValueError(f"target_steps must be a positive integer, got {target_steps!r}")
+        _check_positive_int("target_steps", target_steps)
         storage = scheme.update_worker.local_worker.storage
         if checkpoint_replay and not hasattr(storage, "state_dict"):
             raise ValueError(f"checkpoint_replay needs a replay storage; {type(storage).__name__} keeps no "
                              f"replay between updates")
-        if max_nonfinite_updates is not None and (isinstance(max_nonfinite_updates, bool) or not isinstance(
-                max_nonfinite_updates, (int, np.integer)) or max_nonfinite_updates < 1):
-            raise ValueError(f"max_nonfinite_updates must be None or a positive integer, got {max_nonfinite_updates!r}")
-        if target_episodes is not None and (isinstance(target_episodes, bool) or not isinstance(
-                target_episodes, (int, np.integer)) or target_episodes < 1):
-            raise ValueError(f"target_episodes must be None or a positive integer, got {target_episodes!r}")
+        _check_positive_int("max_nonfinite_updates", max_nonfinite_updates, none_ok=True)
+        _check_positive_int("target_episodes", target_episodes, none_ok=True)
         if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, (int, float)) or cutoff < 0):
             raise ValueError(f"cutoff must be None or a number >= 0, got {cutoff!r}")
-        if isinstance(rolling_reward_length, bool) or not isinstance(rolling_reward_length, (int, np.integer)) \
-                or rolling_reward_length < 1:
-            raise ValueError(f"rolling_reward_length must be a positive integer, got {rolling_reward_length!r}")
+        _check_positive_int("rolling_reward_length", rolling_reward_length)
         self.target_episodes = target_episodes
         self.cutoff = cutoff
         self.rolling_reward_length = int(rolling_reward_length)
@@ -632,6 +625,15 @@ class Learner:
     def __exit__(self, *exc):
         self.stop()
         return False
+
+
+def _check_positive_int(name, value, none_ok=False):
+    """Raise ValueError naming ``name`` unless ``value`` is a positive integer (bools are
+    not), or None when ``none_ok``."""
+    if none_ok and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be {'None or ' if none_ok else ''}a positive integer, got {value!r}")
 
 
 def _algorithm_name(algo):
