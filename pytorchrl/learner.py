@@ -18,6 +18,10 @@ RECENT_EPISODES = 100
 FPS_WINDOW_S = 10.0
 #: Worker restarts kept in ``Learner.worker_events``.
 RECENT_EVENTS = 1000
+#: Running counts of the collector sets (``CWorkerSet.stats``, reported per gradient worker
+#: as ``col_<name>``) and the ``Scheme/`` metric of their sum.
+COL_COUNT_METRICS = {"dropped_rollouts": "DroppedRollouts", "weight_pulls": "WeightPulls",
+                     "weight_bytes": "BytesToCollectors"}
 
 logger = logging.getLogger("pytorchrl")
 
@@ -90,6 +94,9 @@ class Learner:
         progress).
     skipped_updates : int
         Updates skipped for non-finite gradients since the start (``Scheme/SkippedUpdates``).
+    bytes_from_collectors : int
+        Rollout bytes handed over by remote collectors since the start
+        (``Scheme/BytesFromCollectors``).
     on_warning : callable
         ``on_warning(text)`` is called with the line saying that updates are being skipped
         (once per run of skips in a row) and the one saying that they ended; by default it
@@ -142,7 +149,8 @@ class Learner:
         self._algo_info = collections.defaultdict(list)
         self._scheme_info = collections.defaultdict(list)
         self._time_info = collections.defaultdict(float)
-        self._dropped_rollouts = {}
+        self._col_counts = {}    # running count of the collector sets -> {gradient worker: value}
+        self.bytes_from_collectors = 0
         self.worker_restarts = 0
         self.env_restarts = 0
         self.worker_events = collections.deque(maxlen=RECENT_EVENTS)
@@ -263,9 +271,11 @@ class Learner:
             if "sent_bytes" in info:
                 self._scheme_info["BytesSent"].append(info["sent_bytes"])
                 self._scheme_info["BytesRaw"].append(info["raw_bytes"])
-            if "col_dropped_rollouts" in info:
-                # A running count per gradient worker: the metric is their sum.
-                self._dropped_rollouts[info.get("index_worker", 0)] = info["col_dropped_rollouts"]
+                self.bytes_from_collectors += int(info["sent_bytes"])
+            for stat in COL_COUNT_METRICS:
+                if f"col_{stat}" in info:
+                    # A running count per gradient worker: the metric is their sum.
+                    self._col_counts.setdefault(stat, {})[info.get("index_worker", 0)] = info[f"col_{stat}"]
         if "grad_sent_bytes" in info:
             self._scheme_info["GradBytesSent"].append(info["grad_sent_bytes"])
             self._scheme_info["GradBytesRaw"].append(info["grad_raw_bytes"])
@@ -339,8 +349,12 @@ class Learner:
             ``Episodes/TrainLength``, ``Episodes/TestReward`` (latest evaluation).
         add_scheme_metrics : bool
             Policy lag (mean and max), gradient asynchrony, bytes moved and compression ratio
-            (rollouts and gradients sent by remote workers), cut rollouts, dropped stale
-            rollouts and gradients, and the restarts since the start: ``WorkerRestarts``
+            (rollouts and gradients sent by remote workers, since the previous call), cut
+            rollouts, dropped stale rollouts and gradients, ``BytesFromCollectors`` (rollout
+            bytes handed over by remote collectors, packed or inserted into a replay server,
+            since the start) and ``BytesToCollectors`` (weight bytes they loaded: carried by
+            their requests, or pulled from the weight board, since the start), ``WeightPulls``
+            (weight versions collectors pulled mid-rollout, ``scheme.col_weights: pull``), and the restarts since the start: ``WorkerRestarts``
             (remote workers replaced after they died) and ``EnvRestarts`` (environments
             rebuilt after they failed), and ``SkippedUpdates``: updates skipped since the start
             because their gradients were not finite. On the replay-server data path also
@@ -381,8 +395,10 @@ class Learner:
             if s.get("GradBytesSent"):
                 m["Scheme/GradBytesSent"] = int(np.sum(s["GradBytesSent"]))
                 m["Scheme/GradCompressionRatio"] = float(np.sum(s["GradBytesRaw"]) / max(1, np.sum(s["GradBytesSent"])))
-            if self._dropped_rollouts:
-                m["Scheme/DroppedRollouts"] = int(sum(self._dropped_rollouts.values()))
+            for stat, name in COL_COUNT_METRICS.items():
+                if stat in self._col_counts:
+                    m[f"Scheme/{name}"] = int(sum(self._col_counts[stat].values()))
+            m["Scheme/BytesFromCollectors"] = self.bytes_from_collectors
             m["Scheme/WorkerRestarts"] = self.worker_restarts
             m["Scheme/EnvRestarts"] = self.env_restarts
             m["Scheme/SkippedUpdates"] = self.skipped_updates

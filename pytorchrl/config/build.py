@@ -171,7 +171,7 @@ def build_scheme(config, log_dir=None):
         col_requests_in_flight=s["col_requests_in_flight"], max_worker_restarts=s["max_worker_restarts"],
         worker_restart_delay_s=s["worker_restart_delay_s"], on_env_error=s["on_env_error"],
         data_path=s["data_path"], replay_server=s["replay_server"], col_rollout_unit=s["col_rollout_unit"],
-        col_policy=s["col_policy"],
+        col_policy=s["col_policy"], col_weights=s["col_weights"], col_weight_pull_every=s["col_weight_pull_every"],
         col_step_log_dir=os.path.abspath(os.path.join(log_dir, "steps")) if s["col_step_logs"] and log_dir else None, **kwargs)
 
 

@@ -39,6 +39,7 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
+from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, WEIGHT_MODES
 
 
 class _Required:
@@ -88,6 +89,7 @@ PARAMETER_RANGES = {
     "clip_c_threshold": dict(low=0.0, low_inclusive=False),
     "num_col_workers": dict(low=1), "num_grad_workers": dict(low=0), "max_policy_lag": dict(low=0),
     "max_grad_lag": dict(low=0), "col_requests_in_flight": dict(low=1), "target_steps": dict(low=1),
+    "col_weight_pull_every": dict(low=1),
     "max_worker_restarts": dict(low=0), "worker_restart_delay_s": dict(low=0.0),
     "target_episodes": dict(low=1), "cutoff": dict(low=0.0), "rolling_reward_length": dict(low=1),
     "start_step": dict(low=0),
@@ -419,6 +421,15 @@ SECTIONS = {
                              + " (see docs/schemes.md); null: those defaults."),
         "col_rollout_unit": derived(Scheme, "col_rollout_unit", choices=("steps", "episodes")),
         "col_policy": derived(Scheme, "col_policy", choices=("learned", "random")),
+        "col_weights": derived(Scheme, "col_weights", choices=WEIGHT_MODES,
+                               doc="How remote collectors get new weights: push (with each rollout request; "
+                                   "one version per rollout) or pull (EXARL's non-blocking async: each version "
+                                   "is published once to a weight board that collectors check every "
+                                   "col_weight_pull_every steps without waiting, swapping weights mid-rollout; "
+                                   "async collection, off-policy algorithms)."),
+        "col_weight_pull_every": derived(Scheme, "col_weight_pull_every",
+                                         doc=f"With col_weights: pull, environment steps between two checks of "
+                                             f"the weight board (null: {DEFAULT_PULL_EVERY})."),
         "col_step_logs": Key("bool", False, "Every collector writes a per-step log of its training steps to "
                                             "<run_dir>/steps/steps_g<i>_c<j>.csv (time, state, action, reward, "
                                             "next state, total reward, done, episode, step, policy): EXARL's "

@@ -16,7 +16,9 @@ from pytorchrl.config.agent_presets import apply_agent_preset
 from pytorchrl.config.schema import (ENV_FAMILY_OPTION_KEYS, RESOURCE_KEYS, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS,
                                      TOP_LEVEL, Key)
 from pytorchrl.envs.families import ENV_FAMILIES
+from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.scheme.base.checks import ineffective_options
+from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
 
 
@@ -353,6 +355,7 @@ def _check_consistency(config):
                           f"{scheme_cfg['col_requests_in_flight']} needs scheme.col_workers_communication: async "
                           "(a synchronous round sends each collector one request)")
     _check_ineffective(scheme_cfg)
+    _check_weight_mode(config)
     _check_recurrent(config)
     _check_data_path(config)
     if "env_id" in config["env"]["kwargs"]:
@@ -391,6 +394,23 @@ def _check_ineffective(scheme_cfg):
         raise ConfigError(f"scheme.{item.option}",
                           f"{item.value!r} has no effect with scheme.{item.setting}: {item.current} ({item.reason}); "
                           f"remove it, or set scheme.{item.setting}: {item.needed}")
+
+
+def _check_weight_mode(config):
+    """Refuse pulled weights where they cannot work (synchronous collection, an on-policy
+    algorithm) and the weight options the layout never uses (the rules of
+    ``check_weight_mode``, which the Scheme applies with warnings)."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    s = config["scheme"]
+    algo = config["algorithm"]["name"]
+    try:
+        ineffective = check_weight_mode(s["col_weights"], s["col_weight_pull_every"], s["num_col_workers"],
+                                        s["col_workers_communication"] == "async",
+                                        ComponentFactory(ALGORITHMS[algo]))
+    except PullRefused as exc:
+        raise ConfigError("scheme.col_weights", f"pull: pulled weights {exc}") from None
+    for option, value, reason in ineffective:
+        raise ConfigError(f"scheme.{option}", f"{value!r} has no effect with {reason}; remove it")
 
 
 def _check_data_path(config):

@@ -12,6 +12,7 @@ from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
 from pytorchrl.scheme.updates.u_worker import UWorker
 from pytorchrl.scheme.workflows.replay_server import (ServerClient, check_data_path, close_server, make_server,
                                                         stop_server)
+from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
 
 DEFAULT_COL_RESOURCES = default_remote_config(num_cpus=1)
 DEFAULT_GRAD_RESOURCES = default_remote_config(num_cpus=1)
@@ -112,11 +113,23 @@ class Scheme:
         Directory where every collector writes a per-step log of its training steps
         (time, state, action, reward, next state, total reward, done, episode, step,
         policy; see ``CWorker``), one CSV file per collector. None (default): no log.
+    col_weights : str
+        How remote collectors get new weights. "push" (default): with each rollout request,
+        so a rollout is acted by one version. "pull" (EXARL's non-blocking async workflow;
+        asynchronous collection, off-policy algorithms): each version is published once to
+        a weight board (a Ray actor holding a reference to the weights in the object store)
+        that every collector checks every ``col_weight_pull_every`` steps without waiting
+        for the answer, swapping weights mid-rollout; a rollout's version is the oldest it
+        acted with. See ``pytorchrl.scheme.workflows.weight_board``.
+    col_weight_pull_every : int or None
+        With ``col_weights="pull"``: environment steps between two checks of the board
+        (None: ``DEFAULT_PULL_EVERY``, 10).
 
     Options that the layout never uses (preemption thresholds with asynchronous collection
     or one collection worker, ``max_policy_lag`` with synchronous collection,
     ``max_grad_lag`` with synchronous gradients or one gradient worker, ``max_policy_lag``
-    and ``replay_server`` with the other data path) are ignored with a warning on the
+    and ``replay_server`` with the other data path, ``col_weights="pull"`` with one collection
+    worker, ``col_weight_pull_every`` with pushed weights) are ignored with a warning on the
     "pytorchrl" logger, one per option; the configuration file refuses them.
 
     Attributes
@@ -135,7 +148,7 @@ class Scheme:
                  decentralized_update_execution=False, max_policy_lag=None, max_grad_lag=None,
                  col_requests_in_flight=1, max_worker_restarts=3, worker_restart_delay_s=1.0,
                  on_env_error="restart", data_path="direct", replay_server=None, col_rollout_unit="steps",
-                 col_policy="learned", col_step_log_dir=None):
+                 col_policy="learned", col_step_log_dir=None, col_weights="push", col_weight_pull_every=None):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -168,6 +181,15 @@ class Scheme:
             logger.warning(f"Scheme: {_python_name(item.option)}={item.value!r} has no effect with "
                            f"{item.setting}={_python_value(item.current)} ({item.reason}); it is ignored "
                            f"(it acts with {item.setting}={_python_value(item.needed)})")
+        try:
+            ineffective = check_weight_mode(col_weights, col_weight_pull_every, num_col_workers,
+                                            col_workers_communication == prl.ASYNC, algo_factory)
+        except PullRefused as exc:
+            raise ValueError(f"col_weights='pull': pulled weights {exc}") from None
+        for option, value, reason in ineffective:
+            logger.warning(f"Scheme: {option}={value!r} has no effect with {reason}; it is ignored")
+            if option == "col_weights":
+                col_weights = "push"
         replay_options = check_data_path(data_path, replay_server, storage_factory, num_col_workers,
                                          col_workers_communication == prl.ASYNC)
         if replay_options is not None and max_policy_lag is not None:
@@ -222,7 +244,8 @@ class Scheme:
                           communication=col_workers_communication, max_policy_lag=max_policy_lag,
                           requests_in_flight=col_requests_in_flight, fault_policy=self.fault_policy,
                           replay_server=self.replay_server, rollout_unit=col_rollout_unit, policy=col_policy,
-                          step_log_dir=col_step_log_dir)
+                          step_log_dir=col_step_log_dir, weights=col_weights,
+                          weight_pull_every=col_weight_pull_every)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.

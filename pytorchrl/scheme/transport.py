@@ -113,6 +113,18 @@ def unpack(packed, to_torch=True):
     return out
 
 
+def payload_bytes(data):
+    """Bytes of the arrays and tensors among the values of ``data`` (a dict), as ``pack``
+    counts them uncompressed: what a rollout handed over without packing weighs."""
+    total = 0
+    for value in data.values():
+        if isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()
+        elif isinstance(value, np.ndarray):
+            total += value.nbytes
+    return total
+
+
 def weights_to_wire(state_dict):
     """Actor weights as a dict of numpy arrays, the form in which they are ``ray.put``.
 
@@ -185,6 +197,7 @@ class WeightBroadcast:
         self.stats.update(weight_versions_sent=0, weight_puts=0)
         self._payload = None
         self._version = None
+        self.nbytes = 0   # size of the prepared weights (what each request carries)
 
     def current(self, version):
         """What to send as ``weights`` with a request made at ``version``: a dict of numpy
@@ -193,6 +206,7 @@ class WeightBroadcast:
         if self._version != version:
             wire = weights_to_wire(self.get_weights())
             size = sum(v.nbytes for v in wire.values() if isinstance(v, np.ndarray))
+            self.nbytes = size
             if size <= self.inline_max_bytes:
                 # Copies: the arrays of weights_to_wire may share memory with parameters
                 # an optimizer will change in place before the request is serialized.

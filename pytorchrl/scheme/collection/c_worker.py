@@ -10,7 +10,7 @@ from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.collection.step_log import StepLog
-from pytorchrl.scheme.transport import pack, weights_from_wire
+from pytorchrl.scheme.transport import pack, payload_bytes, weights_from_wire
 
 
 #: What one rollout is: a fixed number of steps, or whole episodes (see CWorker).
@@ -72,12 +72,20 @@ class CWorker(Worker):
         Directory for a per-step log of the training steps (EXARL's actor logs): the file
         ``steps_g<index_parent>_c<index_worker>.csv`` gets one row per environment and step
         (see ``step_log.STEP_LOG_FIELDS``). None (default): no log. Written where the worker runs.
+    weight_board : WeightBoard, ray.actor.ActorHandle or None
+        Weights pulled (EXARL's non-blocking async workflow, see
+        ``pytorchrl.scheme.workflows.weight_board``): the worker checks this board for a
+        newer version every ``weight_pull_every`` training steps without waiting for the
+        answer, and swaps the weights in between two steps when it comes. None (default):
+        weights only arrive with requests (``set_weights``).
+    weight_pull_every : int or None
+        Steps between two checks of ``weight_board`` (None: ``DEFAULT_PULL_EVERY``).
     """
 
     def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
                  fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, initial_weights=None, device=None, rollout_unit="steps",
-                 policy="learned", step_log_dir=None):
+                 policy="learned", step_log_dir=None, weight_board=None, weight_pull_every=None):
         if rollout_unit not in ROLLOUT_UNITS:
             raise ValueError(f"rollout_unit must be one of {ROLLOUT_UNITS}, got {rollout_unit!r}")
         if policy not in POLICIES:
@@ -111,6 +119,12 @@ class CWorker(Worker):
         if initial_weights is not None:
             # The weights a worker is built with are version 0 wherever it lives.
             self.set_weights(initial_weights, version=0)
+        self._board_reader = None
+        if weight_board is not None:
+            from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, BoardReader
+            self._board_reader = BoardReader(weight_board, weight_pull_every or DEFAULT_PULL_EVERY)
+        self._weight_swaps = []     # (step, version) of the rollout running
+        self._pulled_bytes = 0
 
     # ---------------------------------------------------------------- properties
     @property
@@ -155,8 +169,11 @@ class CWorker(Worker):
             ``collected_samples``, ``steps`` (per environment), ``col_time``, ``version``
             (weights that produced it), ``episodes`` (return, length) finished,
             ``index_worker``, ``cut`` (stopped early), ``TestReward`` when an evaluation ran,
-            ``raw_bytes``/``sent_bytes`` when packed, ``replay_outcome`` ("ok", "closed")
-            when inserted into a replay server.
+            ``raw_bytes``/``sent_bytes`` when packed or inserted into a replay server,
+            ``replay_outcome`` ("ok", "closed") when inserted into one. With a weight board:
+            ``weight_swaps``, the (step, version) of every version pulled during the rollout
+            (``version`` is then the one its first step acted with, the oldest), and
+            ``pulled_bytes``, the size of the weights loaded.
         """
         if weights is not None:
             self.set_weights(weights, version)
@@ -168,6 +185,7 @@ class CWorker(Worker):
         if "sync" in listen_to:
             listen = round_id if round_id is not None else ("local", self.iter)
             self._listening_round = listen
+        first_version = self.actor_version
         try:
             col_time, steps, cut = self._guarded(self._rollout, "envs_train", self.update_every, listen)
         finally:
@@ -176,11 +194,15 @@ class CWorker(Worker):
         # here), with the weights this rollout was collected with.
         data = self.algo.preprocess_rollout(self.storage.get_data(data_to_cpu))
         info.update(collected_samples=steps * self.envs_train.num_envs, steps=steps, col_time=col_time,
-                    version=self.actor_version, episodes=self.envs_train.pop_finished_episodes(),
+                    version=first_version, episodes=self.envs_train.pop_finished_episodes(),
                     index_worker=self.index_worker, cut=cut)
+        if self._board_reader is not None:
+            info.update(weight_swaps=self._weight_swaps, pulled_bytes=self._pulled_bytes)
+            self._weight_swaps, self._pulled_bytes = [], 0
         if replay_server is not None:
             from pytorchrl.scheme.workflows.replay_server import insert_remote
-            info["replay_outcome"] = insert_remote(replay_server, data, self.actor_version)
+            info["replay_outcome"] = insert_remote(replay_server, data, first_version)
+            info["raw_bytes"] = info["sent_bytes"] = payload_bytes(data)
             data = None
         elif pack_data or (pack_data is None and self.compress_data_to_send):
             data = pack(data, self.compress_data_to_send)
@@ -317,6 +339,7 @@ class CWorker(Worker):
     def _rollout(self, num_steps, round_id):
         t0 = time.perf_counter()
         storage, actor, envs = self.storage, self.actor, self.envs_train
+        reader = self._board_reader
         state = self.state
         storage.start(self.obs, state)
         num_steps = min(num_steps, self.update_every)
@@ -326,6 +349,10 @@ class CWorker(Worker):
             if round_id is not None and self._cut_round == round_id:
                 cut = True
                 break
+            if reader is not None:
+                pulled = reader.poll()
+                if pulled is not None:
+                    self._load_pulled(steps, *pulled)
             # The actor reads the storage's observation row: no copy on the way in.
             env_action, extras, state = actor.act(storage.current_obs(), state)
             if self.policy == "random":
@@ -351,6 +378,15 @@ class CWorker(Worker):
         self.obs = storage.next_rollout_obs()
         self.state = state
         return time.perf_counter() - t0, steps, cut
+
+    def _load_pulled(self, step, version, weights):
+        """Load weights pulled from the board before step ``step`` of the rollout (a version
+        the worker already holds, e.g. the first answer, is not loaded again)."""
+        if version == self.actor_version:
+            return
+        self.set_weights(weights, version)
+        self._weight_swaps.append((step, int(version)))
+        self._pulled_bytes += payload_bytes(weights)
 
     def _close_step_log(self):
         if self._step_log is not None:

@@ -89,6 +89,16 @@ class CWorkerSet(WorkerSet):
         where actions come from (``"learned"`` or ``"random"``).
     step_log_dir : str or None
         Passed to every ``CWorker``: directory of the per-step logs (None: none).
+    weights : str
+        How remote workers get new weights. ``"push"`` (default): with every request, so a
+        rollout is acted by one version. ``"pull"`` (asynchronous collection): the set
+        publishes each version once to a ``WeightBoard`` (a Ray actor) and the workers
+        check it every ``weight_pull_every`` steps without waiting, swapping weights
+        mid-rollout; requests carry none (see ``pytorchrl.scheme.workflows.weight_board``).
+        Ignored without remote workers (the local worker holds the learner's weights).
+    weight_pull_every : int or None
+        With ``weights="pull"``: environment steps between two checks of the board (None:
+        ``DEFAULT_PULL_EVERY``).
 
     Episode budget (``set_episode_budget``). Once the rollouts handed over hold that many
     finished episodes, ``collect`` raises ``EpisodeBudgetSpent`` instead of collecting. With
@@ -118,7 +128,9 @@ class CWorkerSet(WorkerSet):
                  compress_data_to_send=False, train_envs_factory=no_envs, test_envs_factory=no_envs,
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
-                 rollout_unit="steps", policy="learned", step_log_dir=None):
+                 rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
+                 weight_pull_every=None):
+        from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
@@ -130,6 +142,12 @@ class CWorkerSet(WorkerSet):
         if requests_in_flight > 1 and communication != prl.ASYNC:
             raise ValueError("requests_in_flight > 1 needs asynchronous collection (prl.ASYNC): a synchronous "
                              "round sends every collector one request with the same weights")
+        if weights not in WEIGHT_MODES:
+            raise ValueError(f"weights must be one of {', '.join(map(repr, WEIGHT_MODES))}, got {weights!r}")
+        check_int("weight_pull_every", weight_pull_every, 1, optional=True)
+        if weights == "pull" and num_workers and communication != prl.ASYNC:
+            raise ValueError("weights='pull' needs asynchronous collection (prl.ASYNC): a synchronous round "
+                             "collects every rollout with the same weights")
         if replay_server is not None and num_workers and communication != prl.ASYNC:
             raise ValueError("a replay server needs asynchronous collection (prl.ASYNC): a synchronous round "
                              "would wait for inserts that only the waiting learner's samples admit")
@@ -155,18 +173,35 @@ class CWorkerSet(WorkerSet):
         self.evaluates = total_parent_workers <= 1 or index_parent <= 1
         self._local_params = dict(train_envs_factory=train_envs_factory if num_workers == 0 else no_envs,
                                   test_envs_factory=test_envs_factory if self.evaluates else no_envs,
-                                  compress_data_to_send=False)
+                                  compress_data_to_send=False, weight_board=None)
         self._remote_params = dict(train_envs_factory=train_envs_factory, test_envs_factory=no_envs)
         self.version = 0            # version of the local (learner's) weights
         self._round = 0
         self._in_flight = {}        # async: ref -> worker
         self._abandoned = []        # requests of a round given up, read by stop()
         self._pending_acks = []     # replay-server data path: (position, ref) of apply_to_all calls
-        self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0}
-        super().__init__(CWorker, params, index_parent, num_workers,
-                         worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device,
-                         fault_policy=fault_policy)
+        self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0, "weight_bytes": 0}
+        self.weights = weights
+        self.publisher = None
+        board = None
+        if weights == "pull" and num_workers:
+            from pytorchrl.scheme.workflows.weight_board import start_remote_board
+            board = start_remote_board()
+            params.update(weight_board=board, weight_pull_every=weight_pull_every)
+            self.stats["weight_pulls"] = 0
+        try:
+            super().__init__(CWorker, params, index_parent, num_workers,
+                             worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device,
+                             fault_policy=fault_policy)
+        except BaseException:
+            from pytorchrl.scheme.workflows.weight_board import stop_remote_board
+            stop_remote_board(board)
+            raise
         self.broadcast = WeightBroadcast(self.local_worker().get_weights, stats=self.stats)
+        if board is not None:
+            from pytorchrl.scheme.workflows.weight_board import BoardPublisher
+            self.publisher = BoardPublisher(board, self.local_worker().get_weights)
+            self.publisher.publish(self.version)
 
     def _build_local(self, worker_class, worker_params, local_device):
         params = dict(worker_params, **self._local_params)
@@ -187,7 +222,8 @@ class CWorkerSet(WorkerSet):
                        train_envs_factory=no_envs, total_parent_workers=0, col_fraction_samples=1.0,
                        compress_data_to_send=False, col_worker_resources=None, col_fraction_workers=1.0,
                        communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None,
-                       replay_server=None, rollout_unit="steps", policy="learned", step_log_dir=None):
+                       replay_server=None, rollout_unit="steps", policy="learned", step_log_dir=None,
+                       weights="push", weight_pull_every=None):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -204,7 +240,7 @@ class CWorkerSet(WorkerSet):
                                 communication=communication, max_policy_lag=max_policy_lag,
                                 requests_in_flight=requests_in_flight, fault_policy=fault_policy,
                                 replay_server=replay_server, rollout_unit=rollout_unit, policy=policy,
-                                step_log_dir=step_log_dir)
+                                step_log_dir=step_log_dir, weights=weights, weight_pull_every=weight_pull_every)
 
     # ------------------------------------------------------------------ weights
     def set_version(self, version):
@@ -216,6 +252,8 @@ class CWorkerSet(WorkerSet):
         """Forget the prepared copy of the weights: the local actor changed without a new
         version (a restored checkpoint, a replaced actor)."""
         self.broadcast.invalidate()
+        if self.publisher is not None:
+            self.publisher.invalidate()
 
     def _current_weights(self):
         """The current weights as sent with requests, prepared once per version (see
@@ -279,6 +317,8 @@ class CWorkerSet(WorkerSet):
                 reward = self._evaluate_local()
                 if reward is not None:
                     info["TestReward"] = reward
+            if self.publisher is not None:
+                self.publisher.publish(self.version)   # once per version: the workers pull it
             rollouts = self._collect_sync() if self.communication == prl.SYNC else self._collect_async()
             rollouts = [(unpack(d), i) for d, i in rollouts]
         self._round += 1
@@ -288,6 +328,9 @@ class CWorkerSet(WorkerSet):
             winfo["policy_lag"] = self.version - winfo["version"]
             if winfo.get("cut"):
                 self.stats["cut_rollouts"] += 1
+            if "weight_swaps" in winfo:
+                self.stats["weight_pulls"] += len(winfo["weight_swaps"])
+                self.stats["weight_bytes"] += winfo["pulled_bytes"]
         info["collect_wait"] = time.perf_counter() - t0
         return rollouts, info
 
@@ -385,6 +428,7 @@ class CWorkerSet(WorkerSet):
         round_id = self._round
 
         def request(i):
+            self.stats["weight_bytes"] += self.broadcast.nbytes
             return self._remote_workers[i].collect_data.remote(listen_to=["sync"], weights=weights,
                                                              version=self.version, round_id=round_id,
                                                              pack_data=True)
@@ -488,7 +532,13 @@ class CWorkerSet(WorkerSet):
         return bool(ready)
 
     def _submit(self, worker):
-        ref = worker.collect_data.remote(weights=self._current_weights(), version=self.version, pack_data=True,
+        if self.publisher is not None:
+            # Weights pulled: the request carries none (the worker keeps the newest it read).
+            weights, version = None, None
+        else:
+            weights, version = self._current_weights(), self.version
+            self.stats["weight_bytes"] += self.broadcast.nbytes
+        ref = worker.collect_data.remote(weights=weights, version=version, pack_data=True,
                                          replay_server=self.replay_server)
         self._in_flight[ref] = worker
 
@@ -576,6 +626,10 @@ class CWorkerSet(WorkerSet):
         in_flight, self._in_flight = list(self._in_flight) + self._abandoned + [r for _, r in self._pending_acks], {}
         self._abandoned, self._pending_acks = [], []
         super().stop()
+        if self.publisher is not None:
+            from pytorchrl.scheme.workflows.weight_board import stop_remote_board
+            stop_remote_board(self.publisher.board)
+            self.publisher = None
         # The requests still out failed when their workers were killed (or earlier, with the
         # failure that ended the run): read, so that Ray does not report them as unhandled.
         drain(in_flight, timeout=self.stop_timeout)

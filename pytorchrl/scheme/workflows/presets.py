@@ -141,6 +141,14 @@ _PRESETS = [
             "max_policy_lag": 4, "num_grad_workers": 1, "grad_workers_communication": "sync",
             "col_rollout_unit": "episodes"},
            algorithm={"name": "DDQN", "targets_on_collector": True}),
+    Preset("exarl-nonblocking-async",
+           "EXARL's non-blocking async workflow (off-policy): N actors collect without waiting for the learner "
+           "(two requests in flight) and pull the newest weights from a weight board every few steps, "
+           "mid-rollout; staleness unbounded",
+           {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": HALF_CPU,
+            "col_requests_in_flight": 2, "col_weights": "pull",
+            "num_grad_workers": 1, "grad_workers_communication": "sync"},
+           algorithm={"name": "DDQN"}),
 ]
 
 #: Presets by name, in the order they are listed.

@@ -1,0 +1,262 @@
+"""Weights pulled by the collectors (EXARL's non-blocking async workflow).
+
+On the default path (``Scheme(col_weights="push")``) a collector gets new weights with its
+next rollout request, so it acts with one version for a whole rollout. With
+``col_weights="pull"`` the collector set publishes each weight version once to a
+``WeightBoard`` (a small threaded Ray actor holding the newest ``(version, ObjectRef)``;
+the weights themselves are ``ray.put`` once, read from the node's shared object store),
+and every collector asks the board for a newer version every ``col_weight_pull_every``
+steps without waiting for the answer: a ``BoardReader`` issues the question at one check
+and picks the answer up at a later one, when it is ready, then fetches the weights the
+same way and swaps them in between two steps, mid-rollout. Rollout requests then carry no
+weights. Staleness is unbounded unless ``max_policy_lag`` is set.
+
+A rollout may thus be acted by several versions: its ``version`` is the oldest (the one
+its first step acted with; policy lags and ``max_policy_lag`` use it) and its
+``weight_swaps`` list says at which step each newer version took over. This suits
+off-policy algorithms (DDQN, as in EXARL), which learn from any behaviour policy; an
+on-policy algorithm's update assumes one policy per rollout, so pulling is refused for it.
+"""
+
+import threading
+
+import numpy as np
+
+#: Values of ``Scheme(col_weights=...)`` and ``scheme.col_weights``.
+WEIGHT_MODES = ("push", "pull")
+
+#: Default of ``col_weight_pull_every``: environment steps between two checks of the
+#: board. Each check is a Ray call of some tens of microseconds, about one CartPole step
+#: with a small network: checking every step would halve the collectors' speed.
+DEFAULT_PULL_EVERY = 10
+
+#: Threads of the remote board: publications and the collectors' questions never wait
+#: behind each other.
+MAX_CONCURRENCY = 8
+
+
+def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async_collection, algo_factory=None):
+    """Check the weight-distribution options of a scheme; returns the options that have
+    no effect in this layout as ``(option, value, reason)`` triples, the reason in words
+    that follow "has no effect with" (the Scheme warns, the configuration refuses).
+
+    Parameters
+    ----------
+    col_weights : str
+        One of ``WEIGHT_MODES``.
+    col_weight_pull_every : int or None
+        Steps between two checks of the board (None: ``DEFAULT_PULL_EVERY``).
+    num_col_workers : int
+        Collection workers per gradient worker.
+    async_collection : bool
+        Whether collection is asynchronous.
+    algo_factory : callable or None
+        The scheme's algorithm factory; pulling is refused for an on-policy algorithm
+        (read from the factory's class when it has one).
+
+    Raises
+    ------
+    PullRefused
+        Pulled weights in a layout or for an algorithm they cannot serve; the message
+        follows "pulled weights" (``"need asynchronous collection ..."``).
+    ValueError
+        An unknown mode or a bad step count.
+    """
+    from pytorchrl.scheme.base.checks import check_int
+    if col_weights not in WEIGHT_MODES:
+        raise ValueError(f"col_weights must be one of {', '.join(map(repr, WEIGHT_MODES))}, got {col_weights!r}")
+    check_int("col_weight_pull_every", col_weight_pull_every, 1, optional=True)
+    if col_weights == "push":
+        if col_weight_pull_every is not None:
+            return [("col_weight_pull_every", col_weight_pull_every,
+                     "pushed weights (collectors get them with their requests and check no board)")]
+        return []
+    if num_col_workers < 2:
+        return [("col_weights", col_weights,
+                 "one collection worker (it is the learner's own actor, in its process: always current)")]
+    if not async_collection:
+        raise PullRefused("need asynchronous collection: a synchronous round collects every rollout with the "
+                          "same weights")
+    cls = getattr(algo_factory, "cls", None)
+    if isinstance(cls, type) and getattr(cls, "on_policy", False):
+        raise PullRefused(f"change the policy in the middle of a rollout; {cls.__name__} is on-policy (its update "
+                          f"assumes one policy per rollout): use an off-policy algorithm (DDQN, DDPG, TD3, SAC) "
+                          f"or pushed weights")
+    return []
+
+
+class PullRefused(ValueError):
+    """Pulled weights cannot serve this layout or algorithm; the message says why, in words
+    that follow "pulled weights"."""
+
+
+class WeightBoard:
+    """The newest weight version, published once and read by every collector.
+
+    Thread-safe: run as a threaded Ray actor (``start_remote_board``) or, in one process,
+    as a plain object (tests, where a ``BoardReader`` reads it directly).
+
+    Every publication gets a sequence number, so that weights that change without a new
+    version number (a restored checkpoint) still reach the collectors.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._version = None
+        self._weights = None
+
+    def publish(self, version, weights):
+        """Make ``weights`` (of version ``version``) the newest; returns its sequence number.
+
+        Parameters
+        ----------
+        version : int
+            Weight version.
+        weights : dict or list
+            The acting weights (a dict of arrays), or ``[ObjectRef]`` of them (in a list so
+            that Ray hands the board the reference, not the weights).
+        """
+        with self._lock:
+            self._seq += 1
+            self._version, self._weights = int(version), weights
+            return self._seq
+
+    def latest(self, seen=0):
+        """``(sequence, version, weights)`` of the newest publication if it is newer than
+        sequence number ``seen``, else None."""
+        with self._lock:
+            if self._seq <= seen:
+                return None
+            return self._seq, self._version, self._weights
+
+    def ping(self):
+        """Answer True: used to wait until a remote board is built."""
+        return True
+
+
+def start_remote_board():
+    """A ``WeightBoard`` as a threaded Ray actor (no CPU reserved: it only keeps a reference)."""
+    from pytorchrl.scheme.base.ray_runtime import require_ray
+    ray = require_ray()
+    board = ray.remote(WeightBoard).options(num_cpus=0, max_concurrency=MAX_CONCURRENCY).remote()
+    ray.get(board.ping.remote())
+    return board
+
+
+def stop_remote_board(board):
+    """End a remote board's process (a board in this process needs nothing)."""
+    if board is not None and not isinstance(board, WeightBoard):
+        import ray
+        try:
+            ray.kill(board)
+        except Exception:  # already gone (the run is stopping)
+            pass
+
+
+class BoardPublisher:
+    """The collector set's side: publishes each weight version to its board once.
+
+    Parameters
+    ----------
+    board : WeightBoard or ray.actor.ActorHandle
+        The board.
+    get_weights : callable
+        ``get_weights()`` -> the current acting weights (tensors).
+    """
+
+    def __init__(self, board, get_weights):
+        self.board = board
+        self.get_weights = get_weights
+        self.remote = not isinstance(board, WeightBoard)
+        self._published = None
+        self._ref = None   # the newest put weights: kept alive by their owner, this process
+        self.nbytes = 0    # size of the newest published weights
+
+    def publish(self, version):
+        """Publish the current weights as ``version`` unless they already are."""
+        if self._published == version:
+            return
+        from pytorchrl.scheme.transport import weights_to_wire
+        wire = weights_to_wire(self.get_weights())
+        self.nbytes = sum(v.nbytes for v in wire.values() if isinstance(v, np.ndarray))
+        if self.remote:
+            import ray
+            self._ref = ray.put(wire)
+            # Not waited for: the board answers questions in the order it gets them.
+            self.board.publish.remote(version, [self._ref])
+        else:
+            self.board.publish(version, {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in wire.items()})
+        self._published = version
+
+    def invalidate(self):
+        """Publish again at the next ``publish``: the weights changed without a new version."""
+        self._published = None
+
+
+class BoardReader:
+    """A collector's side: checks the board every ``every`` steps, never waiting.
+
+    ``poll()`` is called before every step. At every ``every``-th call it picks up the
+    answer to the previous check if it has come (and the weights it names, once they are
+    in this node's object store), then sends the next question. A question is therefore
+    answered at the earliest one check after it was sent, on a remote board and on one in
+    this process alike (which makes the behaviour reproducible step by step in a test).
+
+    Parameters
+    ----------
+    board : WeightBoard or ray.actor.ActorHandle
+        The board.
+    every : int
+        Steps between two checks.
+    """
+
+    def __init__(self, board, every):
+        self.board = board
+        self.every = int(every)
+        self.remote = not isinstance(board, WeightBoard)
+        self._seen = 0
+        self._countdown = 1    # the first step checks
+        self._question = None  # an ObjectRef (remote) or the answer itself (local)
+        self._fetch = None     # (version, ObjectRef of the weights) not in this node yet
+        self.checks = 0
+
+    def poll(self):
+        """Called before each step: ``(version, weights)`` to load now, or None."""
+        self._countdown -= 1
+        if self._countdown > 0:
+            return None
+        self._countdown = self.every
+        self.checks += 1
+        out = self._pick_up()
+        if self._question is None and self._fetch is None:
+            self._question = self.board.latest.remote(self._seen) if self.remote else ("answer",
+                                                                                       self.board.latest(self._seen))
+        return out
+
+    def _pick_up(self):
+        if self._question is not None:
+            if self.remote:
+                import ray
+                ready, _ = ray.wait([self._question], timeout=0)
+                if not ready:
+                    return None
+                answer = ray.get(self._question)
+            else:
+                answer = self._question[1]
+            self._question = None
+            if answer is None:
+                return None
+            self._seen, version, weights = answer
+            if not self.remote:
+                return version, weights
+            self._fetch = (version, weights[0])
+        if self._fetch is not None:
+            import ray
+            version, ref = self._fetch
+            ready, _ = ray.wait([ref], timeout=0, fetch_local=True)
+            if not ready:
+                return None
+            self._fetch = None
+            return version, ray.get(ref)
+        return None
