@@ -96,8 +96,10 @@ class WeightBoard:
     Thread-safe: run as a threaded Ray actor (``start_remote_board``) or, in one process,
     as a plain object (tests, where a ``BoardReader`` reads it directly).
 
-    Every publication gets a sequence number, so that weights that change without a new
-    version number (a restored checkpoint) still reach the collectors.
+    Every publication carries a sequence number given by its publisher, so that weights
+    that change without a new version number (a restored checkpoint) still reach the
+    collectors, and so that of two publications served out of order by the actor's threads
+    the newer one stays.
     """
 
     def __init__(self):
@@ -106,11 +108,14 @@ class WeightBoard:
         self._version = None
         self._weights = None
 
-    def publish(self, version, weights):
-        """Make ``weights`` (of version ``version``) the newest; returns its sequence number.
+    def publish(self, seq, version, weights):
+        """Make ``weights`` (of version ``version``) the newest unless a publication with a
+        higher sequence number came first; returns the sequence number held.
 
         Parameters
         ----------
+        seq : int
+            The publisher's sequence number of this publication (1, 2, ...).
         version : int
             Weight version.
         weights : dict or list
@@ -118,8 +123,8 @@ class WeightBoard:
             that Ray hands the board the reference, not the weights).
         """
         with self._lock:
-            self._seq += 1
-            self._version, self._weights = int(version), weights
+            if seq > self._seq:
+                self._seq, self._version, self._weights = int(seq), int(version), weights
             return self._seq
 
     def latest(self, seen=0):
@@ -170,6 +175,7 @@ class BoardPublisher:
         self.get_weights = get_weights
         self.remote = not isinstance(board, WeightBoard)
         self._published = None
+        self._seq = 0
         self._ref = None   # the newest put weights: kept alive by their owner, this process
         self.nbytes = 0    # size of the newest published weights
 
@@ -180,13 +186,16 @@ class BoardPublisher:
         from pytorchrl.scheme.transport import weights_to_wire
         wire = weights_to_wire(self.get_weights())
         self.nbytes = sum(v.nbytes for v in wire.values() if isinstance(v, np.ndarray))
+        self._seq += 1
         if self.remote:
             import ray
             self._ref = ray.put(wire)
-            # Not waited for: the board answers questions in the order it gets them.
-            self.board.publish.remote(version, [self._ref])
+            # Not waited for: the sequence number orders publications the board's threads
+            # may serve out of order.
+            self.board.publish.remote(self._seq, version, [self._ref])
         else:
-            self.board.publish(version, {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in wire.items()})
+            self.board.publish(self._seq, version,
+                               {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in wire.items()})
         self._published = version
 
     def invalidate(self):
