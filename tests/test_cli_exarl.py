@@ -1,5 +1,7 @@
 """The EXARL workflow configurations (examples/configs/exarl/) train from the command line,
-and a collection-only run writes its results file."""
+and a collection-only run writes its results file. Every file of that directory is run by
+a test here: those without a test of their own by ``test_exarl_config_trains``, so that a
+configuration added there is covered without naming it."""
 
 import csv
 import os
@@ -10,6 +12,10 @@ import yaml
 from cli_helpers import REPO, pytorchrl
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
+#: Every configuration of the directory, by name.
+CONFIGS = sorted(f[:-len(".yaml")] for f in os.listdir(EXARL) if f.endswith(".yaml"))
+#: Configurations with a test of their own below.
+OWN_TESTS = ("exarl-a2c-sync", "exarl-a2c-async", "exarl-async", "exarl-random")
 
 
 @pytest.mark.timeout(300)
@@ -57,3 +63,21 @@ def test_random_writes_its_results_from_the_command_line(tmp_path):
     assert "results: 12 episodes over " in proc.stdout and "policy random: mean return" in proc.stdout
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
     assert summary["episodes"] == 12 and summary["results"] == str(run_dir / "results.csv")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", [n for n in CONFIGS if n not in OWN_TESTS])
+def test_exarl_config_trains(tmp_path, name):
+    # The budget of issue 10: every workflow trains 5000 steps from its file.
+    run_dir = tmp_path / "run"
+    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=5000",
+                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["env_steps"] >= 5000 and summary["updates"] > 0
+
+
+def test_every_exarl_config_is_run_by_a_test():
+    assert set(OWN_TESTS) <= set(CONFIGS), sorted(set(OWN_TESTS) - set(CONFIGS))
+    for name in ("exarl-sync", "exarl-multi-learner-async", "exarl-nonblocking-async", "drl-actor-model"):
+        assert name in CONFIGS
