@@ -412,3 +412,27 @@ def test_offpolicy_report_of_a_partial_run(tmp_path):
     text = mod.report_from(str(path))
     assert "| ours | **3.00x** |" in text and "ours: MET" in text
     assert "SAC on Pendulum" not in text and "1 seed(s) per system" in text
+
+
+# -------------------------------------------------- EXARL workflows side by side (issue 10)
+def test_workflows_benchmark_discovers_every_exarl_config_and_reports_them():
+    mod = _load_bench("workflows")
+    configs = mod.discover()
+    exarl = os.path.join(REPO, "examples", "configs", "exarl")
+    assert sorted(configs) == sorted(f[:-5] for f in os.listdir(exarl) if f.endswith(".yaml"))
+    assert "exarl-nonblocking-async" in configs and "exarl-sync" in configs
+    args = mod.parse_args(["--quick", "--only", "exarl-sync,exarl-random"])
+    assert args.steps == 5000 and list(args.configs) == ["exarl-sync", "exarl-random"]
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--only", "exarl-nope"])
+    rows = [{"Episodes/TrainReward": 20.0, "Time/Elapsed": 1.0, "Scheme/EnvSteps": 100.0},
+            {"Episodes/TrainReward": 160.0, "Time/Elapsed": 4.5, "Scheme/EnvSteps": 900.0,
+             "Scheme/BytesFromCollectors": 2.0 ** 20}]
+    assert mod.time_to_threshold(rows, 150) == (4.5, 900.0) and mod.time_to_threshold(rows, 200) == (None, None)
+    record = {"workflow": "exarl-sync", "env_steps_per_s": 1000.0, "updates_per_s": 400.0, "threshold_s": 4.5,
+              "threshold_env_steps": 900.0, "train_return": 160.0, "test_return": None,
+              "bytes_from_collectors": mod.last(rows, "Scheme/BytesFromCollectors"), "bytes_to_collectors": None,
+              "max_policy_lag": 0.0, "weight_pulls": None, "loadavg_before": [3.0], "loadavg_after": [3.5]}
+    table = mod.render([record, {"workflow": "exarl-random", "error": "exit 2"}], args)
+    assert "| exarl-sync | 1,000 | 400 | 4.5 (900 steps) | 160.0 | – | 1.00 | – | 0 | – | 3.0 / 3.5 |" in table
+    assert "| exarl-random | failed: exit 2 |" in table
