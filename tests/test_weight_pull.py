@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.actors import OffPolicyActor
-from pytorchrl.agent.algorithms import DDQN
+from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
+from pytorchrl.agent.algorithms import DDQN, PPO
 from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.storages import ReplayBuffer
+from pytorchrl.agent.storages import GAEBuffer, ReplayBuffer
 from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
 from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme import Scheme
@@ -32,6 +32,12 @@ from cli_helpers import REPO, pytorchrl, tiny, write_config
 
 NONBLOCKING = os.path.join(REPO, "examples", "configs", "exarl", "exarl-nonblocking-async.yaml")
 ROLLOUT = 10
+
+
+def cartpole_spaces():
+    """(observation space, action space) of CartPole-v1."""
+    _, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"})
+    return obs_space, action_space
 
 
 def ddqn_factories():
@@ -85,7 +91,7 @@ def test_a_collector_swaps_to_a_newer_version_mid_rollout_at_the_documented_step
     # Rollout 3 acts with version 1 from its first step; no newer version: no swap.
     _, info = collector.collect_data()
     assert info["version"] == 1 and info["weight_swaps"] == []
-    # A checkpoint restored under the same version number is published again (new sequence).
+    # Invalidated (weights changed under the same version number): published again.
     publisher.invalidate()
     publisher.publish(1)
     assert board.latest(2)[0] == 3
@@ -170,6 +176,11 @@ def test_layouts_and_algorithms_that_cannot_pull_are_refused(caplog, tmp_path):
     # The Scheme refuses before anything starts, and warns about options without effect.
     with pytest.raises(ValueError, match="col_weights='pull': pulled weights need asynchronous collection"):
         Scheme(**ddqn_factories(), num_col_workers=2, col_weights="pull")
+    ppo_factories = dict(ddqn_factories(), storage_factory=GAEBuffer.create_factory(size=16))
+    ppo_factories["algo_factory"], name = PPO.create_factory()
+    ppo_factories["actor_factory"] = OnPolicyActor.create_factory(*cartpole_spaces(), name)
+    with pytest.raises(ValueError, match="pulled weights change the policy in the middle of a rollout; PPO is on"):
+        Scheme(**ppo_factories, num_col_workers=2, col_workers_communication=prl.ASYNC, col_weights="pull")
     with pytest.raises(ValueError, match="col_weights must be one of 'push', 'pull'"):
         Scheme(**ddqn_factories(), col_weights="pulled")
     with caplog.at_level(logging.WARNING, logger="pytorchrl"):

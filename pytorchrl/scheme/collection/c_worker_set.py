@@ -181,7 +181,6 @@ class CWorkerSet(WorkerSet):
         self._abandoned = []        # requests of a round given up, read by stop()
         self._pending_acks = []     # replay-server data path: (position, ref) of apply_to_all calls
         self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0, "weight_bytes": 0}
-        self.weights = weights
         self.publisher = None
         board = None
         if weights == "pull" and num_workers:

@@ -96,10 +96,9 @@ class WeightBoard:
     Thread-safe: run as a threaded Ray actor (``start_remote_board``) or, in one process,
     as a plain object (tests, where a ``BoardReader`` reads it directly).
 
-    Every publication carries a sequence number given by its publisher, so that weights
-    that change without a new version number (a restored checkpoint) still reach the
-    collectors, and so that of two publications served out of order by the actor's threads
-    the newer one stays.
+    Every publication carries a sequence number given by its publisher, so that of two
+    publications served out of order by the actor's threads the newer one stays, and so
+    that a reader is answered only when something was published since its last answer.
     """
 
     def __init__(self):
