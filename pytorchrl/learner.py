@@ -143,6 +143,7 @@ class Learner:
         self.policy_version = 0   # newest weight version (publication) seen in a gradient's information
         self.start_time = time.time()
         self._replay_last = (self.start_time, 0, 0)  # (time, inserts, samples) at the last replay metrics
+        self._inference_last = (self.start_time, 0)  # (time, batches) at the last inference metrics
         self._episodes = collections.deque(maxlen=RECENT_EPISODES)
         self._episode_lengths = collections.deque(maxlen=RECENT_EPISODES)
         self._fps_history = collections.deque([(time.perf_counter(), 0)])
@@ -361,7 +362,11 @@ class Learner:
             ``Replay/InsertsPerS`` and ``Replay/SamplesPerS`` (transitions per second since the
             previous call), ``Replay/MeasuredRatio`` (sampled per inserted past the warm-up,
             since the start), ``Replay/Size``, ``Replay/InsertBlockedS`` and
-            ``Replay/SampleBlockedS`` (seconds each side waited, since the start).
+            ``Replay/SampleBlockedS`` (seconds each side waited, since the start). With an
+            inference server (``col_policy="server"``) also ``Inference/MeanBatch``
+            (observations per batched act, since the start), ``Inference/Calls`` (batched act
+            calls since the start), ``Inference/CallsPerS`` (since the previous call) and
+            ``Inference/MeanWaitMs`` (from a request's arrival to its batch, since the start).
         add_time_metrics : bool
             Steps per second, elapsed time, seconds spent in each phase.
         """
@@ -406,6 +411,7 @@ class Learner:
             if dropped_grads:
                 m["Scheme/DroppedGradients"] = int(dropped_grads)
             m.update(self._replay_metrics())
+            m.update(self._inference_metrics())
             for key in ("PolicyLag", "MaxPolicyLag", "GradAsynchrony", "CutRollouts", "BytesSent", "BytesRaw",
                         "GradBytesSent", "GradBytesRaw"):
                 s.pop(key, None)
@@ -430,6 +436,19 @@ class Learner:
                 "Replay/SamplesPerS": (stats["samples"] - last_samples) / elapsed,
                 "Replay/MeasuredRatio": stats["measured_ratio"], "Replay/Size": stats["size"],
                 "Replay/InsertBlockedS": stats["insert_blocked_s"], "Replay/SampleBlockedS": stats["sample_blocked_s"]}
+
+    def _inference_metrics(self):
+        """The inference server's metrics (see ``get_metrics``); empty without one."""
+        inference_stats = getattr(self.scheme, "inference_stats", None)
+        stats = inference_stats() if inference_stats is not None else None
+        if stats is None:
+            return {}
+        now = time.time()
+        last_t, last_calls = self._inference_last
+        self._inference_last = (now, stats["batches"])
+        return {"Inference/MeanBatch": stats["mean_batch"], "Inference/Calls": stats["batches"],
+                "Inference/CallsPerS": (stats["batches"] - last_calls) / max(1e-9, now - last_t),
+                "Inference/MeanWaitMs": stats["mean_wait_ms"]}
 
     def print_info(self, add_algo_info=True, add_episodes_info=True, add_scheme_info=False, add_time_info=False):
         """Print one line with the current metrics (same switches as ``get_metrics``)."""

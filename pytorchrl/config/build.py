@@ -172,6 +172,7 @@ def build_scheme(config, log_dir=None):
         worker_restart_delay_s=s["worker_restart_delay_s"], on_env_error=s["on_env_error"],
         data_path=s["data_path"], replay_server=s["replay_server"], col_rollout_unit=s["col_rollout_unit"],
         col_policy=s["col_policy"], col_weights=s["col_weights"], col_weight_pull_every=s["col_weight_pull_every"],
+        inference_server=s["inference_server"],
         col_step_log_dir=os.path.abspath(os.path.join(log_dir, "steps")) if s["col_step_logs"] and log_dir else None, **kwargs)
 
 

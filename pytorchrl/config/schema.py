@@ -38,6 +38,7 @@ from pytorchrl.schedules import VALID_KINDS, VALID_TARGETS, Schedule
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.workflows.inference_server import INFERENCE_SERVER_DEFAULTS
 from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
 from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, WEIGHT_MODES
 
@@ -420,7 +421,14 @@ SECTIONS = {
                                                                      REPLAY_SERVER_DEFAULTS.items())
                              + " (see docs/schemes.md); null: those defaults."),
         "col_rollout_unit": derived(Scheme, "col_rollout_unit", choices=("steps", "episodes")),
-        "col_policy": derived(Scheme, "col_policy", choices=("learned", "random")),
+        "col_policy": derived(Scheme, "col_policy", choices=("learned", "random", "server"),
+                              doc="Where collector actions come from: learned (the actor each collector "
+                                  "holds), random (uniform draws), or server (SEED: a central inference "
+                                  "server batches the observations of every collector and acts with the "
+                                  "learner's weights; feed-forward actors, one gradient worker)."),
+        "inference_server": Key("dict", None, "With col_policy: server, the server's batching and resources: "
+                                + ", ".join(f"{k} (default {v})" for k, v in INFERENCE_SERVER_DEFAULTS.items())
+                                + " (see docs/schemes.md); null: those defaults."),
         "col_weights": derived(Scheme, "col_weights", choices=WEIGHT_MODES,
                                doc="How remote collectors get new weights: push (with each rollout request; "
                                    "one version per rollout) or pull (EXARL's non-blocking async: each version "
@@ -493,6 +501,15 @@ REPLAY_SERVER_KEYS = {
     "error_buffer": Key("number", REPLAY_SERVER_DEFAULTS["error_buffer"],
                         "How far (in sampled transitions) either side may run ahead of the ratio.", low=0.0),
     "num_cpus": Key("number", REPLAY_SERVER_DEFAULTS["num_cpus"], "Ray CPUs of the server actor.", low=0.0),
+}
+
+#: Keys of ``scheme.inference_server`` (``pytorchrl.scheme.workflows.inference_server``).
+INFERENCE_SERVER_KEYS = {
+    "max_batch": Key("int", INFERENCE_SERVER_DEFAULTS["max_batch"],
+                     "Most observations in one batched act; a batch runs once this many are waiting.", low=1),
+    "timeout_ms": Key("number", INFERENCE_SERVER_DEFAULTS["timeout_ms"],
+                      "Milliseconds the oldest waiting request waits for more before its batch runs.", low=0.0),
+    "num_cpus": Key("number", INFERENCE_SERVER_DEFAULTS["num_cpus"], "Ray CPUs of the server actor.", low=0.0),
 }
 
 #: Section names in the order they are written to a resolved configuration.

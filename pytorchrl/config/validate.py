@@ -358,6 +358,7 @@ def _check_consistency(config):
     _check_weight_mode(config)
     _check_recurrent(config)
     _check_data_path(config)
+    _check_inference_server(config)
     if "env_id" in config["env"]["kwargs"]:
         raise ConfigError("env.kwargs.env_id", "the environment is set by env.id")
     _check_device(scheme_cfg["local_device"], "scheme.local_device")
@@ -442,6 +443,34 @@ def _check_data_path(config):
     if config["learner"]["checkpoint_replay"]:
         raise ConfigError("learner.checkpoint_replay", "the replay lives in the replay server "
                                                        "(scheme.data_path: replay_server), which is not saved")
+
+
+def _check_inference_server(config):
+    """Resolve ``scheme.inference_server`` and refuse what a central inference server
+    (``scheme.col_policy: server``) cannot do, or its options given without it."""
+    s = config["scheme"]
+    if s["col_policy"] != "server":
+        if s["inference_server"] is not None:
+            raise ConfigError("scheme.inference_server", f"has no effect with scheme.col_policy: {s['col_policy']}; "
+                                                         f"remove it, or set scheme.col_policy: server")
+        return
+    s["inference_server"] = check_mapping(s["inference_server"], schema.INFERENCE_SERVER_KEYS,
+                                          "scheme.inference_server")
+    if s["num_grad_workers"] > 1:
+        raise ConfigError("scheme.col_policy", f"server needs scheme.num_grad_workers: 1 (the server acts with one "
+                                               f"learner's weights), got {s['num_grad_workers']}")
+    if config["actor"]["recurrent_net"] is not None:
+        raise ConfigError("scheme.col_policy", "server acts on observations only: a recurrent actor "
+                                               "(actor.recurrent_net) needs its memory state at every step")
+    if config["actor"].get("noise") == "OU":
+        raise ConfigError("scheme.col_policy", "server acts on observations only: OU noise keeps a state per "
+                                               "environment; use actor.noise: Gauss")
+    if config["algorithm"].get("targets_on_collector"):
+        raise ConfigError("algorithm.targets_on_collector", "needs the target network on the collectors, which "
+                                                            "hold no weights with scheme.col_policy: server")
+    if s["col_weights"] == "pull":
+        raise ConfigError("scheme.col_weights", "pull: with scheme.col_policy: server the collectors act through "
+                                                "the inference server and load no weights; remove it")
 
 
 #: Algorithm keys that set the pace of training on the direct data path only: on the

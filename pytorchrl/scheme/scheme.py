@@ -10,6 +10,7 @@ from pytorchrl.scheme.collection.c_worker import no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
 from pytorchrl.scheme.updates.u_worker import UWorker
+from pytorchrl.scheme.workflows import inference_server as inference
 from pytorchrl.scheme.workflows.replay_server import (ServerClient, check_data_path, close_server, make_server,
                                                         stop_server)
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
@@ -108,7 +109,17 @@ class Scheme:
         (a rollout ends with the first episode that ends in it, at most ``size`` steps: with
         one environment per collector, one whole episode), see ``CWorker``.
     col_policy : str
-        "learned" (default) or "random": collectors act uniformly at random.
+        "learned" (default): collectors act with the actor they hold; "random": they act
+        uniformly at random; "server": a central inference server acts for them (SEED):
+        collectors send each step's observations, the server batches those of every
+        collector, acts once per batch with the learner's latest published weights and
+        answers with actions; see ``pytorchrl.scheme.workflows.inference_server``. The
+        actor must be feed-forward without per-environment state, the algorithm without
+        collector-side pre-processing, and there is one gradient worker.
+    inference_server : dict or None
+        With ``col_policy="server"``: some of ``max_batch``, ``timeout_ms`` (batching) and
+        ``num_cpus`` (Ray CPUs of the server actor when the scheme uses Ray); the others
+        keep ``INFERENCE_SERVER_DEFAULTS``.
     col_step_log_dir : str or None
         Directory where every collector writes a per-step log of its training steps
         (time, state, action, reward, next state, total reward, done, episode, step,
@@ -148,7 +159,8 @@ class Scheme:
                  decentralized_update_execution=False, max_policy_lag=None, max_grad_lag=None,
                  col_requests_in_flight=1, max_worker_restarts=3, worker_restart_delay_s=1.0,
                  on_env_error="restart", data_path="direct", replay_server=None, col_rollout_unit="steps",
-                 col_policy="learned", col_step_log_dir=None, col_weights="push", col_weight_pull_every=None):
+                 col_policy="learned", col_step_log_dir=None, col_weights="push", col_weight_pull_every=None,
+                 inference_server=None):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -200,6 +212,11 @@ class Scheme:
         if replay_options is not None and collect_only:
             raise ValueError("a collection-only scheme (num_grad_workers=0) trains nothing: it needs "
                              "data_path='direct', not a replay server")
+        server_options = self._check_inference_server(col_policy, inference_server, algo_factory, actor_factory,
+                                                      requested_grad_workers)
+        if server_options is not None and col_weights == "pull":
+            raise ValueError("col_weights='pull' with col_policy='server': the collectors act through the "
+                             "inference server and load no weights")
         self.fault_policy = FaultPolicy(max_worker_restarts=max_worker_restarts,
                                         worker_restart_delay_s=worker_restart_delay_s, on_env_error=on_env_error)
         from pytorchrl.scheme.base.ray_runtime import validate_resources
@@ -213,6 +230,7 @@ class Scheme:
         self._holds_ray = False
         self.update_worker = None
         self.replay_server = None
+        self.inference_server = None
         if self.uses_ray:
             from pytorchrl.scheme.base.ray_runtime import acquire_ray, check_schedulable
             acquire_ray()
@@ -223,7 +241,9 @@ class Scheme:
                 check_schedulable([("gradient workers", remote_grads, grad_res),
                                    ("collection workers", remote_cols * num_grad_workers, col_res),
                                    ("the replay server", 1 if replay_options else 0,
-                                    {"num_cpus": (replay_options or {}).get("num_cpus", 0)})])
+                                    {"num_cpus": (replay_options or {}).get("num_cpus", 0)}),
+                                   ("the inference server", 1 if server_options else 0,
+                                    {"num_cpus": (server_options or {}).get("num_cpus", 0)})])
             except BaseException:
                 self._release_ray()
                 raise
@@ -232,6 +252,16 @@ class Scheme:
                 self.replay_server = make_server(algo_factory, actor_factory, storage_factory, replay_options,
                                                  remote=self.uses_ray)
             except BaseException:
+                self._release_ray()
+                raise
+        if server_options is not None:
+            try:
+                # Each collector waits for its answer before it asks again: once all of them
+                # wait, the batch is complete.
+                self.inference_server = inference.make_server(algo_factory, actor_factory, server_options,
+                                                              remote=self.uses_ray, num_callers=num_col_workers)
+            except BaseException:
+                self._stop_replay_server()
                 self._release_ray()
                 raise
 
@@ -245,7 +275,7 @@ class Scheme:
                           requests_in_flight=col_requests_in_flight, fault_policy=self.fault_policy,
                           replay_server=self.replay_server, rollout_unit=col_rollout_unit, policy=col_policy,
                           step_log_dir=col_step_log_dir, weights=col_weights,
-                          weight_pull_every=col_weight_pull_every)
+                          weight_pull_every=col_weight_pull_every, inference_server=self.inference_server)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.
@@ -264,9 +294,37 @@ class Scheme:
         except BaseException:
             # The worker sets stop what they started before failing; what is left is the
             # replay server and Ray.
-            self._stop_replay_server()
+            self._stop_servers()
             self._release_ray()
             raise
+
+    @staticmethod
+    def _check_inference_server(col_policy, options, algo_factory, actor_factory, num_grad_workers):
+        """Check ``col_policy``/``inference_server``; returns the server's options
+        (``inference_server_options``), or None without a server."""
+        from pytorchrl.scheme.collection.c_worker import POLICIES
+        if col_policy not in POLICIES:
+            raise ValueError(f"col_policy must be one of {POLICIES}, got {col_policy!r}")
+        if col_policy != "server":
+            if options:
+                logger.warning(f"Scheme: inference_server options have no effect with col_policy={col_policy!r}; "
+                               f"they are ignored (they act with col_policy='server')")
+            return None
+        out = inference.inference_server_options(options)
+        if num_grad_workers > 1:
+            raise ValueError(f"col_policy='server' needs one gradient worker (the server acts with one learner's "
+                             f"weights), got num_grad_workers={num_grad_workers}")
+        # Built once here so that an agent the server cannot act for is refused before
+        # anything starts.
+        actor = actor_factory("cpu")
+        inference.check_server_agent(actor, algo_factory("cpu", actor, None))
+        return out
+
+    def inference_stats(self):
+        """The inference server's counters (``InferenceServer.stats``), or None without one."""
+        if self.inference_server is None:
+            return None
+        return inference.call(self.inference_server, "stats")
 
     def process_info(self):
         """(node id, pid) of every remote worker process of the scheme (empty in-process)."""
@@ -294,8 +352,14 @@ class Scheme:
             if self.update_worker is not None:
                 self.update_worker.stop()
         finally:
-            self._stop_replay_server()
+            self._stop_servers()
             self._release_ray()
+
+    def _stop_servers(self):
+        self._stop_replay_server()
+        server, self.inference_server = self.inference_server, None
+        if server is not None:
+            inference.stop_server(server)
 
     def _stop_replay_server(self):
         server, self.replay_server = self.replay_server, None

@@ -175,6 +175,27 @@ class Actor(nn.Module):
         return type(self).acting_state_dict is not Actor.acting_state_dict
 
     # ------------------------------------------------------------------- acting paths
+    def route_acting(self, program):
+        """Act (and estimate values) through ``program`` instead of this actor's networks.
+
+        Used by collectors of a central inference server (SEED): ``program`` is called as
+        ``act`` is and its ``value(obs)`` gives ``values``. Training paths (``act_torch``,
+        the algorithms' losses) are not affected. None: back to the actor's own program.
+
+        Parameters
+        ----------
+        program : callable or None
+            ``program(obs, state, deterministic)`` -> ``(env_action, extras, next_state)``,
+            with a ``value(obs)`` method.
+        """
+        self._routed = program
+        self._acting = program
+
+    @property
+    def routed_acting(self):
+        """The program set by ``route_acting`` (None: the actor acts itself)."""
+        return getattr(self, "_routed", None)
+
     def build_fast_acting(self):
         """A faster callable with ``act``'s signature for this actor and device, or None.
 
@@ -198,8 +219,9 @@ class Actor(nn.Module):
         return (env_action.cpu().numpy(), {k: v.cpu().numpy() for k, v in extras.items()}, next_state)
 
     def _apply(self, fn, *args, **kwargs):
-        # Moving or converting parameters invalidates numpy views held by a fast path.
-        self._acting = None
+        # Moving or converting parameters invalidates numpy views held by a fast path (a
+        # routed program holds none and stays).
+        self._acting = getattr(self, "_routed", None)
         return super()._apply(fn, *args, **kwargs)
 
     def __getstate__(self):
@@ -207,6 +229,8 @@ class Actor(nn.Module):
         # must build its own on first use, never share or copy the views.
         state = self.__dict__.copy()
         state["_acting"] = None
+        # A route leads to a server of this process: a copy acts itself.
+        state["_routed"] = None
         return state
 
     def load_restart_model(self, path):

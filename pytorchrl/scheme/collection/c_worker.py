@@ -15,8 +15,9 @@ from pytorchrl.scheme.transport import pack, payload_bytes, weights_from_wire
 
 #: What one rollout is: a fixed number of steps, or whole episodes (see CWorker).
 ROLLOUT_UNITS = ("steps", "episodes")
-#: Where actions come from: the actor, or uniform draws from the action space.
-POLICIES = ("learned", "random")
+#: Where actions come from: the actor, uniform draws from the action space, or a central
+#: inference server (SEED).
+POLICIES = ("learned", "random", "server")
 
 
 def no_envs(*args, **kwargs):
@@ -68,6 +69,9 @@ class CWorker(Worker):
     policy : str
         ``"learned"`` (default): the actor's actions. ``"random"``: actions drawn uniformly
         from the action space (the actor still runs, so the storage keeps its extras).
+        ``"server"``: actions (and an on-policy rollout's bootstrap values) come from
+        ``inference_server``: the worker sends each step's observations and acts with no weights
+        of its own; a rollout is reported with the oldest weight version that acted in it.
     step_log_dir : str or None
         Directory for a per-step log of the training steps (EXARL's actor logs): the file
         ``steps_g<index_parent>_c<index_worker>.csv`` gets one row per environment and step
@@ -80,16 +84,26 @@ class CWorker(Worker):
         weights only arrive with requests (``set_weights``).
     weight_pull_every : int or None
         Steps between two checks of ``weight_board`` (None: ``DEFAULT_PULL_EVERY``).
+    inference_server : InferenceServer, ray.actor.ActorHandle or None
+        With ``policy="server"``: the scheme's server (see
+        ``pytorchrl.scheme.workflows.inference_server``); required then, refused otherwise.
     """
 
     def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
                  fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, initial_weights=None, device=None, rollout_unit="steps",
-                 policy="learned", step_log_dir=None, weight_board=None, weight_pull_every=None):
+                 policy="learned", step_log_dir=None, weight_board=None, weight_pull_every=None,
+                 inference_server=None):
         if rollout_unit not in ROLLOUT_UNITS:
             raise ValueError(f"rollout_unit must be one of {ROLLOUT_UNITS}, got {rollout_unit!r}")
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        if (policy == "server") != (inference_server is not None):
+            raise ValueError("policy='server' needs an inference_server, and an inference_server needs "
+                             f"policy='server' (got policy={policy!r})")
+        if inference_server is not None and weight_board is not None:
+            raise ValueError("a worker acting through an inference_server loads no weights: it takes no "
+                             "weight_board")
         self.rollout_unit = rollout_unit
         self.policy = policy
         self._step_log = None
@@ -109,6 +123,12 @@ class CWorker(Worker):
         self.actor = actor_factory(self.device)
         self.algo = algo_factory(self.device, self.actor, self.envs_train)
         self.storage = storage_factory(self.device, self.actor, self.algo, self.envs_train)
+        self._server_acting = None
+        if inference_server is not None:
+            from pytorchrl.scheme.workflows.inference_server import ServerActing, check_server_agent
+            check_server_agent(self.actor, self.algo)
+            self._server_acting = ServerActing(inference_server)
+            self.actor.route_acting(self._server_acting)
         self.iter = 0
         self.actor_version = 0
         self._cut_round = None
@@ -194,14 +214,14 @@ class CWorker(Worker):
         # here), with the weights this rollout was collected with.
         data = self.algo.preprocess_rollout(self.storage.get_data(data_to_cpu))
         info.update(collected_samples=steps * self.envs_train.num_envs, steps=steps, col_time=col_time,
-                    version=first_version, episodes=self.envs_train.pop_finished_episodes(),
+                    version=self._rollout_version(first_version), episodes=self.envs_train.pop_finished_episodes(),
                     index_worker=self.index_worker, cut=cut)
         if self._board_reader is not None:
             info.update(weight_swaps=self._weight_swaps, pulled_bytes=self._pulled_bytes)
             self._weight_swaps, self._pulled_bytes = [], 0
         if replay_server is not None:
             from pytorchrl.scheme.workflows.replay_server import insert_remote
-            info["replay_outcome"] = insert_remote(replay_server, data, first_version)
+            info["replay_outcome"] = insert_remote(replay_server, data, info["version"])
             info["raw_bytes"] = info["sent_bytes"] = payload_bytes(data)
             data = None
         elif pack_data or (pack_data is None and self.compress_data_to_send):
@@ -209,6 +229,14 @@ class CWorker(Worker):
             info.update(raw_bytes=data.raw_bytes, sent_bytes=data.sent_bytes)
         self.iter += 1
         return data, info
+
+    def _rollout_version(self, first_version):
+        """Weight version of the rollout just collected: ``first_version`` (the actor's when
+        it began: the oldest, weights pulled mid-rollout being newer), or with an inference
+        server the oldest that acted in it."""
+        if self._server_acting is not None:
+            return self._server_acting.rollout_version()
+        return first_version
 
     def collect_train_data(self, num_steps=None, listen_to=()):
         """Step the train environments ``num_steps`` times and keep the steps in the storage
@@ -341,6 +369,8 @@ class CWorker(Worker):
         storage, actor, envs = self.storage, self.actor, self.envs_train
         reader = self._board_reader
         state = self.state
+        if self._server_acting is not None:
+            self._server_acting.start_rollout()
         storage.start(self.obs, state)
         num_steps = min(num_steps, self.update_every)
         steps, cut = 0, False
@@ -478,6 +508,8 @@ class CWorker(Worker):
             Factory of the new component, with that component's factory signature.
         """
         rebuild_component(self, component_name, new_component_factory)
+        if component_name == "actor" and self._server_acting is not None:
+            self.actor.route_acting(self._server_acting)
         if component_name in self._env_factories:
             self._env_factories[component_name] = new_component_factory
         if component_name == "envs_train":

@@ -86,7 +86,7 @@ class CWorkerSet(WorkerSet):
         rollouts into this server and hand over only their information.
     rollout_unit, policy : str
         Passed to every ``CWorker``: what one rollout is (``"steps"`` or ``"episodes"``) and
-        where actions come from (``"learned"`` or ``"random"``).
+        where actions come from (``"learned"``, ``"random"`` or ``"server"``).
     step_log_dir : str or None
         Passed to every ``CWorker``: directory of the per-step logs (None: none).
     weights : str
@@ -99,6 +99,10 @@ class CWorkerSet(WorkerSet):
     weight_pull_every : int or None
         With ``weights="pull"``: environment steps between two checks of the board (None:
         ``DEFAULT_PULL_EVERY``).
+    inference_server : InferenceServer, ray.actor.ActorHandle or None
+        Central inference (``policy="server"``, SEED): the workers that collect act through
+        this server; the set sends it the local worker's weights whenever their version
+        changes (before each collection) instead of sending weights with the requests.
 
     Episode budget (``set_episode_budget``). Once the rollouts handed over hold that many
     finished episodes, ``collect`` raises ``EpisodeBudgetSpent`` instead of collecting. With
@@ -129,7 +133,7 @@ class CWorkerSet(WorkerSet):
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
                  rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
-                 weight_pull_every=None):
+                 weight_pull_every=None, inference_server=None):
         from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
@@ -148,11 +152,16 @@ class CWorkerSet(WorkerSet):
         if weights == "pull" and num_workers and communication != prl.ASYNC:
             raise ValueError("weights='pull' needs asynchronous collection (prl.ASYNC): a synchronous round "
                              "collects every rollout with the same weights")
+        if weights == "pull" and inference_server is not None:
+            raise ValueError("weights='pull' with an inference server: the workers act through the server and "
+                             "load no weights")
         if replay_server is not None and num_workers and communication != prl.ASYNC:
             raise ValueError("a replay server needs asynchronous collection (prl.ASYNC): a synchronous round "
                              "would wait for inserts that only the waiting learner's samples admit")
         self.requests_in_flight = requests_in_flight
         self.replay_server = replay_server
+        self.inference_server = inference_server
+        self._server_version = None  # version of the weights the inference server holds
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
         self.communication = communication
@@ -162,7 +171,8 @@ class CWorkerSet(WorkerSet):
         params = dict(index_parent=index_parent, algo_factory=algo_factory, actor_factory=actor_factory,
                       storage_factory=storage_factory, compress_data_to_send=compress_data_to_send,
                       fraction_samples=fraction_samples, initial_weights=initial_weights,
-                      rollout_unit=rollout_unit, policy=policy, step_log_dir=step_log_dir)
+                      rollout_unit=rollout_unit, policy=policy, step_log_dir=step_log_dir,
+                      inference_server=inference_server)
         self.rollout_unit = rollout_unit
         self.episode_budget = None  # episodes to hand over in all (None: no limit)
         self.episodes_received = 0
@@ -174,6 +184,9 @@ class CWorkerSet(WorkerSet):
         self._local_params = dict(train_envs_factory=train_envs_factory if num_workers == 0 else no_envs,
                                   test_envs_factory=test_envs_factory if self.evaluates else no_envs,
                                   compress_data_to_send=False, weight_board=None)
+        if num_workers and inference_server is not None:
+            # A local worker that collects nothing acts (evaluates) with the learner's weights.
+            self._local_params.update(policy="learned", inference_server=None)
         self._remote_params = dict(train_envs_factory=train_envs_factory, test_envs_factory=no_envs)
         self.version = 0            # version of the local (learner's) weights
         self._round = 0
@@ -222,7 +235,7 @@ class CWorkerSet(WorkerSet):
                        compress_data_to_send=False, col_worker_resources=None, col_fraction_workers=1.0,
                        communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None,
                        replay_server=None, rollout_unit="steps", policy="learned", step_log_dir=None,
-                       weights="push", weight_pull_every=None):
+                       weights="push", weight_pull_every=None, inference_server=None):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -239,7 +252,8 @@ class CWorkerSet(WorkerSet):
                                 communication=communication, max_policy_lag=max_policy_lag,
                                 requests_in_flight=requests_in_flight, fault_policy=fault_policy,
                                 replay_server=replay_server, rollout_unit=rollout_unit, policy=policy,
-                                step_log_dir=step_log_dir, weights=weights, weight_pull_every=weight_pull_every)
+                                step_log_dir=step_log_dir, weights=weights, weight_pull_every=weight_pull_every,
+                                inference_server=inference_server)
 
     # ------------------------------------------------------------------ weights
     def set_version(self, version):
@@ -253,6 +267,26 @@ class CWorkerSet(WorkerSet):
         self.broadcast.invalidate()
         if self.publisher is not None:
             self.publisher.invalidate()
+        self._server_version = None
+
+    def _request_weights(self):
+        """The weights sent with a rollout request: the current ones, or None when the
+        collectors act through an inference server (they hold no weights)."""
+        return None if self.inference_server is not None else self._current_weights()
+
+    def _push_server_weights(self):
+        """Give the inference server the current weights if it holds another version
+        (waited for: the rollouts asked for next act with them)."""
+        if self.inference_server is None or self._server_version == self.version:
+            return
+        from pytorchrl.scheme.workflows.inference_server import InferenceServer, call
+        if isinstance(self.inference_server, InferenceServer):
+            weights = self._local_worker.get_weights()
+        else:
+            weights = self._current_weights()
+            self.stats["weight_bytes"] += self.broadcast.nbytes
+        call(self.inference_server, "set_weights", weights, self.version)
+        self._server_version = self.version
 
     def _current_weights(self):
         """The current weights as sent with requests, prepared once per version (see
@@ -307,6 +341,7 @@ class CWorkerSet(WorkerSet):
         local = self._local_worker
         if self._pending_acks:
             self._read_finished_acks()
+        self._push_server_weights()
         if not block and self._remote_workers and self.communication == prl.ASYNC and not self._any_ready():
             return [], {"collect_wait": time.perf_counter() - t0}
         if not self._remote_workers:
@@ -419,7 +454,7 @@ class CWorkerSet(WorkerSet):
         from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
         from ray.exceptions import RayError
-        weights = self._current_weights()
+        weights = self._request_weights()
         n = len(self._remote_workers)
         if self.episode_budget is not None and self.rollout_unit == "episodes":
             # One episode per request at most: ask only as many collectors as episodes remain.
@@ -427,7 +462,8 @@ class CWorkerSet(WorkerSet):
         round_id = self._round
 
         def request(i):
-            self.stats["weight_bytes"] += self.broadcast.nbytes
+            if weights is not None:
+                self.stats["weight_bytes"] += self.broadcast.nbytes
             return self._remote_workers[i].collect_data.remote(listen_to=["sync"], weights=weights,
                                                              version=self.version, round_id=round_id,
                                                              pack_data=True)
@@ -531,8 +567,8 @@ class CWorkerSet(WorkerSet):
         return bool(ready)
 
     def _submit(self, worker):
-        if self.publisher is not None:
-            # Weights pulled: the request carries none (the worker keeps the newest it read).
+        if self.publisher is not None or self.inference_server is not None:
+            # Weights pulled, or actions from an inference server: the request carries none.
             weights, version = None, None
         else:
             weights, version = self._current_weights(), self.version
@@ -554,6 +590,9 @@ class CWorkerSet(WorkerSet):
         """
         local = self.local_worker()
         remotes = self.remote_workers()
+        if self.inference_server is not None and method == "replace_agent_component" and args[0] == "actor":
+            raise ValueError("replace_agent_component('actor') is not supported with an inference server "
+                             "(col_policy='server'): the server's actor would keep the old network")
         # A local worker that collects nothing keeps no train envs, and one that does not
         # evaluate keeps no test envs: neither gets new ones.
         if method == "replace_agent_component" and ((args[0] == "envs_train" and remotes)

@@ -149,6 +149,22 @@ _PRESETS = [
             "col_requests_in_flight": 2, "col_weights": "pull",
             "num_grad_workers": 1, "grad_workers_communication": "sync"},
            algorithm={"name": "DDQN"}),
+    Preset("exarl-seed",
+           "EXARL's SEED workflow: N actors send only observations; a central inference server batches those "
+           "of every actor, acts with the learner's weights and answers with actions; the learner keeps the "
+           "replay and trains (DQN)",
+           {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": QUARTER_CPU,
+            "num_grad_workers": 1, "grad_workers_communication": "sync", "col_policy": "server",
+            "inference_server": {"max_batch": 64, "timeout_ms": 2.0, "num_cpus": 0.25}},
+           algorithm={"name": "DDQN"}),
+    Preset("exarl-seed-a2c",
+           "EXARL's SEED A2C workflow: as exarl-seed, but each actor keeps its episode's trajectory and sends "
+           "it whole when the episode ends; the learner takes one A2C step on each",
+           {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": QUARTER_CPU,
+            "max_policy_lag": 4, "num_grad_workers": 1, "grad_workers_communication": "sync",
+            "col_rollout_unit": "episodes", "col_policy": "server",
+            "inference_server": {"max_batch": 64, "timeout_ms": 2.0, "num_cpus": 0.25}},
+           algorithm={"name": "A2C"}),
 ]
 
 #: Presets by name, in the order they are listed.
