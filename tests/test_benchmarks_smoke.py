@@ -196,6 +196,19 @@ def test_replay_server_bench_reports_rates_and_ratio(bench_ray):
     assert "| 2 | 2 | " in table and "50%" in table
 
 
+def test_seed_inference_bench_reports_batches_and_rates(bench_ray):
+    """benchmarks/seed_inference.py on a tiny budget: batch sizes and rates of the server."""
+    mod = _load_bench("seed_inference")
+    args = mod.parse_args(["--collectors", "2", "--envs", "2", "--steps", "600", "--rollout", "16",
+                           "--cpus-per-collector", "0.25"])
+    r = mod.measure(2, args)
+    assert r["env_steps"] >= 600 and r["updates"] > 0
+    assert 2.0 <= r["mean_batch"] <= 4.0 and r["max_batch_seen"] <= 4
+    assert r["env_steps_per_s"] > 0 and r["calls_per_s"] > 0 and r["mean_wait_ms"] >= 0
+    table = mod.render([r], load_share=0.5)
+    assert "| 2 x 2 | 64 / 10 | " in table and "50%" in table
+
+
 @pytest.mark.timeout(300)
 def test_straggler_is_cut_with_preemption(bench_ray):
     mod = _load_bench("straggler")

@@ -49,6 +49,20 @@ def test_exarl_async_config_trains_with_collector_targets(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["exarl-seed", "exarl-seed-a2c"])
+def test_exarl_seed_configs_train_through_the_inference_server(tmp_path, name):
+    run_dir = tmp_path / "run"
+    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=5000",
+                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["env_steps"] >= 5000 and summary["updates"] > 0
+    # The server's counters reach metrics.csv.
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    assert float(rows[-1]["Inference/MeanBatch"]) >= 1.0 and int(rows[-1]["Inference/Calls"]) > 0
+
+
+@pytest.mark.timeout(300)
 def test_random_writes_its_results_from_the_command_line(tmp_path):
     run_dir = tmp_path / "run"
     proc = pytorchrl("train", os.path.join(EXARL, "exarl-random.yaml"), "learner.target_episodes=12",
