@@ -15,7 +15,7 @@ EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 #: Every configuration of the directory, by name.
 CONFIGS = sorted(f[:-len(".yaml")] for f in os.listdir(EXARL) if f.endswith(".yaml"))
 #: Configurations with a test of their own below.
-OWN_TESTS = ("exarl-a2c-sync", "exarl-a2c-async", "exarl-async", "exarl-random")
+OWN_TESTS = ("exarl-a2c-sync", "exarl-a2c-async", "exarl-async", "exarl-random", "exarl-seed", "exarl-seed-a2c")
 
 
 @pytest.mark.timeout(300)
