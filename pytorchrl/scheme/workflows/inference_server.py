@@ -228,8 +228,9 @@ class InferenceServer:
         """Requests of the next batch (called holding the condition), None once stopped.
 
         Waits for a first request, then until ``max_batch`` observations (or ``num_callers``
-        requests) are waiting or the oldest request has waited ``timeout_ms``; takes the oldest requests of the same kind
-        (deterministic or not) up to ``max_batch`` observations (at least one request)."""
+        requests) are waiting or the oldest request has waited ``timeout_ms``; takes the
+        oldest requests of the same kind (deterministic or not) up to ``max_batch``
+        observations (at least one request)."""
         cond = self._cond
         while not self._pending and not self._stopped:
             cond.wait()
