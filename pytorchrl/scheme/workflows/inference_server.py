@@ -269,12 +269,13 @@ class InferenceServer:
                 req.result = exc
                 req.done.set()
             return
-        c = self._counts
-        c["batches"] += 1
-        c["observations"] += len(obs)
-        c["requests"] += len(batch)
-        c["wait_s"] += sum(now - r.arrived for r in batch)
-        c["max_batch_seen"] = max(c["max_batch_seen"], len(obs))
+        with self._cond:   # read together by stats()
+            c = self._counts
+            c["batches"] += 1
+            c["observations"] += len(obs)
+            c["requests"] += len(batch)
+            c["wait_s"] += sum(now - r.arrived for r in batch)
+            c["max_batch_seen"] = max(c["max_batch_seen"], len(obs))
         start = 0
         for req in batch:
             end = start + len(req.obs)
