@@ -228,6 +228,24 @@ def test_one_step_transitions_are_the_raw_steps():
     assert data[prl.ACT].dtype == np.int64
 
 
+@pytest.mark.parametrize("rew_dtype", [np.float32, np.float64])
+def test_one_step_windows_match_the_hand_reference_and_dtypes(rew_dtype):
+    # n = 1 has its own short path in nstep_transitions: same values and dtypes as the
+    # windows computed by hand, a step both terminated and truncated included.
+    from pytorchrl.agent.storages.replay import nstep_transitions
+    gamma = 0.95
+    seq = synthetic(7, 3, seed=11)
+    seq["rew"] = seq["rew"].astype(rew_dtype)
+    seq["term"][2, 1] = seq["term"][5, 0] = True
+    seq["trunc"][4, 2] = seq["trunc"][5, 0] = True
+    nxt = next_obs_of(seq)
+    out = nstep_transitions(seq["obs"][:7], nxt, seq["act"], seq["rew"], seq["term"], seq["trunc"], gamma, 1)
+    assert_transitions(out, reference(seq, gamma, 1, range(7)))
+    assert out[prl.REW].dtype == np.float32 and out[prl.DISCOUNT].dtype == np.float32
+    assert out[prl.REW].shape == out[prl.DISCOUNT].shape == (21, 1)
+    assert out[prl.DISCOUNT][5 * 3 + 0, 0] == 0.0 and out[prl.DISCOUNT][4 * 3 + 2, 0] == np.float32(gamma)
+
+
 def test_cut_rollouts_hand_over_their_steps_and_keep_the_chain():
     gamma, n = 0.9, 2
     seq = synthetic(10, 2, seed=7)

@@ -534,9 +534,10 @@ class _NumpyUpdate:
 class NumpyDDQNUpdate(_NumpyUpdate):
     """``DDQN.compute_loss`` and its backward pass in numpy (see the module docstring).
 
-    Forward passes of the online network over the observations (one lane) and over the
-    next observations with the target network's (the other lane; none where the collectors
-    computed the targets: ``targets_on_collector``), then the backward pass
+    Forward passes of the online network over the observations and the next observations
+    together (one lane) and of the target network over the next observations (the other
+    lane; where the collectors computed the targets, ``targets_on_collector``, the online
+    pass over the observations alone), then the backward pass
     of the taken actions' values (Huber or squared TD error, optionally weighted by
     prioritized replay; dueling heads included), each large layer's weight gradient beside
     the gradient it passes down.
@@ -587,20 +588,19 @@ class NumpyDDQNUpdate(_NumpyUpdate):
         rows = np.arange(n)
 
         cache = []
-
-        def online():
-            return self._q(self.net.forward(obs, copy=0, cache=cache))
-
-        def next_values():     # double Q: the online network picks, the target values
-            next_act = self._q(self.net.forward(obs2, copy=0)).argmax(axis=1)
-            return self._q(self.target.forward(obs2, copy=0))[rows, next_act][:, None]
-
         if algo.targets_on_collector:   # the collectors computed them (collector-side pre-processing)
             target = _column(algo.stored_targets(batch))
-            q_all = online()
+            q_all = self._q(self.net.forward(obs, copy=0, cache=cache))
         else:
-            q_all, q_next = self.lanes.run(online, next_values)
-            target = rew + disc * q_next
+            # Double Q: the online network picks the next actions, the target network values
+            # them. The online network's two passes (observations, next observations) are
+            # one pass over both (half the operator calls), beside the target's pass.
+            q_both, q_target = self.lanes.run(
+                lambda: self._q(self.net.forward(np.concatenate([obs, obs2]), copy=0, cache=cache)),
+                lambda: self._q(self.target.forward(obs2, copy=0)))
+            q_all = q_both[:n]
+            target = rew + disc * q_target[rows, q_both[n:].argmax(axis=1)][:, None]
+            cache = [h[:n] for h in cache]      # the backward pass is the observations' only
         q = q_all[rows, act][:, None]
         td = q - target
         if algo.loss == "huber":

@@ -63,6 +63,14 @@ def nstep_transitions(obs, nxt, act, rew, term, trunc, gamma, n):
     E = L - n + 1
     if E <= 0:
         return None
+    if n == 1:
+        # One-step transitions (the default replay): each step is its own window. Same
+        # values as the general case, without its window bookkeeping, which costs more
+        # than the step itself when a rollout is one step (SAC's update_every=1).
+        flat = L * N
+        return {OBS: obs.reshape(flat, *obs.shape[2:]), ACT: act.reshape(flat, *act.shape[2:]),
+                REW: rew.astype(np.float32).reshape(flat, 1), OBS2: nxt.reshape(flat, *nxt.shape[2:]),
+                DISCOUNT: np.where(term > 0, 0.0, gamma).astype(np.float32).reshape(flat, 1)}
     starts = np.arange(E)
     ret = np.zeros((E, N), dtype=np.float64)
     alive = np.ones((E, N), dtype=bool)
