@@ -213,6 +213,43 @@ def _git(*argv, **kw):
     return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, check=False, **kw)
 
 
+def run_series_on_local_ray(args, values, measure, render):
+    """Measure each value in turn on one local Ray instance (2 CPUs, started here unless one
+    is running) and print the rendered table; returns the records.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The script's arguments (``add_load_args``'s options; ``json``: also print each
+        record as a JSON line when it is measured).
+    values : iterable
+        What is varied between runs (one record each).
+    measure : callable
+        ``measure(value, args) -> dict``: one record.
+    render : callable
+        ``render(records, load_share) -> str``: the table, told the share of the CPU other
+        processes used just before the runs.
+    """
+    maybe_wait_idle(args)
+    share = others_share(window=2.0)
+    import ray
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False)
+    try:
+        records = []
+        for value in values:
+            r = measure(value, args)
+            records.append(r)
+            if getattr(args, "json", False):
+                print(json.dumps(r), flush=True)
+    finally:
+        if started:
+            ray.shutdown()
+    print(render(records, share))
+    return records
+
+
 def export_head(repo=REPO):
     """Copy HEAD's pytorchrl/ into a new temporary directory; return (directory, short hash)."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,

@@ -27,7 +27,6 @@ Usage:
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -121,24 +120,7 @@ def render(records, load_share=None):
 def run(argv=None):
     """Run every configuration on a local Ray instance; print the table (and JSON records)."""
     args = parse_args(argv)
-    C.maybe_wait_idle(args)
-    share = C.others_share(window=2.0)
-    import ray
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False)
-    try:
-        records = []
-        for envs in args.envs_list:
-            r = measure(envs, args)
-            records.append(r)
-            if args.json:
-                print(json.dumps(r), flush=True)
-    finally:
-        if started:
-            ray.shutdown()
-    print(render(records, share))
-    return records
+    return C.run_series_on_local_ray(args, args.envs_list, measure, render)
 
 
 if __name__ == "__main__":
