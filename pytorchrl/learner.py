@@ -412,6 +412,7 @@ class Learner:
                 m["Scheme/DroppedGradients"] = int(dropped_grads)
             m.update(self._replay_metrics())
             m.update(self._inference_metrics())
+            m.update(self._queue_metrics())
             for key in ("PolicyLag", "MaxPolicyLag", "GradAsynchrony", "CutRollouts", "BytesSent", "BytesRaw",
                         "GradBytesSent", "GradBytesRaw"):
                 s.pop(key, None)
@@ -449,6 +450,20 @@ class Learner:
         return {"Inference/MeanBatch": stats["mean_batch"], "Inference/Calls": stats["batches"],
                 "Inference/CallsPerS": (stats["batches"] - last_calls) / max(1e-9, now - last_t),
                 "Inference/MeanWaitMs": stats["mean_wait_ms"]}
+
+    def _queue_metrics(self):
+        """The queue server's counters (see ``QueueServer.stats``) as ``Queues/*`` metrics:
+        rollouts held now, puts, pops and rollouts popped, pops from other gradient workers'
+        queues (work stealing), seconds collectors waited for room and gradient workers
+        for data, bytes put and the largest queue seen; empty on the other data paths."""
+        queue_stats = getattr(self.scheme, "queue_stats", None)
+        stats = queue_stats() if queue_stats is not None else None
+        if stats is None:
+            return {}
+        names = {"held": "Held", "puts": "Puts", "pops": "Pops", "popped_rollouts": "PoppedRollouts",
+                 "stolen_pops": "StolenPops", "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
+                 "bytes_in": "BytesIn", "max_size": "MaxSize"}
+        return {f"Queues/{name}": stats[key] for key, name in names.items()}
 
     def print_info(self, add_algo_info=True, add_episodes_info=True, add_scheme_info=False, add_time_info=False):
         """Print one line with the current metrics (same switches as ``get_metrics``)."""

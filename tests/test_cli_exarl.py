@@ -15,7 +15,8 @@ EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 #: Every configuration of the directory, by name.
 CONFIGS = sorted(f[:-len(".yaml")] for f in os.listdir(EXARL) if f.endswith(".yaml"))
 #: Configurations with a test of their own below.
-OWN_TESTS = ("exarl-a2c-sync", "exarl-a2c-async", "exarl-async", "exarl-random", "exarl-seed", "exarl-seed-a2c")
+OWN_TESTS = ("exarl-a2c-sync", "exarl-a2c-async", "exarl-async", "exarl-random", "exarl-seed", "exarl-seed-a2c",
+             "exarl-rma", "exarl-ml-rma-queue-short")
 
 
 @pytest.mark.timeout(300)
@@ -95,3 +96,19 @@ def test_every_exarl_config_is_run_by_a_test():
     assert set(OWN_TESTS) <= set(CONFIGS), sorted(set(OWN_TESTS) - set(CONFIGS))
     for name in ("exarl-sync", "exarl-multi-learner-async", "exarl-nonblocking-async", "drl-actor-model"):
         assert name in CONFIGS
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", ["exarl-rma", "exarl-ml-rma-queue-short"])
+def test_exarl_rma_config_trains_from_the_command_line(tmp_path, name):
+    # (All six RMA workflows learn in tests/test_queues.py; here one learner and two
+    # learners with per-learner queues run from their files, with the queue metrics.)
+    run_dir = tmp_path / "run"
+    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=5000",
+                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path, timeout=360)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["env_steps"] >= 5000 and summary["updates"] > 0
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    last = rows[-1]
+    assert int(last["Queues/PoppedRollouts"]) > 0 and int(last["Queues/Puts"]) >= int(last["Queues/PoppedRollouts"])
+    assert int(last["Queues/MaxSize"]) <= (1 if name == "exarl-rma" else 4)

@@ -99,7 +99,7 @@ def test_bad_options_are_refused():
         replay_server_options({"min_size": 3})
     with pytest.raises(ValueError, match="samples_per_insert must be a positive number"):
         replay_server_options({"samples_per_insert": 0})
-    with pytest.raises(ValueError, match="data_path must be one of 'direct', 'replay_server', got 'queue'"):
+    with pytest.raises(ValueError, match="data_path must be one of 'direct', 'replay_server', 'queues', got 'queue'"):
         Scheme(**f, data_path="queue")
     ppo, _ = PPO.create_factory()
     with pytest.raises(ValueError, match="needs a replay storage .* got GAEBuffer"):

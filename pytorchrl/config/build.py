@@ -170,7 +170,8 @@ def build_scheme(config, log_dir=None):
         max_policy_lag=s["max_policy_lag"], max_grad_lag=s["max_grad_lag"],
         col_requests_in_flight=s["col_requests_in_flight"], max_worker_restarts=s["max_worker_restarts"],
         worker_restart_delay_s=s["worker_restart_delay_s"], on_env_error=s["on_env_error"],
-        data_path=s["data_path"], replay_server=s["replay_server"], col_rollout_unit=s["col_rollout_unit"],
+        data_path=s["data_path"], replay_server=s["replay_server"], queues=s["queues"],
+        col_rollout_unit=s["col_rollout_unit"],
         col_policy=s["col_policy"], col_weights=s["col_weights"], col_weight_pull_every=s["col_weight_pull_every"],
         inference_server=s["inference_server"],
         col_step_log_dir=os.path.abspath(os.path.join(log_dir, "steps")) if s["col_step_logs"] and log_dir else None, **kwargs)

@@ -39,6 +39,7 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.inference_server import INFERENCE_SERVER_DEFAULTS
+from pytorchrl.scheme.workflows.queues import POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
 from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
 from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, WEIGHT_MODES
 
@@ -415,11 +416,17 @@ SECTIONS = {
                                           "rollouts go to its gradient worker's storage) or replay_server "
                                           "(off-policy: collectors insert into one replay server built from the "
                                           "storage section, gradient workers sample from it, paced by its rate "
-                                          "limiter; remote collectors must be async).", choices=DATA_PATHS),
+                                          "limiter; remote collectors must be async) or queues (each async remote "
+                                          "collector puts its rollouts into a bounded queue and waits while it is "
+                                          "full; gradient workers pop them into their storage: EXARL's RMA).",
+                         choices=DATA_PATHS),
         "replay_server": Key("dict", None, "With data_path: replay_server, the server's rate limiter and "
                                            "resources: " + ", ".join(f"{k} (default {v})" for k, v in
                                                                      REPLAY_SERVER_DEFAULTS.items())
                              + " (see docs/schemes.md); null: those defaults."),
+        "queues": Key("dict", None, "With data_path: queues, the queues and how gradient workers read them: "
+                                    + ", ".join(f"{k} (default {v})" for k, v in QUEUE_DEFAULTS.items())
+                      + " (see docs/schemes.md); null: those defaults."),
         "col_rollout_unit": derived(Scheme, "col_rollout_unit", choices=("steps", "episodes")),
         "col_policy": derived(Scheme, "col_policy", choices=("learned", "random", "server"),
                               doc="Where collector actions come from: learned (the actor each collector "
@@ -510,6 +517,26 @@ INFERENCE_SERVER_KEYS = {
     "timeout_ms": Key("number", INFERENCE_SERVER_DEFAULTS["timeout_ms"],
                       "Milliseconds the oldest waiting request waits for more before its batch runs.", low=0.0),
     "num_cpus": Key("number", INFERENCE_SERVER_DEFAULTS["num_cpus"], "Ray CPUs of the server actor.", low=0.0),
+}
+
+#: Keys of ``scheme.queues`` (``pytorchrl.scheme.workflows.queues``).
+QUEUE_KEYS = {
+    "size": Key("int", QUEUE_DEFAULTS["size"], "Rollouts a queue holds; a collector whose queue is full waits "
+                                               "(back-pressure).", low=1),
+    "pop": Key("str", QUEUE_DEFAULTS["pop"], "one: a pop takes the oldest rollout of the queue chosen; all: it "
+                                             "drains that queue.", choices=POPS),
+    "prefetch": Key("bool", QUEUE_DEFAULTS["prefetch"], "A gradient worker asks for its next pop before it trains "
+                                                        "on the current data."),
+    "selection": Key("str", QUEUE_DEFAULTS["selection"], "binned: a gradient worker reads its own collectors' "
+                                                         "queues (oldest head first); random: a random non-empty "
+                                                         "queue among all collectors'.", choices=SELECTIONS),
+    "steal": Key("bool", QUEUE_DEFAULTS["steal"], "A gradient worker whose queues are empty and whose collectors "
+                                                  "have handed over their episode budget pops other gradient "
+                                                  "workers' queues."),
+    "route": Key("str", QUEUE_DEFAULTS["route"], "collector: one queue per collector; learner: one queue per "
+                                                 "gradient worker, each collector puts into a random one with "
+                                                 "room.", choices=ROUTES),
+    "num_cpus": Key("number", QUEUE_DEFAULTS["num_cpus"], "Ray CPUs of the queue server actor.", low=0.0),
 }
 
 #: Section names in the order they are written to a resolved configuration.

@@ -415,10 +415,16 @@ def _check_weight_mode(config):
 
 
 def _check_data_path(config):
-    """Resolve ``scheme.replay_server`` and refuse what the replay-server data path cannot
-    do, or options that only it uses given with the direct path."""
+    """Resolve ``scheme.replay_server`` and ``scheme.queues`` and refuse what their data
+    paths cannot do, or options of one data path given with another."""
     from pytorchrl.agent.algorithms import ALGORITHMS
     s = config["scheme"]
+    if s["data_path"] != "queues" and s["queues"] is not None:
+        raise ConfigError("scheme.queues", f"has no effect with scheme.data_path: {s['data_path']}; remove it, or "
+                                           f"set scheme.data_path: queues")
+    if s["data_path"] == "queues":
+        _check_queue_path(config)
+        return
     if s["data_path"] == "direct":
         if s["replay_server"] is not None:
             raise ConfigError("scheme.replay_server", "has no effect with scheme.data_path: direct; remove it, or "
@@ -471,6 +477,29 @@ def _check_inference_server(config):
     if s["col_weights"] == "pull":
         raise ConfigError("scheme.col_weights", "pull: with scheme.col_policy: server the collectors act through "
                                                 "the inference server and load no weights; remove it")
+
+
+def _check_queue_path(config):
+    """Resolve ``scheme.queues`` and refuse layouts the queue data path cannot run."""
+    s = config["scheme"]
+    if s["replay_server"] is not None:
+        raise ConfigError("scheme.replay_server", "has no effect with scheme.data_path: queues; remove it, or set "
+                                                  "scheme.data_path: replay_server")
+    s["queues"] = check_mapping(s["queues"], schema.QUEUE_KEYS, "scheme.queues")
+    if s["num_grad_workers"] == 0:
+        raise ConfigError("scheme.data_path", "queues with scheme.num_grad_workers: 0 (collection only): nothing "
+                                              "pops the queues; use scheme.data_path: direct")
+    if s["num_col_workers"] < 2:
+        raise ConfigError("scheme.data_path", "queues needs remote collectors (scheme.num_col_workers >= 2): one "
+                                              "collector runs in its gradient worker's process")
+    if s["col_workers_communication"] != "async":
+        raise ConfigError("scheme.data_path", "queues needs scheme.col_workers_communication: async (a synchronous "
+                                              "round would wait for puts that only the waiting learner's pops "
+                                              "admit)")
+    if s["queues"]["route"] == "learner" and s["queues"]["selection"] != "binned":
+        raise ConfigError("scheme.queues.selection", "random reads collectors' queues; with route: learner each "
+                                                     "gradient worker reads its own queue (set selection: binned, "
+                                                     "and steal: true to read the others')")
 
 
 #: Algorithm keys that set the pace of training on the direct data path only: on the

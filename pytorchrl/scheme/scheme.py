@@ -11,6 +11,7 @@ from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
 from pytorchrl.scheme.updates.u_worker import UWorker
 from pytorchrl.scheme.workflows import inference_server as inference
+from pytorchrl.scheme.workflows.queues import QueueLink, check_queue_path, make_queue_server
 from pytorchrl.scheme.workflows.replay_server import (ServerClient, check_data_path, close_server, make_server,
                                                         stop_server)
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
@@ -98,12 +99,21 @@ class Scheme:
         sample mini-batches from it, paced by its rate limiter instead of the algorithm's
         ``update_every``/``num_updates``/``start_steps``; prioritized replay's TD errors go
         back to it. Remote collectors must then be asynchronous. See
-        ``pytorchrl.scheme.workflows.replay_server``.
+        ``pytorchrl.scheme.workflows.replay_server``. "queues": every remote collector
+        puts its rollouts into a bounded queue of one queue server (a Ray actor) and
+        waits while it is full; gradient workers pop them into their own storage (EXARL's
+        RMA windows and queues). Needs ``num_col_workers >= 2`` and asynchronous
+        collection; ``max_policy_lag`` drops rollouts too old when popped. See
+        ``pytorchrl.scheme.workflows.queues``.
     replay_server : dict or None
         With ``data_path="replay_server"``: some of ``min_size_to_sample``,
         ``samples_per_insert``, ``error_buffer`` (the rate limiter, see ``RateLimiter``)
         and ``num_cpus`` (Ray CPUs of the server actor); the others keep
         ``REPLAY_SERVER_DEFAULTS``.
+    queues : dict or None
+        With ``data_path="queues"``: some of ``size``, ``pop``, ``prefetch``, ``selection``,
+        ``steal``, ``route``, ``num_cpus`` (see ``pytorchrl.scheme.workflows.queues``); the
+        others keep ``QUEUE_DEFAULTS``. Refused with another data path.
     col_rollout_unit : str
         What one rollout is: "steps" (default: the storage's ``size`` steps) or "episodes"
         (a rollout ends with the first episode that ends in it, at most ``size`` steps: with
@@ -160,7 +170,7 @@ class Scheme:
                  col_requests_in_flight=1, max_worker_restarts=3, worker_restart_delay_s=1.0,
                  on_env_error="restart", data_path="direct", replay_server=None, col_rollout_unit="steps",
                  col_policy="learned", col_step_log_dir=None, col_weights="push", col_weight_pull_every=None,
-                 inference_server=None):
+                 inference_server=None, queues=None):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -209,6 +219,13 @@ class Scheme:
                            f"data_path='replay_server' (rollouts are in the server before their lag is known); "
                            f"it is ignored")
             max_policy_lag = None
+        queue_options = None
+        if data_path == "queues":
+            queue_options = check_queue_path(queues, num_col_workers, col_workers_communication == prl.ASYNC,
+                                             collect_only)
+        elif queues:
+            raise ValueError(f"queues options act with data_path='queues' only, got data_path={data_path!r}; "
+                             f"remove them, or set data_path='queues'")
         if replay_options is not None and collect_only:
             raise ValueError("a collection-only scheme (num_grad_workers=0) trains nothing: it needs "
                              "data_path='direct', not a replay server")
@@ -231,6 +248,7 @@ class Scheme:
         self.update_worker = None
         self.replay_server = None
         self.inference_server = None
+        self.queue_server = None
         if self.uses_ray:
             from pytorchrl.scheme.base.ray_runtime import acquire_ray, check_schedulable
             acquire_ray()
@@ -243,7 +261,9 @@ class Scheme:
                                    ("the replay server", 1 if replay_options else 0,
                                     {"num_cpus": (replay_options or {}).get("num_cpus", 0)}),
                                    ("the inference server", 1 if server_options else 0,
-                                    {"num_cpus": (server_options or {}).get("num_cpus", 0)})])
+                                    {"num_cpus": (server_options or {}).get("num_cpus", 0)}),
+                                   ("the queue server", 1 if queue_options else 0,
+                                    {"num_cpus": (queue_options or {}).get("num_cpus", 0)})])
             except BaseException:
                 self._release_ray()
                 raise
@@ -264,6 +284,18 @@ class Scheme:
                 self._stop_replay_server()
                 self._release_ray()
                 raise
+        queue_link = None
+        if queue_options is not None:
+            # Gradient workers are indexed 1..M when remote, 0 when the only one is local.
+            parents = [0] if num_grad_workers == 1 else list(range(1, num_grad_workers + 1))
+            groups = {p: list(range(1, num_col_workers + 1)) for p in parents}
+            try:
+                self.queue_server = make_queue_server(groups, queue_options, remote=self.uses_ray)
+            except BaseException:
+                self._stop_servers()
+                self._release_ray()
+                raise
+            queue_link = QueueLink(self.queue_server, queue_options["prefetch"])
 
         col_kwargs = dict(algo_factory=algo_factory, actor_factory=actor_factory,
                           storage_factory=storage_factory, test_envs_factory=test_envs_factory,
@@ -275,7 +307,8 @@ class Scheme:
                           requests_in_flight=col_requests_in_flight, fault_policy=self.fault_policy,
                           replay_server=self.replay_server, rollout_unit=col_rollout_unit, policy=col_policy,
                           step_log_dir=col_step_log_dir, weights=col_weights,
-                          weight_pull_every=col_weight_pull_every, inference_server=self.inference_server)
+                          weight_pull_every=col_weight_pull_every, inference_server=self.inference_server,
+                          queues=queue_link)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.
@@ -293,7 +326,7 @@ class Scheme:
                                          collect_only=collect_only)
         except BaseException:
             # The worker sets stop what they started before failing; what is left is the
-            # replay server and Ray.
+            # data servers and Ray.
             self._stop_servers()
             self._release_ray()
             raise
@@ -336,6 +369,12 @@ class Scheme:
             return None
         return ServerClient(self.replay_server).call("stats")
 
+    def queue_stats(self):
+        """The queue server's counters (``QueueServer.stats``), or None on another data path."""
+        if self.queue_server is None:
+            return None
+        return ServerClient(self.queue_server).call("stats")
+
     def get_hyperparameters(self):
         """Parameters held by every worker (see ``UWorker.get_hyperparameters``)."""
         return self.update_worker.get_hyperparameters()
@@ -349,6 +388,8 @@ class Scheme:
             # go first, so that no worker is stopped in the middle of a wait.
             if self.replay_server is not None:
                 close_server(self.replay_server)
+            if self.queue_server is not None:
+                close_server(self.queue_server)
             if self.update_worker is not None:
                 self.update_worker.stop()
         finally:
@@ -362,7 +403,11 @@ class Scheme:
             inference.stop_server(server)
 
     def _stop_replay_server(self):
+        """Stop the data path's servers (replay server, queue server) that are running."""
         server, self.replay_server = self.replay_server, None
+        if server is not None:
+            stop_server(server)
+        server, self.queue_server = self.queue_server, None
         if server is not None:
             stop_server(server)
 

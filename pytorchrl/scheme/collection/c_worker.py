@@ -154,7 +154,7 @@ class CWorker(Worker):
 
     # ---------------------------------------------------------------- collection
     def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None,
-                     pack_data=None, replay_server=None):
+                     pack_data=None, replay_server=None, queue_server=None):
         """Collect one rollout and return it with information about the collection.
 
         Parameters
@@ -179,6 +179,9 @@ class CWorker(Worker):
         replay_server : ray.actor.ActorHandle or None
             Replay-server data path: insert the rollout into this server (waiting as long as
             its rate limiter says) and return None in its place.
+        queue_server : ray.actor.ActorHandle or None
+            Queue data path: put the rollout into this worker's queue of this server
+            (waiting while it is full: back-pressure) and return None in its place.
 
         Returns
         -------
@@ -190,7 +193,8 @@ class CWorker(Worker):
             (weights that produced it), ``episodes`` (return, length) finished,
             ``index_worker``, ``cut`` (stopped early), ``TestReward`` when an evaluation ran,
             ``raw_bytes``/``sent_bytes`` when packed or inserted into a replay server,
-            ``replay_outcome`` ("ok", "closed") when inserted into one. With a weight board:
+            ``replay_outcome`` ("ok", "closed") when inserted into one, ``queue_outcome`` when
+            put into a queue. With a weight board:
             ``weight_swaps``, the (step, version) of every version pulled during the rollout
             (``version`` is then the one its first step acted with, the oldest), and
             ``pulled_bytes``, the size of the weights loaded.
@@ -223,6 +227,11 @@ class CWorker(Worker):
             from pytorchrl.scheme.workflows.replay_server import insert_remote
             info["replay_outcome"] = insert_remote(replay_server, data, info["version"])
             info["raw_bytes"] = info["sent_bytes"] = payload_bytes(data)
+            data = None
+        elif queue_server is not None:
+            from pytorchrl.scheme.workflows.queues import put_remote
+            info["queue_outcome"] = put_remote(queue_server, (self.index_parent, self.index_worker), data,
+                                               self.actor_version)
             data = None
         elif pack_data or (pack_data is None and self.compress_data_to_send):
             data = pack(data, self.compress_data_to_send)

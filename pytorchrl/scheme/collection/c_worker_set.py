@@ -84,6 +84,11 @@ class CWorkerSet(WorkerSet):
     replay_server : ray.actor.ActorHandle or None
         Replay-server data path (asynchronous collection): remote workers insert their
         rollouts into this server and hand over only their information.
+    queues : QueueLink or None
+        Queue data path (asynchronous collection): remote workers put their rollouts into
+        their queue of this link's server (waiting while it is full) and hand over only
+        their information; ``max_policy_lag`` is then applied by the gradient worker when
+        it pops them (see ``pytorchrl.scheme.workflows.queues``).
     rollout_unit, policy : str
         Passed to every ``CWorker``: what one rollout is (``"steps"`` or ``"episodes"``) and
         where actions come from (``"learned"``, ``"random"`` or ``"server"``).
@@ -133,7 +138,7 @@ class CWorkerSet(WorkerSet):
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
                  rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
-                 weight_pull_every=None, inference_server=None):
+                 weight_pull_every=None, inference_server=None, queues=None):
         from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
@@ -158,6 +163,13 @@ class CWorkerSet(WorkerSet):
         if replay_server is not None and num_workers and communication != prl.ASYNC:
             raise ValueError("a replay server needs asynchronous collection (prl.ASYNC): a synchronous round "
                              "would wait for inserts that only the waiting learner's samples admit")
+        if queues is not None and num_workers and communication != prl.ASYNC:
+            raise ValueError("queues need asynchronous collection (prl.ASYNC): a synchronous round would wait "
+                             "for puts that only the waiting learner's pops admit")
+        self.queues = queues
+        # The server remote workers hand their rollouts to, if any: a call queued behind a
+        # rollout may wait on its insert or put, which only the learner unblocks.
+        self._data_server = replay_server if replay_server is not None else getattr(queues, "server", None)
         self.requests_in_flight = requests_in_flight
         self.replay_server = replay_server
         self.inference_server = inference_server
@@ -235,7 +247,7 @@ class CWorkerSet(WorkerSet):
                        compress_data_to_send=False, col_worker_resources=None, col_fraction_workers=1.0,
                        communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None,
                        replay_server=None, rollout_unit="steps", policy="learned", step_log_dir=None,
-                       weights="push", weight_pull_every=None, inference_server=None):
+                       weights="push", weight_pull_every=None, inference_server=None, queues=None):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -253,7 +265,7 @@ class CWorkerSet(WorkerSet):
                                 requests_in_flight=requests_in_flight, fault_policy=fault_policy,
                                 replay_server=replay_server, rollout_unit=rollout_unit, policy=policy,
                                 step_log_dir=step_log_dir, weights=weights, weight_pull_every=weight_pull_every,
-                                inference_server=inference_server)
+                                inference_server=inference_server, queues=queues)
 
     # ------------------------------------------------------------------ weights
     def set_version(self, version):
@@ -547,7 +559,8 @@ class CWorkerSet(WorkerSet):
                 self._submit(self._remote_workers[position])
                 continue
             lag = self.version - winfo["version"]
-            dropped = self.max_policy_lag is not None and lag > self.max_policy_lag
+            # On the queue path the rollout is already queued: its lag counts when it is popped.
+            dropped = self.queues is None and self.max_policy_lag is not None and lag > self.max_policy_lag
             # Back to work at once, with the newest weights, if an episode remains.
             if self._may_request(0 if dropped else len(winfo["episodes"])):
                 self._submit(worker)
@@ -574,7 +587,8 @@ class CWorkerSet(WorkerSet):
             weights, version = self._current_weights(), self.version
             self.stats["weight_bytes"] += self.broadcast.nbytes
         ref = worker.collect_data.remote(weights=weights, version=version, pack_data=True,
-                                         replay_server=self.replay_server)
+                                         replay_server=self.replay_server,
+                                         queue_server=None if self.queues is None else self.queues.server)
         self._in_flight[ref] = worker
 
     # ------------------------------------------------------------------ control
@@ -583,8 +597,9 @@ class CWorkerSet(WorkerSet):
 
         Remote calls are queued behind the worker's current call, so they apply between
         rollouts; the call returns once every worker has applied it (acknowledged), except
-        on the replay-server data path, where it returns at once (a rollout ahead of it may
-        wait for samples) and the acknowledgements are read by later ``collect`` calls. The
+        on the replay-server and queue data paths, where it returns at once (a rollout ahead
+        of it may wait for samples, or for room in its queue) and the acknowledgements are
+        read by later ``collect`` calls. The
         change is logged and replayed on workers that replace dead ones; a worker found
         dead now is replaced (and gets it with the replay).
         """
@@ -606,9 +621,9 @@ class CWorkerSet(WorkerSet):
             from pytorchrl.scheme.base.faults import gather
             self.log_hot_swap(method, args)
             refs = [getattr(w, method).remote(*args) for w in remotes]
-            if self.replay_server is not None:
-                # Replay-server data path: a collector's current rollout may wait in an
-                # insert for samples that this (waiting) learner would take, so the change
+            if self._data_server is not None:
+                # Replay-server or queue data path: a collector's current rollout may wait in
+                # an insert (a put) for samples (pops) that this waiting learner would take, so the change
                 # is not waited for; it still applies between rollouts, in order, and its
                 # acknowledgements are read by the next collect().
                 self._pending_acks += list(enumerate(refs))
@@ -646,7 +661,7 @@ class CWorkerSet(WorkerSet):
         replay-server data path the server admits every insert meanwhile (the call waits
         behind each worker's current rollout)."""
         from pytorchrl.scheme.workflows.replay_server import sampling_paused
-        with sampling_paused(self.replay_server if self.remote_workers() else None):
+        with sampling_paused(self._data_server if self.remote_workers() else None):
             return super().process_info()
 
     def get_hyperparameters(self):
@@ -655,7 +670,7 @@ class CWorkerSet(WorkerSet):
         if self.remote_workers():
             from pytorchrl.scheme.base.faults import get_all
             from pytorchrl.scheme.workflows.replay_server import sampling_paused
-            with sampling_paused(self.replay_server):
+            with sampling_paused(self._data_server):
                 out += get_all([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
         return out
 

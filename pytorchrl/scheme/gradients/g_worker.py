@@ -69,6 +69,12 @@ class GWorker(Worker):
             from pytorchrl.scheme.workflows.replay_server import ReplayDataPath
             self._data_path = ReplayDataPath(self.col_workers.replay_server, lambda: self.algo.mini_batch_size,
                                              self.device, local_collection=not self.col_workers.remote_workers())
+        # Queue data path: rollouts are popped from the scheme's queue server into this
+        # worker's storage (see pytorchrl.scheme.workflows.queues).
+        self._queue_path = None
+        if getattr(self.col_workers, "queues", None) is not None and self.col_workers.remote_workers():
+            from pytorchrl.scheme.workflows.queues import QueueDataPath
+            self._queue_path = QueueDataPath(self.col_workers.queues, index_worker)
 
     # The learner components are the local collection worker's: replacing one there
     # (replace_agent_component) replaces it here too.
@@ -171,6 +177,10 @@ class GWorker(Worker):
     def _next_batch(self):
         if self._data_path is not None:
             return self._data_path.next_batch(self._collect_round)
+        if self._queue_path is not None:
+            # Before every mini-batch: each collector gets its next request as soon as its
+            # rollout is queued, so the queue's bound, not this worker's training, holds it back.
+            self._read_reports()
         if self._batches is not None:
             batch = next(self._batches, None)
             if batch is not None:
@@ -183,14 +193,58 @@ class GWorker(Worker):
                 if batch is not None:
                     return batch
                 self._batches = None
-            self._collect_round()
+            if self._queue_path is not None:
+                self._pop_queues()
+            else:
+                self._collect_round()
+
+    def _read_reports(self):
+        """Queue data path: read every collector report that has come (env steps, episodes;
+        each collector reported gets its next request). Returns True once the collectors
+        have handed over the episode budget: nothing more will be queued by them."""
+        try:
+            for _ in range(max(1, len(self.col_workers.remote_workers())) * self.col_workers.requests_in_flight):
+                if not self._collect_round(block=False):
+                    break
+        except EpisodeBudgetSpent:
+            return True
+        return False
+
+    def _pop_queues(self):
+        """Queue data path: read the collectors' reports, then pop rollouts into the
+        storage, dropping those more than ``max_policy_lag`` versions old (counted with the
+        collector set's dropped rollouts). Once the collectors have handed over the episode
+        budget, their rollouts are still popped until this worker's queues (and, with
+        stealing, the others') are empty; only then is ``EpisodeBudgetSpent`` raised, so no
+        episode counted is left untrained."""
+        finished = self._read_reports()
+        items = self._queue_path.pop(finished)
+        if not items:
+            if finished:
+                raise EpisodeBudgetSpent(self.col_workers.episodes_received)
+            return
+        max_lag = self.col_workers.max_policy_lag
+        lags = []
+        for data, version, _ in items:
+            lag = self.version - version
+            if max_lag is not None and lag > max_lag:
+                self.col_workers.stats["dropped_rollouts"] += 1
+                continue
+            self.storage.add_data(data)
+            lags.append(lag)
+        # Lags are those of the data trained on, known when popped (not when reported).
+        info = self._round_info if self._round_info is not None else {"collected_samples": 0}
+        info["policy_lags"] = list(info.get("policy_lags", [])) + lags
+        info["policy_lag"] = float(np.mean(info["policy_lags"])) if info["policy_lags"] else 0.0
+        info["col_dropped_rollouts"] = self.col_workers.stats["dropped_rollouts"]
+        self._round_info = info
 
     def _collect_round(self, block=True):
         # The updates since the last round become one new version before collectors see them.
         self.publish()
         rollouts, info = self.col_workers.collect(block)
-        if not rollouts:  # a poll of the replay-server data path found nothing new
-            return
+        if not rollouts:  # a poll of the replay-server or queue data path found nothing new
+            return False
         t0 = time.perf_counter()
         episodes, lags, samples, col_time, raw, sent, packed = [], [], 0, 0.0, 0, 0, False
         sources = []   # (gradient worker, collection worker) of each episode
@@ -198,13 +252,14 @@ class GWorker(Worker):
             if self._data_path is not None:
                 if data is not None:  # this process's collector: remote ones inserted theirs
                     self._data_path.insert_local(data, winfo["version"])
-            else:
+            elif self._queue_path is None:   # (queued rollouts are added when popped)
                 self.storage.add_data(data)
             samples += winfo["collected_samples"]
             col_time = max(col_time, winfo["col_time"])
             episodes += winfo["episodes"]
             sources += [(self.index_worker, winfo["index_worker"])] * len(winfo["episodes"])
-            lags.append(winfo["policy_lag"])
+            if self._queue_path is None:
+                lags.append(winfo["policy_lag"])
             if "TestReward" in winfo:  # the local collector evaluated (one worker per level)
                 info["TestReward"] = winfo["TestReward"]
             if "sent_bytes" in winfo:
@@ -227,6 +282,7 @@ class GWorker(Worker):
         # A storage may need several rounds before its first mini-batch (replay warm-up):
         # every round's steps, episodes and events reach the learner with that batch.
         self._round_info = info if self._round_info is None else merge_round_infos(self._round_info, info)
+        return True
 
     def apply_gradients(self, gradients=None):
         """Take one optimizer step (with ``gradients``, or those held in ``.grad``). The

@@ -12,6 +12,8 @@ show the layout; the resources are fractions of a CPU so that every preset runs 
 counts and the resources, e.g. ``scheme.num_col_workers=8 scheme.col_workers_resources={num_cpus: 1}``.
 """
 
+from pytorchrl.scheme.workflows.queues import QUEUE_DEFAULTS
+
 #: Resources of a remote worker in the presets: two or four fit on one core.
 HALF_CPU = {"num_cpus": 0.5}
 QUARTER_CPU = {"num_cpus": 0.25}
@@ -58,6 +60,23 @@ class Preset:
 
     def __repr__(self):
         return f"Preset({self.name!r})"
+
+
+#: The collectors of the RMA presets: asynchronous, whole episodes, queue data path. On
+#: this path a version is about one optimizer step (a gradient worker publishes before it
+#: reads its collectors' reports, before every mini-batch; the central update of several
+#: learners publishes every step). With DDQN's one update per two env steps of the
+#: example configs, and two collectors playing at once, a 500-step CartPole episode spans
+#: about 500 versions: 1000 drops only data of a collector that fell far behind.
+_RMA_COLLECTORS = {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": QUARTER_CPU,
+                   "max_policy_lag": 1000, "col_rollout_unit": "episodes", "data_path": "queues"}
+#: Two learners kept on the same weights by the central update (gradients averaged).
+_RMA_LEARNERS = {"num_grad_workers": 2, "grad_workers_communication": "sync", "grad_workers_resources": QUARTER_CPU,
+                 "decentralized_update_execution": False}
+
+def _queues(**options):
+    """``scheme.queues`` of a preset: every key written (``QUEUE_DEFAULTS`` for the others)."""
+    return {**QUEUE_DEFAULTS, **options}
 
 
 _PRESETS = [
@@ -165,6 +184,43 @@ _PRESETS = [
             "col_rollout_unit": "episodes", "col_policy": "server",
             "inference_server": {"max_batch": 64, "timeout_ms": 2.0, "num_cpus": 0.25}},
            algorithm={"name": "A2C"}),
+    # EXARL's RMA family: the queue data path (pytorchrl.scheme.workflows.queues). Collectors
+    # run whole episodes and put them, with their weight version, into bounded queues; the
+    # learners pop them, drop those more than max_policy_lag versions old (EXARL read
+    # max_model_lag but never applied it) and train. Several learners are kept on the same
+    # weights by the central update (their gradients are averaged, one optimizer step).
+    Preset("exarl-rma",
+           "EXARL's RMA workflow: N actors each write whole episodes into their own one-slot window (a "
+           "bounded queue, the actor waits while it is full); the learner reads a random actor's window, "
+           "drops stale data (max_policy_lag) and trains",
+           {**_RMA_COLLECTORS, "num_grad_workers": 1, "grad_workers_communication": "sync",
+            "queues": _queues(size=1, pop="one", prefetch=False, selection="random")}),
+    Preset("exarl-rma-window-random",
+           "EXARL's RMA with several learners, each reading a random actor's window among all actors; the "
+           "learners' gradients are averaged (weights stay the same on all)",
+           {**_RMA_COLLECTORS, **_RMA_LEARNERS,
+            "queues": _queues(size=1, pop="one", prefetch=False, selection="random")}),
+    Preset("exarl-rma-window-binned",
+           "EXARL's RMA with several learners, each reading the windows of its own fixed bin of actors (oldest "
+           "first); the learners' gradients are averaged",
+           {**_RMA_COLLECTORS, **_RMA_LEARNERS,
+            "queues": _queues(size=1, pop="one", prefetch=False, selection="binned")}),
+    Preset("exarl-rma-queue-pop-all",
+           "EXARL's RMA queue: each actor has a bounded queue (it waits while the queue is full); the learner "
+           "drains a random actor's queue and asks for the next drain before training on this one (prefetch)",
+           {**_RMA_COLLECTORS, "num_grad_workers": 1, "grad_workers_communication": "sync",
+            "queues": _queues(size=4, pop="all", prefetch=True, selection="random")}),
+    Preset("exarl-ml-rma-queue",
+           "EXARL's multi-learner RMA queue: one group of actors per learner, each with a bounded queue the "
+           "learner drains (prefetching); a learner whose group is finished drains the other groups' queues "
+           "(work stealing); the run ends when every group is done and every queue is empty",
+           {**_RMA_COLLECTORS, **_RMA_LEARNERS,
+            "queues": _queues(size=4, pop="all", prefetch=True, selection="binned", steal=True)}),
+    Preset("exarl-ml-rma-queue-short",
+           "EXARL's short multi-learner RMA queue: the queues live on the learners (one each) and every actor "
+           "puts into a random learner's queue with room; a learner whose actors are finished drains the others'",
+           {**_RMA_COLLECTORS, **_RMA_LEARNERS,
+            "queues": _queues(size=4, pop="all", prefetch=True, route="learner", steal=True)}),
 ]
 
 #: Presets by name, in the order they are listed.
@@ -190,9 +246,17 @@ def get_preset(name):
         raise KeyError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}") from None
 
 
+#: Keys whose mappings are merged with the preset's (a key written changes one option of
+#: the queues and keeps the preset's others: the RMA presets differ in several) instead of
+#: replacing them.
+MERGED_KEYS = ("queues",)
+
+
 def resolve_scheme_section(section):
     """The ``scheme:`` section with its ``preset`` expanded: the preset's values, then the
-    keys given explicitly (which win). A section without ``preset`` is returned as is.
+    keys given explicitly (which win). A mapping given for one of ``MERGED_KEYS`` is merged
+    into the preset's (``scheme.queues.size=8`` keeps the preset's other queue options). A
+    section without ``preset`` is returned as is.
 
     Parameters
     ----------
@@ -202,7 +266,12 @@ def resolve_scheme_section(section):
     name = section.get("preset")
     if name is None:
         return dict(section)
-    return {**get_preset(name).scheme, **section}
+    preset = get_preset(name).scheme
+    out = {**preset, **section}
+    for key in MERGED_KEYS:
+        if isinstance(preset.get(key), dict) and isinstance(section.get(key), dict):
+            out[key] = {**preset[key], **section[key]}
+    return out
 
 
 __all__ = ["Preset", "PRESETS", "get_preset", "resolve_scheme_section"]

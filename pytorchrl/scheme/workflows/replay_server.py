@@ -20,8 +20,9 @@ import torch
 from pytorchrl import INDEX, REW, TD_ERROR
 from pytorchrl.scheme.workflows.rate_limiter import CLOSED, OK, TIMEOUT, RateLimiter
 
-#: Values of ``Scheme(data_path=...)`` and ``scheme.data_path``.
-DATA_PATHS = ("direct", "replay_server")
+#: Values of ``Scheme(data_path=...)`` and ``scheme.data_path`` ("queues": see
+#: ``pytorchrl.scheme.workflows.queues``).
+DATA_PATHS = ("direct", "replay_server", "queues")
 
 #: Options of ``Scheme(replay_server=...)`` (``scheme.replay_server``) and their defaults.
 REPLAY_SERVER_DEFAULTS = {"min_size_to_sample": 1000, "samples_per_insert": 8.0, "error_buffer": 2000.0,
@@ -71,7 +72,7 @@ def check_data_path(data_path, options, storage_factory, num_col_workers, async_
         One of ``DATA_PATHS``.
     options : dict or None
         ``Scheme(replay_server=...)``; given with the direct path it is ignored with a
-        warning on the "pytorchrl" logger.
+        warning on the "pytorchrl" logger, with the queue path it is refused.
     storage_factory : callable
         The scheme's storage factory: a replay storage's is required by a replay server.
     num_col_workers : int
@@ -86,7 +87,10 @@ def check_data_path(data_path, options, storage_factory, num_col_workers, async_
     """
     if data_path not in DATA_PATHS:
         raise ValueError(f"data_path must be one of {', '.join(map(repr, DATA_PATHS))}, got {data_path!r}")
-    if data_path == "direct":
+    if data_path == "queues" and options:
+        raise ValueError("replay_server options have no effect with data_path='queues' (they act with "
+                         "data_path='replay_server'); remove them")
+    if data_path != "replay_server":
         if options:
             import logging
             logging.getLogger("pytorchrl").warning(
@@ -329,12 +333,14 @@ class ServerClient:
     Parameters
     ----------
     server : ReplayServer or ray.actor.ActorHandle
-        The server.
+        The server (or another server object of a data path, e.g. a ``QueueServer``).
+    remote : bool or None
+        Whether ``server`` is a Ray actor handle (None: it is unless it is a ``ReplayServer``).
     """
 
-    def __init__(self, server):
+    def __init__(self, server, remote=None):
         self.server = server
-        self.remote = not isinstance(server, ReplayServer)
+        self.remote = not isinstance(server, ReplayServer) if remote is None else bool(remote)
 
     def call(self, method, *args):
         """``server.method(*args)``, waited for."""

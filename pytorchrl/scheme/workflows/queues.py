@@ -1,0 +1,431 @@
+"""The queue data path: bounded per-collector queues between collectors and gradient
+workers (EXARL's RMA windows and RMA queues).
+
+Each remote collector puts every rollout, with the weight version that produced it, into
+a bounded queue of one ``QueueServer`` (a threaded Ray actor holding all the queues, the
+"RMA windows") and hands only its information to its collector set. A collector whose
+queue is full waits (back-pressure) before it collects more. Gradient workers pop
+rollouts from the queues (``QueueDataPath``), drop those more than ``max_policy_lag``
+versions old, and add the others to their own storage, so that on-policy (A2C, PPO) and
+off-policy (DDQN) algorithms train on them as on the direct path.
+
+Options (``scheme.queues``, ``QUEUE_DEFAULTS``):
+
+- ``size``: rollouts a queue holds (K); a put into a full queue waits.
+- ``pop``: ``one`` takes the oldest rollout of the queue chosen; ``all`` drains it (FIFO).
+- ``prefetch``: the gradient worker asks for its next pop before it trains on the data
+  of the current one, overlapping the transfer with training.
+- ``selection`` (``route: collector``): ``binned`` (each gradient worker reads the queues
+  of its own collectors, a contiguous bin; of them the one whose head is oldest) or
+  ``random`` (a random non-empty queue among all collectors', as EXARL's RMA learners
+  read a random actor's window).
+- ``steal``: a gradient worker whose own queues are empty and whose collectors are
+  finished (their episode budget handed over) pops from the other gradient workers'
+  queues (EXARL's multi-learner work stealing).
+- ``route``: ``collector`` (one queue per collector) or ``learner`` (one queue per
+  gradient worker, and each collector puts into a random one that has room: EXARL's
+  "short" multi-learner RMA queue).
+- ``num_cpus``: Ray CPUs of the server actor.
+"""
+
+import random
+import threading
+import time
+from collections import deque
+
+import numpy as np
+import torch
+
+#: Options of ``Scheme(queues=...)`` (``scheme.queues``) and their defaults.
+QUEUE_DEFAULTS = {"size": 4, "pop": "one", "prefetch": True, "selection": "binned", "steal": False,
+                  "route": "collector", "num_cpus": 0.25}
+POPS = ("one", "all")
+SELECTIONS = ("binned", "random")
+ROUTES = ("collector", "learner")
+
+#: Outcomes of ``QueueServer.put`` and ``pop``.
+OK, EMPTY, TIMEOUT, CLOSED = "ok", "empty", "timeout", "closed"
+
+#: Seconds a gradient worker waits in one pop before it reads its collectors' reports
+#: again (env steps and episodes must reach the learner while it waits).
+POP_POLL_S = 0.5
+
+#: Threads of the remote server: every collector and gradient worker may wait in it at
+#: once, and stats/stop calls must still get through.
+MAX_CONCURRENCY = 64
+
+
+def queue_options(options):
+    """``QUEUE_DEFAULTS`` updated with ``options``, checked.
+
+    Parameters
+    ----------
+    options : dict or None
+        Some of the keys of ``QUEUE_DEFAULTS`` (see the module docstring).
+
+    Raises
+    ------
+    ValueError
+        An unknown key (naming the valid ones) or a value out of range.
+    """
+    unknown = set(options or {}) - set(QUEUE_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown queues keys {sorted(unknown)}; valid: {sorted(QUEUE_DEFAULTS)}")
+    out = {**QUEUE_DEFAULTS, **(options or {})}
+    size = out["size"]
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"queues size must be an integer >= 1, got {size!r}")
+    for key, valid in (("pop", POPS), ("selection", SELECTIONS), ("route", ROUTES)):
+        if out[key] not in valid:
+            raise ValueError(f"queues {key} must be one of {', '.join(map(repr, valid))}, got {out[key]!r}")
+    for key in ("prefetch", "steal"):
+        if not isinstance(out[key], bool):
+            raise ValueError(f"queues {key} must be true or false, got {out[key]!r}")
+    if out["route"] == "learner" and out["selection"] != "binned":
+        raise ValueError("queues selection='random' reads collectors' queues; with route='learner' each gradient "
+                         "worker reads its own queue (use selection='binned', and steal to read the others')")
+    cpus = out["num_cpus"]
+    if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus < 0:
+        raise ValueError(f"queues num_cpus must be a non-negative number, got {cpus!r}")
+    return out
+
+
+def check_queue_path(options, num_col_workers, async_collection, collect_only):
+    """Check the queue data path's layout; returns ``queue_options(options)``.
+
+    Parameters
+    ----------
+    options : dict or None
+        ``Scheme(queues=...)``.
+    num_col_workers : int
+        Collection workers per gradient worker (they must be remote: at least 2).
+    async_collection : bool
+        Whether collection is asynchronous (required).
+    collect_only : bool
+        A collection-only scheme (refused: nothing pops).
+
+    Raises
+    ------
+    ValueError
+        Naming the cause.
+    """
+    out = queue_options(options)
+    if collect_only:
+        raise ValueError("a collection-only scheme (num_grad_workers=0) trains nothing: it needs "
+                         "data_path='direct', not queues")
+    if num_col_workers < 2:
+        raise ValueError("data_path='queues' needs remote collectors (num_col_workers >= 2): one collector runs "
+                         "in its gradient worker's process and hands its rollouts over directly")
+    if not async_collection:
+        raise ValueError("data_path='queues' needs asynchronous collection (col_workers_communication=prl.ASYNC): "
+                         "a synchronous round would wait for puts that only the waiting learner's pops admit")
+    return out
+
+
+def _nbytes(data):
+    """Bytes of the arrays and tensors of a rollout (what a put moves)."""
+    total = 0
+    for v in (data or {}).values():
+        if isinstance(v, torch.Tensor):
+            total += v.element_size() * v.nelement()
+        elif isinstance(v, np.ndarray):
+            total += v.nbytes
+        elif isinstance(v, dict):
+            total += _nbytes(v)
+    return total
+
+
+class QueueServer:
+    """Bounded rollout queues shared by every collector and gradient worker.
+
+    Thread-safe: puts and pops wait on one condition (a remote server is a threaded Ray
+    actor), never in sleeps.
+
+    Parameters
+    ----------
+    groups : dict
+        Gradient worker index -> indices of its collectors (the bins, in order).
+    size : int
+        Rollouts a queue holds.
+    pop : str
+        ``"one"`` or ``"all"`` (see the module docstring).
+    selection : str
+        ``"binned"`` or ``"random"``.
+    steal : bool
+        Whether a gradient worker whose collectors are finished pops from other bins.
+    route : str
+        ``"collector"`` (a queue per collector) or ``"learner"`` (a queue per gradient worker).
+    seed : int or None
+        Seed of the random choices (random selection, random routing).
+    """
+
+    def __init__(self, groups, size=4, pop="one", selection="binned", steal=False, route="collector", seed=None):
+        queue_options({"size": size, "pop": pop, "selection": selection, "steal": steal, "route": route})
+        self.size, self.pop_mode, self.selection, self.steal, self.route = size, pop, selection, steal, route
+        self.cond = threading.Condition()
+        if route == "collector":
+            self.bins = {g: [(g, c) for c in cols] for g, cols in groups.items()}
+        else:
+            self.bins = {g: [(g,)] for g in groups}
+        self.queues = {key: deque() for keys in self.bins.values() for key in keys}
+        self._rng = random.Random(seed)
+        self._seq = 0          # put order over all queues: "oldest head" compares these
+        self._closed = False
+        self._paused = 0
+        self.counters = {"puts": 0, "pops": 0, "popped_rollouts": 0, "stolen_pops": 0, "put_blocked_s": 0.0,
+                         "pop_blocked_s": 0.0, "bytes_in": 0, "max_size": 0}
+
+    # -------------------------------------------------------------- collectors
+    def put(self, collector, data, version, timeout=None):
+        """Put one rollout of ``collector`` once its queue has room.
+
+        Parameters
+        ----------
+        collector : tuple
+            (gradient worker index, collector index).
+        data : dict
+            The rollout (the storage's ``get_data``).
+        version : int
+            Weight version that produced it.
+        timeout : float or None
+            Seconds to wait at most (None: until there is room or the server is closed).
+
+        Returns
+        -------
+        str
+            ``"ok"``, ``"timeout"`` or ``"closed"`` (the run is stopping: the data is dropped).
+        """
+        collector = tuple(collector)
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        t0 = time.perf_counter()
+        with self.cond:
+            while True:
+                if self._closed:
+                    return CLOSED
+                key = self._put_target(collector)
+                if key is not None:
+                    break
+                remaining = None if deadline is None else deadline - time.perf_counter()
+                if remaining is not None and remaining <= 0:
+                    return TIMEOUT
+                self.cond.wait(remaining)
+            self.counters["put_blocked_s"] += time.perf_counter() - t0
+            self.queues[key].append((self._seq, data, int(version), collector))
+            self._seq += 1
+            self.counters["puts"] += 1
+            self.counters["bytes_in"] += _nbytes(data)
+            self.counters["max_size"] = max(self.counters["max_size"], len(self.queues[key]))
+            self.cond.notify_all()
+        return OK
+
+    def _put_target(self, collector):
+        """The queue ``collector`` puts into now, or None while it must wait (full)."""
+        if self.route == "collector":
+            if collector not in self.queues:
+                raise ValueError(f"no queue for collector {collector}; queues: {sorted(self.queues)}")
+            keys = [collector]
+        else:
+            keys = [k for keys in self.bins.values() for k in keys]
+        room = [k for k in keys if len(self.queues[k]) < self.size]
+        if not room and self._paused:
+            room = keys   # a gradient worker waits for its collectors: admit beyond the bound
+        return self._rng.choice(room) if room else None
+
+    # -------------------------------------------------------- gradient workers
+    def pop(self, group, finished=False, timeout=None):
+        """Take rollouts for gradient worker ``group``.
+
+        Parameters
+        ----------
+        group : int
+            The gradient worker's index.
+        finished : bool
+            Its collectors will put nothing more (their episode budget is handed over):
+            with ``steal`` it may pop from other bins once its own are empty.
+        timeout : float or None
+            Seconds to wait for a rollout (None: until one comes or the server is closed;
+            0: do not wait).
+
+        Returns
+        -------
+        outcome : str
+            ``"ok"``, ``"empty"`` (nothing within the timeout) or ``"closed"``.
+        items : list of (data, version, collector)
+            The rollouts, oldest first.
+        stolen : bool
+            They came from another gradient worker's bin.
+        """
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        t0 = time.perf_counter()
+        with self.cond:
+            while True:
+                if self._closed:
+                    return CLOSED, [], False
+                key, stolen = self._pop_source(group, finished)
+                if key is not None:
+                    break
+                remaining = None if deadline is None else deadline - time.perf_counter()
+                if remaining is not None and remaining <= 0:
+                    self.counters["pop_blocked_s"] += time.perf_counter() - t0
+                    return EMPTY, [], False
+                self.cond.wait(remaining)
+            self.counters["pop_blocked_s"] += time.perf_counter() - t0
+            q = self.queues[key]
+            taken = [q.popleft()] if self.pop_mode == "one" else [q.popleft() for _ in range(len(q))]
+            self.counters["pops"] += 1
+            self.counters["popped_rollouts"] += len(taken)
+            self.counters["stolen_pops"] += stolen
+            self.cond.notify_all()   # room for the collectors waiting on this queue
+        return OK, [(data, version, collector) for _, data, version, collector in taken], stolen
+
+    def _pop_source(self, group, finished):
+        """(queue key, stolen) of the queue ``group`` pops now, or (None, False)."""
+        if group not in self.bins:
+            raise ValueError(f"no bin for gradient worker {group}; bins: {sorted(self.bins)}")
+        if self.selection == "random":
+            full = [k for k, q in self.queues.items() if q]
+            return (self._rng.choice(full), False) if full else (None, False)
+        own = [k for k in self.bins[group] if self.queues[k]]
+        if own:
+            return self._oldest(own), False
+        if self.steal and finished:
+            others = [k for g, keys in self.bins.items() if g != group for k in keys if self.queues[k]]
+            if others:
+                return self._oldest(others), True
+        return None, False
+
+    def _oldest(self, keys):
+        return min(keys, key=lambda k: self.queues[k][0][0])
+
+    # ------------------------------------------------------------------ control
+    def pause_sampling(self):
+        """Admit every put regardless of the bound until ``resume_sampling``: the learner
+        waits for its collectors to answer a call queued behind their current rollout,
+        whose put must not wait for pops (the name is the replay server's, whose
+        ``sampling_paused`` context manager uses it)."""
+        with self.cond:
+            self._paused += 1
+            self.cond.notify_all()
+        return True
+
+    def resume_sampling(self):
+        """End one ``pause_sampling``."""
+        with self.cond:
+            self._paused = max(0, self._paused - 1)
+        return True
+
+    def stop(self):
+        """End every wait (they return ``"closed"``); later calls are refused the same way."""
+        with self.cond:
+            self._closed = True
+            self.cond.notify_all()
+        return True
+
+    def sizes(self):
+        """Rollouts held by each queue, by key."""
+        with self.cond:
+            return {k: len(q) for k, q in self.queues.items()}
+
+    def stats(self):
+        """Counters: ``puts``, ``pops``, ``popped_rollouts``, ``stolen_pops``, ``put_blocked_s``
+        (collectors' time waiting for room), ``pop_blocked_s`` (gradient workers' time
+        waiting for data), ``bytes_in`` (bytes put), ``max_size`` (largest queue seen),
+        ``held`` (rollouts in the queues now)."""
+        with self.cond:
+            return dict(self.counters, held=sum(len(q) for q in self.queues.values()))
+
+
+def make_queue_server(groups, options, remote, seed=None):
+    """The scheme's queue server: a threaded Ray actor (``remote``) or an object here.
+
+    Parameters
+    ----------
+    groups : dict
+        Gradient worker index -> its collectors' indices.
+    options : dict
+        ``queue_options`` output.
+    remote : bool
+        Whether the scheme uses Ray.
+    seed : int or None
+        Seed of the server's random choices.
+    """
+    kwargs = {k: options[k] for k in ("size", "pop", "selection", "steal", "route")}
+    if not remote:
+        return QueueServer(groups, seed=seed, **kwargs)
+    from pytorchrl.scheme.base.ray_runtime import require_ray
+    ray = require_ray()
+    handle = ray.remote(QueueServer).options(num_cpus=options["num_cpus"], max_concurrency=MAX_CONCURRENCY).remote(
+        groups, seed=seed, **kwargs)
+    ray.get(handle.stats.remote())   # built, or its error raised here
+    return handle
+
+
+def put_remote(server, collector, data, version):
+    """Put a remote collector's rollout into ``server`` (a Ray actor handle), waiting for
+    room; returns the outcome."""
+    import ray
+    return ray.get(server.put.remote(collector, data, version))
+
+
+class QueueLink:
+    """What a collector set and its gradient worker need of the queue path: the server and
+    whether the gradient worker prefetches.
+
+    Parameters
+    ----------
+    server : QueueServer or ray.actor.ActorHandle
+        The scheme's server.
+    prefetch : bool
+        The gradient worker asks for its next pop before training on the current data.
+    """
+
+    def __init__(self, server, prefetch):
+        self.server = server
+        self.prefetch = bool(prefetch)
+
+
+class QueueDataPath:
+    """The gradient worker's side of the queue data path.
+
+    Parameters
+    ----------
+    link : QueueLink
+        The server and the prefetch switch.
+    group : int
+        This gradient worker's index (its bin).
+    """
+
+    def __init__(self, link, group):
+        from pytorchrl.scheme.workflows.replay_server import ServerClient
+        self.client = ServerClient(link.server, remote=not isinstance(link.server, QueueServer))
+        self.group = group
+        self.prefetch = link.prefetch and self.client.remote
+        self._prefetched = None    # Ray reference of the pop asked for ahead
+        self.prefetches = 0
+
+    def pop(self, finished):
+        """The next rollouts: a list of (data, version, collector), empty when none came
+        within ``POP_POLL_S`` (at once when ``finished``: nothing more will come from this
+        worker's collectors).
+
+        Raises
+        ------
+        RuntimeError
+            The server was closed (the run is stopping).
+        """
+        outcome, items = EMPTY, []
+        if self._prefetched is not None:
+            import ray
+            ref, self._prefetched = self._prefetched, None
+            outcome, items, _ = ray.get(ref)
+        if outcome == EMPTY:
+            # (Also after an empty prefetched pop: it was asked before this worker knew its
+            # collectors finished, and a rollout may have been put since it returned.)
+            outcome, items, _ = self.client.call("pop", self.group, finished, 0 if finished else POP_POLL_S)
+        if outcome == CLOSED:
+            raise RuntimeError("the queue server is closed: the scheme is stopping")
+        if items and self.prefetch:
+            # Asked now, served while this worker trains on ``items``.
+            self._prefetched = self.client.server.pop.remote(self.group, finished, POP_POLL_S)
+            self.prefetches += 1
+        return items
