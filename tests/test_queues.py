@@ -152,6 +152,8 @@ def test_bad_queue_options_are_refused(options, words):
       "replay_server": {"num_cpus": 0}}, "replay_server options have no effect with data_path='queues'"),
     ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async", "num_grad_workers": 0},
      "a collection-only scheme"),
+    ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async", "col_policy": "server"},
+     "col_policy='server' with data_path='queues' is not supported"),
 ])
 def test_scheme_refuses_what_the_queue_path_cannot_run(kwargs, words):
     import pytorchrl as prl
@@ -176,6 +178,7 @@ def queue_config(scheme, **learner):
     (queue_config({"replay_server": {"num_cpus": 0}}), "scheme.replay_server", "has no effect with scheme.data_path: queues"),
     (queue_config({"queues": {"route": "learner", "selection": "random"}}), "scheme.queues.selection",
      "with route: learner"),
+    (queue_config({"col_policy": "server"}), "scheme.col_policy", "server with scheme.data_path: queues"),
 ])
 def test_configuration_refuses_what_the_queue_path_cannot_use(config, path, words):
     with pytest.raises(ConfigError) as info:

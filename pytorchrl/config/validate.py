@@ -477,6 +477,9 @@ def _check_inference_server(config):
     if s["col_weights"] == "pull":
         raise ConfigError("scheme.col_weights", "pull: with scheme.col_policy: server the collectors act through "
                                                 "the inference server and load no weights; remove it")
+    if s["data_path"] == "queues":
+        raise ConfigError("scheme.col_policy", "server with scheme.data_path: queues is not supported; use "
+                                               "scheme.data_path: direct with the inference server (preset exarl-seed)")
 
 
 def _check_queue_path(config):

@@ -231,6 +231,12 @@ class Scheme:
                              "data_path='direct', not a replay server")
         server_options = self._check_inference_server(col_policy, inference_server, algo_factory, actor_factory,
                                                       requested_grad_workers)
+        if server_options is not None and queue_options is not None:
+            # Not built for each other: a run with both stopped moving (collectors waiting in
+            # the queue server, the inference server waiting for their requests).
+            raise ValueError("col_policy='server' with data_path='queues' is not supported: use the direct data "
+                             "path with the inference server (preset exarl-seed), or collectors that act "
+                             "themselves on the queue path")
         if server_options is not None and col_weights == "pull":
             raise ValueError("col_weights='pull' with col_policy='server': the collectors act through the "
                              "inference server and load no weights")
