@@ -9,7 +9,10 @@ import os
 import pytest
 import yaml
 
+from pytorchrl.config import build_learner, load_config
+
 from cli_helpers import REPO, pytorchrl
+from learning_helpers import greedy_returns_along_run
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 #: Every configuration of the directory, by name.
@@ -17,6 +20,18 @@ CONFIGS = sorted(f[:-len(".yaml")] for f in os.listdir(EXARL) if f.endswith(".ya
 #: Configurations with a test of their own below.
 OWN_TESTS = ("exarl-a2c-sync", "exarl-a2c-async", "exarl-async", "exarl-random", "exarl-seed", "exarl-seed-a2c",
              "exarl-rma", "exarl-ml-rma-queue-short")
+
+
+def train_5000(tmp_path, name, timeout=180):
+    """Train examples/configs/exarl/NAME.yaml for 5000 env steps (issue 10's budget) from the
+    command line; checks the exit, steps and updates, and returns the run directory."""
+    run_dir = tmp_path / "run"
+    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=5000",
+                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["env_steps"] >= 5000 and summary["updates"] > 0
+    return run_dir
 
 
 @pytest.mark.timeout(300)
@@ -41,23 +56,13 @@ def test_exarl_a2c_config_trains_once_per_episode(tmp_path, name):
 
 @pytest.mark.timeout(300)
 def test_exarl_async_config_trains_with_collector_targets(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = pytorchrl("train", os.path.join(EXARL, "exarl-async.yaml"), "learner.target_steps=5000",
-                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
-    assert summary["env_steps"] >= 5000 and summary["updates"] > 0
+    train_5000(tmp_path, "exarl-async")
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["exarl-seed", "exarl-seed-a2c"])
 def test_exarl_seed_configs_train_through_the_inference_server(tmp_path, name):
-    run_dir = tmp_path / "run"
-    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=5000",
-                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
-    assert summary["env_steps"] >= 5000 and summary["updates"] > 0
+    run_dir = train_5000(tmp_path, name)
     # The server's counters reach metrics.csv.
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
     assert float(rows[-1]["Inference/MeanBatch"]) >= 1.0 and int(rows[-1]["Inference/Calls"]) > 0
@@ -84,12 +89,7 @@ def test_random_writes_its_results_from_the_command_line(tmp_path):
 @pytest.mark.parametrize("name", [n for n in CONFIGS if n not in OWN_TESTS])
 def test_exarl_config_trains(tmp_path, name):
     # The budget of issue 10: every workflow trains 5000 steps from its file.
-    run_dir = tmp_path / "run"
-    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=5000",
-                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
-    assert summary["env_steps"] >= 5000 and summary["updates"] > 0
+    train_5000(tmp_path, name)
 
 
 def test_every_exarl_config_is_run_by_a_test():
@@ -102,13 +102,24 @@ def test_every_exarl_config_is_run_by_a_test():
 def test_exarl_rma_config_trains_from_the_command_line(tmp_path, name):
     # (All six RMA workflows learn in tests/test_queues.py; here one learner and two
     # learners with per-learner queues run from their files, with the queue metrics.)
-    run_dir = tmp_path / "run"
-    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=5000",
-                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path, timeout=360)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
-    assert summary["env_steps"] >= 5000 and summary["updates"] > 0
+    run_dir = train_5000(tmp_path, name, timeout=360)
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
     last = rows[-1]
     assert int(last["Queues/PoppedRollouts"]) > 0 and int(last["Queues/Puts"]) >= int(last["Queues/PoppedRollouts"])
     assert int(last["Queues/MaxSize"]) <= (1 if name == "exarl-rma" else 4)
+
+
+@pytest.mark.timeout(300)
+def test_exarl_multi_learner_async_learns_cartpole(ray_session):
+    # Two learners taking all-reduced steps on their own asynchronous actors' batches (DDQN).
+    learner = build_learner(load_config(os.path.join(EXARL, "exarl-multi-learner-async.yaml"),
+                                        ["learner.target_steps=8000", "learner.tensorboard=false"]))
+    try:
+        returns = greedy_returns_along_run(learner, first=2000, every=1000, stop_at=60)
+        metrics = learner.get_metrics(add_scheme_metrics=True)
+    finally:
+        learner.stop()
+    print("exarl-multi-learner-async greedy returns", [round(r, 1) for r in returns])
+    assert learner.scheme.num_grad_workers == 2 and metrics["Scheme/EnvSteps"] > 0
+    # Random CartPole: about 22 an episode; an untrained greedy Q-network: about 10.
+    assert max(returns) >= 60, returns

@@ -24,6 +24,7 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme.collection.c_worker import CWorker
 
 from cli_helpers import REPO, pytorchrl, tiny, write_config
+from learning_helpers import greedy_returns_along_run
 
 EXARL_ASYNC = os.path.join(REPO, "examples", "configs", "exarl", "exarl-async.yaml")
 KW = dict(lr=1e-3, gamma=0.9, polyak=0.0, num_updates=4, update_every=40, start_steps=0, mini_batch_size=16,
@@ -163,13 +164,7 @@ def test_exarl_async_learns_cartpole(ray_session):
     learner = build_learner(config)
     try:
         local = learner.scheme.update_worker.local_worker
-        # Greedy evaluations along the run (DQN's CartPole returns swing from one to the next).
-        returns, next_eval = [], 4000
-        while not learner.done():
-            learner.step()
-            if local.storage.num_inserted >= next_eval:
-                next_eval += 1000
-                returns.append(learner.evaluate(5))
+        returns = greedy_returns_along_run(learner, first=4000, every=1000)
         assert local.algo.targets_on_collector and local.storage.num_inserted >= 8000
         # The collectors' targets reached the learner's replay.
         assert prl.TARGET in local.storage._arrays

@@ -16,6 +16,7 @@ from pytorchrl.scheme.workflows.queues import (CLOSED, EMPTY, OK, TIMEOUT, Queue
 
 from cli_helpers import REPO, assert_one_line_error, pytorchrl, tiny, write_config
 from distributed_fixtures import factories, register_for_ray
+from learning_helpers import greedy_returns_along_run
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 RMA_WORKFLOWS = ["exarl-rma", "exarl-rma-window-random", "exarl-rma-window-binned", "exarl-rma-queue-pop-all",
@@ -300,15 +301,9 @@ def test_rma_workflow_learns(ray_for_module, name):
     steps, every, bar = 6000, 500, 60
     learner = _rma_learner(name, f"learner.target_steps={steps}", "algorithm.test_every=1000000",
                            test_env=True)
-    returns, next_eval = [], 1500
     try:
-        # The best greedy evaluation along the run (DDQN on CartPole has collapses, and one
-        # evaluation at the end can land on one); the run ends once the bar is reached.
-        while not learner.done() and max(returns, default=0) < bar:
-            learner.step()
-            if learner.num_samples_collected >= next_eval:
-                returns.append(learner.evaluate(3))
-                next_eval += every
+        # The run ends once the bar is reached.
+        returns = greedy_returns_along_run(learner, first=1500, every=every, episodes=3, stop_at=bar)
         metrics = learner.get_metrics(add_scheme_metrics=True)
         stats = learner.scheme.queue_stats()
     finally:

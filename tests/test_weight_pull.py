@@ -29,6 +29,7 @@ from pytorchrl.scheme.transport import weights_to_wire
 from pytorchrl.scheme.workflows.weight_board import BoardPublisher, WeightBoard, start_remote_board
 
 from cli_helpers import REPO, pytorchrl, tiny, write_config
+from learning_helpers import greedy_returns_along_run
 
 NONBLOCKING = os.path.join(REPO, "examples", "configs", "exarl", "exarl-nonblocking-async.yaml")
 ROLLOUT = 10
@@ -199,12 +200,7 @@ def test_exarl_nonblocking_async_learns_cartpole(ray_session):
         local = learner.scheme.update_worker.local_worker
         cols = local.col_workers
         assert cols.publisher is not None and len(cols.remote_workers()) == 2
-        returns, next_eval = [], 4000
-        while not learner.done():
-            learner.step()
-            if local.storage.num_inserted >= next_eval:
-                next_eval += 1000
-                returns.append(learner.evaluate(5))
+        returns = greedy_returns_along_run(learner, first=4000, every=1000)
         returns.append(learner.evaluate(10))
         metrics = learner.get_metrics(add_scheme_metrics=True)
         weight_bytes = sum(v.nbytes for v in weights_to_wire(local.algo.get_acting_weights()).values())
