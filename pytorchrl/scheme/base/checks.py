@@ -23,6 +23,43 @@ def check_int(name, value, low, optional=False):
         raise ValueError(f"{name} must be {'None or ' if optional else ''}{kind}, got {value!r}")
 
 
+def merge_options(section, options, defaults):
+    """``defaults`` updated with ``options``, after refusing keys it does not know.
+
+    Parameters
+    ----------
+    section : str
+        The options' name, for the message (e.g. "queues").
+    options : dict or None
+        The options given (None: all defaults).
+    defaults : dict
+        Every valid key and its default value.
+
+    Raises
+    ------
+    ValueError
+        An unknown key, naming the valid ones.
+    """
+    unknown = set(options or {}) - set(defaults)
+    if unknown:
+        raise ValueError(f"unknown {section} keys {sorted(unknown)}; valid: {sorted(defaults)}")
+    return {**defaults, **(options or {})}
+
+
+def check_non_negative(name, value):
+    """Raise ValueError unless ``value`` is a number >= 0 (a bool is not one).
+
+    Parameters
+    ----------
+    name : str
+        The option's name, for the message.
+    value : object
+        The value given.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+
+
 def check_fraction(name, value):
     """Raise ValueError unless ``value`` is a number in (0, 1].
 

@@ -25,6 +25,8 @@ import time
 import numpy as np
 import torch
 
+from pytorchrl.scheme.base.checks import check_non_negative, merge_options
+
 #: Options of ``Scheme(inference_server=...)`` (``scheme.inference_server``) and their defaults.
 INFERENCE_SERVER_DEFAULTS = {"max_batch": 64, "timeout_ms": 2.0, "num_cpus": 0.5}
 
@@ -48,18 +50,12 @@ def inference_server_options(options):
     ValueError
         An unknown key (naming the valid ones) or a value out of range.
     """
-    unknown = set(options or {}) - set(INFERENCE_SERVER_DEFAULTS)
-    if unknown:
-        raise ValueError(f"unknown inference_server keys {sorted(unknown)}; "
-                         f"valid: {sorted(INFERENCE_SERVER_DEFAULTS)}")
-    out = {**INFERENCE_SERVER_DEFAULTS, **(options or {})}
+    out = merge_options("inference_server", options, INFERENCE_SERVER_DEFAULTS)
     mb = out["max_batch"]
     if isinstance(mb, bool) or not isinstance(mb, (int, np.integer)) or mb < 1:
         raise ValueError(f"inference_server max_batch must be an integer >= 1, got {mb!r}")
     for name in ("timeout_ms", "num_cpus"):
-        v = out[name]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ValueError(f"inference_server {name} must be a non-negative number, got {v!r}")
+        check_non_negative(f"inference_server {name}", out[name])
     return out
 
 

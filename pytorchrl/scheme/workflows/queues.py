@@ -36,6 +36,8 @@ from collections import deque
 import numpy as np
 import torch
 
+from pytorchrl.scheme.base.checks import check_non_negative, merge_options
+
 #: Options of ``Scheme(queues=...)`` (``scheme.queues``) and their defaults.
 QUEUE_DEFAULTS = {"size": 4, "pop": "one", "prefetch": True, "selection": "binned", "steal": False,
                   "route": "collector", "num_cpus": 0.25}
@@ -68,10 +70,7 @@ def queue_options(options):
     ValueError
         An unknown key (naming the valid ones) or a value out of range.
     """
-    unknown = set(options or {}) - set(QUEUE_DEFAULTS)
-    if unknown:
-        raise ValueError(f"unknown queues keys {sorted(unknown)}; valid: {sorted(QUEUE_DEFAULTS)}")
-    out = {**QUEUE_DEFAULTS, **(options or {})}
+    out = merge_options("queues", options, QUEUE_DEFAULTS)
     size = out["size"]
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"queues size must be an integer >= 1, got {size!r}")
@@ -84,9 +83,7 @@ def queue_options(options):
     if out["route"] == "learner" and out["selection"] != "binned":
         raise ValueError("queues selection='random' reads collectors' queues; with route='learner' each gradient "
                          "worker reads its own queue (use selection='binned', and steal to read the others')")
-    cpus = out["num_cpus"]
-    if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus < 0:
-        raise ValueError(f"queues num_cpus must be a non-negative number, got {cpus!r}")
+    check_non_negative("queues num_cpus", out["num_cpus"])
     return out
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from pytorchrl import INDEX, REW, TD_ERROR
+from pytorchrl.scheme.base.checks import check_non_negative, merge_options
 from pytorchrl.scheme.workflows.rate_limiter import CLOSED, OK, TIMEOUT, RateLimiter
 
 #: Values of ``Scheme(data_path=...)`` and ``scheme.data_path`` ("queues": see
@@ -51,14 +52,9 @@ def replay_server_options(options):
     ValueError
         An unknown key (naming the valid ones) or a value out of range.
     """
-    unknown = set(options or {}) - set(REPLAY_SERVER_DEFAULTS)
-    if unknown:
-        raise ValueError(f"unknown replay_server keys {sorted(unknown)}; valid: {sorted(REPLAY_SERVER_DEFAULTS)}")
-    out = {**REPLAY_SERVER_DEFAULTS, **(options or {})}
+    out = merge_options("replay_server", options, REPLAY_SERVER_DEFAULTS)
     RateLimiter(out["samples_per_insert"], out["min_size_to_sample"], out["error_buffer"])
-    cpus = out["num_cpus"]
-    if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus < 0:
-        raise ValueError(f"replay_server num_cpus must be a non-negative number, got {cpus!r}")
+    check_non_negative("replay_server num_cpus", out["num_cpus"])
     return out
 
 
