@@ -109,17 +109,20 @@ def test_exarl_rma_config_trains_from_the_command_line(tmp_path, name):
     assert int(last["Queues/MaxSize"]) <= (1 if name == "exarl-rma" else 4)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_exarl_multi_learner_async_learns_cartpole(ray_session):
-    # Two learners taking all-reduced steps on their own asynchronous actors' batches (DDQN).
-    learner = build_learner(load_config(os.path.join(EXARL, "exarl-multi-learner-async.yaml"),
-                                        ["learner.target_steps=8000", "learner.tensorboard=false"]))
+@pytest.mark.parametrize("name,steps", [("exarl-sync", 10000), ("exarl-a2c-sync", 20000), ("exarl-a2c-async", 20000),
+                                        ("exarl-multi-learner-async", 8000)])
+def test_exarl_workflow_learns_cartpole(ray_session, name, steps):
+    # (The other workflows' learning checks: test_collector_targets, test_weight_pull,
+    # test_queues, test_inference_server, test_replay_server.) The run ends at the bar.
+    learner = build_learner(load_config(os.path.join(EXARL, f"{name}.yaml"),
+                                        [f"learner.target_steps={steps}", "learner.tensorboard=false"]))
     try:
         returns = greedy_returns_along_run(learner, first=2000, every=1000, stop_at=60)
-        metrics = learner.get_metrics(add_scheme_metrics=True)
+        collected = learner.num_samples_collected
     finally:
         learner.stop()
-    print("exarl-multi-learner-async greedy returns", [round(r, 1) for r in returns])
-    assert learner.scheme.num_grad_workers == 2 and metrics["Scheme/EnvSteps"] > 0
-    # Random CartPole: about 22 an episode; an untrained greedy Q-network: about 10.
+    print(name, collected, "greedy returns", [round(r, 1) for r in returns])
+    # Random CartPole: about 22 an episode; an untrained greedy policy: about 10.
     assert max(returns) >= 60, returns
