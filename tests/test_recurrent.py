@@ -18,7 +18,7 @@ from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.actors.memory_networks import GRU, LSTM
 from pytorchrl.agent.algorithms import A2C, PPO
 from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.storages import GAEBuffer, VTraceBuffer
+from pytorchrl.agent.storages import GAEBuffer
 from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
 from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
@@ -181,11 +181,6 @@ def test_a2c_trains_on_the_whole_rollout_as_one_sequence_batch():
 def test_more_mini_batches_than_environments_is_refused_at_construction():
     with pytest.raises(ValueError, match=r"num_mini_batch=5 with a recurrent actor.*only 4 \(vec_env_size\)"):
         collector(num_envs=4, num_mini_batch=5)
-    envs, action_space, obs_space = env_factory(2)
-    algo_factory, name = PPO.create_factory()
-    with pytest.raises(ValueError, match="VTraceBuffer does not support recurrent actors"):
-        CWorker(0, 0, algo_factory, actor_factory(obs_space, action_space), VTraceBuffer.create_factory(size=4),
-                train_envs_factory=envs)
 
 
 class MemoryActor(OnPolicyActor):
@@ -276,10 +271,9 @@ def test_shipped_masked_cartpole_example_is_a_gru_ppo():
     (with_sections(MASKED, actor={"recurrent_net": "RNN"}),
      "actor.recurrent_net: expected one of 'GRU', 'LSTM' or null"),
     (with_sections(MASKED, algorithm={"num_mini_batch": 3}), "algorithm.num_mini_batch: 3 with a recurrent actor"),
-    (with_sections(MASKED, storage={"name": "VTraceBuffer"}), "actor.recurrent_net: VTraceBuffer does not support"),
     ({**MASKED, "algorithm": {"name": "DDQN"}, "storage": {"name": "ReplayBuffer", "size": 100}},
      "actor.recurrent_net: applies to PPO and A2C; DDQN has no use for it"),
-], ids=["unknown name", "too many mini-batches", "v-trace", "off-policy"])
+], ids=["unknown name", "too many mini-batches", "off-policy"])
 def test_yaml_recurrent_mistakes_are_one_line_errors(raw, expected):
     with pytest.raises(ConfigError) as info:
         validate_config(raw)

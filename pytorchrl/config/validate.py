@@ -365,14 +365,10 @@ def _check_consistency(config):
 
 
 def _check_recurrent(config):
-    """Refuse what a recurrent actor cannot train with: V-trace (single-step re-evaluation)
-    and more mini-batches than a collector has environments (a mini-batch is whole
-    environment sequences)."""
+    """Refuse what a recurrent actor cannot train with: more mini-batches than a collector
+    has environments (a mini-batch is whole environment sequences)."""
     if config["actor"]["recurrent_net"] is None:
         return
-    if config["storage"]["name"] == "VTraceBuffer":
-        raise ConfigError("actor.recurrent_net", "VTraceBuffer does not support recurrent actors yet; use "
-                                                 "GAEBuffer or VanillaOnPolicyBuffer")
     algo = config["algorithm"]
     num_mini_batch, vec_env_size = algo.get("num_mini_batch", 1), config["env"]["vec_env_size"]
     if algo.get("mini_batch_size") is None and num_mini_batch > vec_env_size:

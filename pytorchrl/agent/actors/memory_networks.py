@@ -53,7 +53,7 @@ class MemoryNetwork(nn.Module):
         """One step from ``_project_inputs``'s output -> (output, next state)."""
         raise NotImplementedError
 
-    def sequence(self, x, state, done):
+    def sequence(self, x, state, done, return_states=False):
         """Run the memory over sequences.
 
         Parameters
@@ -65,20 +65,28 @@ class MemoryNetwork(nn.Module):
         done : torch.Tensor
             (T, B, 1) 1 where the episode ended after step t: the state is zeroed before
             step t + 1, as the collector did.
+        return_states : bool
+            Also return the state after every step, before the zeroing that follows an
+            episode end: the state that values the observation after that step (the
+            final one of an episode that ended there).
 
         Returns
         -------
         torch.Tensor
-            Outputs (T, B, hidden_size).
+            Outputs (T, B, hidden_size); with ``return_states``, (outputs, states
+            (T, B, state_size)).
         """
         inputs = self._project_inputs(x)
         keep = 1.0 - done
-        outs = []
+        outs, states = [], []
         for t in range(x.shape[0]):
             if t > 0:
                 state = state * keep[t - 1]
             out, state = self._advance(inputs[t], state)
             outs.append(out)
+            states.append(state)
+        if return_states:
+            return torch.stack(outs), torch.stack(states)
         return torch.stack(outs)
 
 

@@ -202,18 +202,25 @@ class OnPolicyActor(Actor):
         vf, value_state = self.value_memory(vf, state[:, size:])
         return pf, vf, torch.cat([policy_state, value_state], dim=1)
 
-    def _memory_sequence(self, obs, rhs, done):
+    def _memory_sequence(self, obs, rhs, done, return_states=False):
         """Features (T * B, ...) the heads read over sequences: ``obs`` (T, B, *obs_shape),
         ``rhs`` (B, state size) the state before the first step, ``done`` (T, B, 1) the
-        episode ends (the state is zeroed after them, as while acting)."""
+        episode ends (the state is zeroed after them, as while acting). With
+        ``return_states``, also the state after every step (T, B, state size; see
+        ``MemoryNetwork.sequence``)."""
         T, B = obs.shape[:2]
         pf, vf = self._features(obs.reshape(T * B, *obs.shape[2:]))
         size = self.memory.state_size
-        pf = self.memory.sequence(pf.reshape(T, B, -1), rhs[:, :size], done).reshape(T * B, -1)
+        pf, states = self.memory.sequence(pf.reshape(T, B, -1), rhs[:, :size], done, return_states=True)
+        pf = pf.reshape(T * B, -1)
         if self.value_memory is None:
-            return pf, pf
-        vf = self.value_memory.sequence(vf.reshape(T, B, -1), rhs[:, size:], done).reshape(T * B, -1)
-        return pf, vf
+            vf = pf
+        else:
+            vf, value_states = self.value_memory.sequence(vf.reshape(T, B, -1), rhs[:, size:], done,
+                                                          return_states=True)
+            vf = vf.reshape(T * B, -1)
+            states = torch.cat([states, value_states], dim=2)
+        return (pf, vf, states) if return_states else (pf, vf)
 
     def _head_features(self, obs, rhs=None, done=None):
         if rhs is not None:
@@ -289,3 +296,34 @@ class OnPolicyActor(Actor):
         pf, vf = self._head_features(obs, rhs, done)
         logp, entropy = self.dist.log_prob_entropy(pf, action, entropy_grad)
         return logp, entropy, self.value_head(vf)
+
+
+    def evaluate_sequence(self, obs, action, rhs, done):
+        """Log-probabilities and values over the sequences of a recurrent actor, and the
+        memory's state after every step (what values an observation reached there).
+
+        Parameters
+        ----------
+        obs : torch.Tensor
+            Observations (T, B, *obs_shape), time first.
+        action : torch.Tensor
+            Actions taken (T * B, ...), time first.
+        rhs : torch.Tensor
+            State (B, state size) before the first step.
+        done : torch.Tensor
+            (T, B, 1) 1 where the episode ended after step t (the state is zeroed before
+            step t + 1, as the collector did).
+
+        Returns
+        -------
+        logp, value : torch.Tensor
+            (T * B, 1) each, time first.
+        states : torch.Tensor
+            (T, B, state size): the state after step t, before the zeroing that follows an
+            episode end (the observation after the last step is valued from
+            ``states[-1]`` zeroed where ``done[-1]``, a truncated episode's final
+            observation from the state of its last step).
+        """
+        pf, vf, states = self._memory_sequence(obs, rhs, done, return_states=True)
+        logp, _ = self.dist.log_prob_entropy(pf, action, entropy_grad=False)
+        return logp, self.value_head(vf), states

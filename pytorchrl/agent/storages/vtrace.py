@@ -19,6 +19,14 @@ They go to the batch keys ``RET`` and ``ADV`` that the PPO and A2C losses read, 
 is A2C trained from this storage. Episode ends are handled as in ``GAEBuffer``: nothing is
 bootstrapped after a termination; after a truncation (a time limit) and at the end of a
 rollout the current critic's value of the final or last observation is.
+
+Recurrent actors: a rollout also carries ``RHS``, the actor's state at its start (computed
+by the behaviour policy, as R2D2 and IMPALA store it). The learner re-runs the current
+actor's memory over the whole rollout from that state, zeroing it after each episode end
+as the collector did (``OnPolicyActor.evaluate_sequence``); the observation after the last
+step and the final observations of truncated episodes are valued from the states that
+reached them. Mini-batches are then sequences, as in ``VanillaOnPolicyBuffer``: subsets of
+the environments with all their steps.
 """
 
 import math
@@ -26,7 +34,7 @@ import math
 import numpy as np
 import torch
 
-from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, REW, TERM, TRUNC, VAL
+from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, REW, RHS, TERM, TRUNC, VAL
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.storages.on_policy import VanillaOnPolicyBuffer, next_values, reverse_scan
 
@@ -105,7 +113,10 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
     ----------
     device, actor, algorithm, envs, size
         As in ``VanillaOnPolicyBuffer`` (the algorithm must record the behaviour
-        log-probabilities, ``LOGP``, among its acting extras, as PPO and A2C do).
+        log-probabilities, ``LOGP``, among its acting extras, as PPO and A2C do). A
+        recurrent actor gets sequence mini-batches (``num_mini_batch`` at most the
+        number of environments of a collector) and must offer ``evaluate_sequence``
+        (``OnPolicyActor`` does).
     vtrace_lambda : float
         Scale of the traces c_t, in [0, 1] (the paper's lambda; 1: plain V-trace).
     clip_rho_threshold : float or None
@@ -149,11 +160,6 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
         if name in _THRESHOLDS and value is not None and not value > 0.0:
             raise ValueError(f"{name} must be > 0 (or None: no truncation), got {value}")
 
-    def check_sequences(self, algorithm, envs):
-        """Recurrent actors are refused: V-trace here re-evaluates single steps."""
-        raise ValueError("VTraceBuffer does not support recurrent actors (recurrent_net) yet; use GAEBuffer "
-                         "or VanillaOnPolicyBuffer")
-
     # ------------------------------------------------------------ collection side
     def finish(self, state=None):
         """Nothing to ask the algorithm: the learner values the last observation and the
@@ -162,8 +168,11 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
     def get_data(self, data_to_cpu=True):
         """The recorded steps (possibly fewer than ``size``, if cut) as a dict of tensors:
         ``OBS``, ``ACT``, ``LOGP`` (behaviour), ``REW``, ``TERM``, ``TRUNC`` (k, N, ...),
-        ``NEXT_OBS``, ``TRUNC_OBS`` and ``TRUNC_INDEX`` (see their definitions)."""
+        ``NEXT_OBS``, ``TRUNC_OBS`` and ``TRUNC_INDEX`` (see their definitions), and for a
+        recurrent actor ``RHS``, its state at the start of the rollout."""
         data = self.recorded_steps((ACT, LOGP))
+        if self._start_state is not None:
+            data[RHS] = self._start_state
         obs = self._rec[OBS]
         truncated = [(t, i, o) for t, i, o, was_trunc in self._final_obs if was_trunc]
         data[NEXT_OBS] = obs[self.step]
@@ -175,10 +184,12 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
     # -------------------------------------------------------------- learner side
     def prepare(self):
         """Compute the V-trace targets of every received rollout with the current actor,
-        flatten them, and note the ratio statistics reported with each update."""
+        flatten them (recurrent actors: keep them as sequences), and note the ratio
+        statistics reported with each update."""
         super().prepare()
-        if self.flat is not None:
-            log_ratio = self.flat.pop("log_ratio")
+        prepared = [self.flat] if self.flat is not None else self.sequences or []
+        if prepared:
+            log_ratio = torch.cat([p.pop("log_ratio").reshape(-1) for p in prepared])
             # The learner recomputes the log-probabilities the collector computed (in numpy or
             # in another batch): on-policy they still differ by rounding, which must not
             # count as truncation, hence the margin.
@@ -191,19 +202,30 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
         plus ``"log_ratio"`` (log pi/mu of each step, for the statistics)."""
         T, n = c[REW].shape[:2]
         obs, act = c[OBS].reshape(T * n, *c[OBS].shape[2:]), c[ACT].reshape(T * n, *c[ACT].shape[2:])
+        done = torch.maximum(c[TERM], c[TRUNC])
+        index = c[TRUNC_INDEX]
         with torch.no_grad():
-            logp, _, val = self.actor.evaluate_actions(obs, act, entropy_grad=False)
-            boot = self.actor.get_value(torch.cat([c[NEXT_OBS], c[TRUNC_OBS]]))
+            if RHS in c:
+                # A recurrent actor re-runs its memory over the rollout from the stored start
+                # state, zeroed after each episode end as the collector did; the observation
+                # after the last step is valued from the state then, a truncated episode's
+                # final observation from the state its last step reached.
+                logp, val, states = self.actor.evaluate_sequence(c[OBS], act, c[RHS], done)
+                boot_state = torch.cat([states[-1] * (1.0 - done[-1]), states[index[:, 0], index[:, 1]]])
+            else:
+                logp, _, val = self.actor.evaluate_actions(obs, act, entropy_grad=False)
+                boot_state = None
+            boot_obs = torch.cat([c[NEXT_OBS], c[TRUNC_OBS]])
+            boot = self.actor.get_value(boot_obs) if boot_state is None else self.actor.get_value(boot_obs, boot_state)
             trunc_val = torch.zeros_like(c[REW])
-            index = c[TRUNC_INDEX]
             trunc_val[index[:, 0], index[:, 1]] = boot[n:]
             logp, val = logp.reshape(T, n, 1), val.reshape(T, n, 1)
             log_ratio = logp - c[LOGP].reshape(T, n, 1)
             adv, vs = compute_vtrace(c[REW], torch.cat([val, boot[None, :n]]), c[TERM], c[TRUNC], trunc_val,
                                      log_ratio, gamma, self.vtrace_lambda, self.clip_rho_threshold,
                                      self.clip_pg_rho_threshold, self.clip_c_threshold)
-        return {OBS: c[OBS], ACT: c[ACT], LOGP: logp, VAL: val, RET: vs, ADV: adv,
-                DONE: torch.maximum(c[TERM], c[TRUNC]), "log_ratio": log_ratio}
+        return {OBS: c[OBS], ACT: c[ACT], LOGP: logp, VAL: val, RET: vs, ADV: adv, DONE: done,
+                "log_ratio": log_ratio}
 
     def after_update(self, batch, info):
         """Add the ratio statistics of the data trained on to the update's metrics."""
