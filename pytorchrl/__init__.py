@@ -30,7 +30,8 @@ WEIGHT = "weight"      # prioritized replay: importance-sampling weight of a sam
 INDEX = "index"        # replay: where a sample sits in the buffer (for priority updates)
 TD_ERROR = "td_error"  # per-sample |TD error| an algorithm reports for prioritized replay
 TARGET = "target"      # training target computed by the collector (Algorithm.preprocess_rollout)
+BOOTSTRAP_STEP = "bootstrap_step"  # recurrent replay: step of a sequence whose OBS2 bootstraps a target
 
 __all__ = ["SYNC", "ASYNC", "OBS", "OBS2", "RHS", "ACT", "REW", "DONE", "TERM", "TRUNC",
            "TRUNC_VAL", "VAL", "LOGP", "RET", "ADV", "VERSION", "DISCOUNT", "WEIGHT", "INDEX",
-           "TD_ERROR", "TARGET", "__version__"]
+           "TD_ERROR", "TARGET", "BOOTSTRAP_STEP", "__version__"]

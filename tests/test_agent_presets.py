@@ -30,6 +30,8 @@ TINY_RUNS = {
             "algorithm.num_updates=10"],
     "Ape-X": ["learner.target_steps=400", "algorithm.start_steps=100", "algorithm.update_every=100",
               "algorithm.num_updates=10"],
+    "R2D2-Lite": ["learner.target_steps=400", "algorithm.start_steps=100", "algorithm.update_every=100",
+                  "algorithm.num_updates=10"],
     "SAC": ["learner.target_steps=300", "algorithm.start_steps=100"],
     "TD3": ["learner.target_steps=300", "algorithm.start_steps=100"],
     "PPO-Atari": ["learner.target_steps=64", "env.vec_env_size=2", "storage.size=32"],
@@ -81,6 +83,11 @@ def test_presets_build_on_each_other_and_explicit_keys_win():
     apex = validate_config({"preset": "Ape-X"})
     assert apex["algorithm"]["name"] == "DDQN" and apex["storage"]["name"] == "PERBuffer"
     assert apex["storage"]["n_step"] == 3 and apex["scheme"]["col_workers_communication"] == "async"
+    r2d2 = validate_config({"preset": "R2D2-Lite"})
+    assert r2d2["algorithm"]["name"] == "DDQN" and r2d2["actor"]["recurrent_net"] == "GRU"
+    assert r2d2["storage"]["name"] == "RecurrentReplayBuffer" and r2d2["env"]["id"] == "MaskedCartPole-v1"
+    lstm = validate_config({"preset": "R2D2-Lite", "actor": {"recurrent_net": "LSTM"}})
+    assert lstm["actor"]["recurrent_net"] == "LSTM" and lstm["storage"] == r2d2["storage"]
 
     config = validate_config({"preset": "PPO", "algorithm": {"lr": 1e-4}, "scheme": {"preset": "dd-ppo"}})
     assert config["algorithm"]["lr"] == 1e-4 and config["algorithm"]["num_epochs"] == 20    # the rest: PPO's

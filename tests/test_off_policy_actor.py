@@ -257,11 +257,19 @@ def test_unknown_noise_is_refused():
         build("TD3", BOX, noise="Pink")
 
 
-def test_recurrent_actors_are_not_available_yet():
-    with pytest.raises(NotImplementedError, match="not available yet"):
-        OffPolicyActor.create_factory(OBS, DISC, "DDQN", recurrent_net=nn.GRU)
-    with pytest.raises(NotImplementedError, match="not available yet"):
-        OffPolicyActor("cpu", OBS, DISC, "DDQN", recurrent_net=nn.GRU)
+def test_recurrent_actors_are_ddqn_only_and_memories_by_name():
+    """(Recurrent DDQN itself: tests/test_r2d2.py.)"""
+    for algo, space in (("SAC", BOX), ("TD3", BOX), ("DDPG", BOX), ("SAC", DISC)):
+        with pytest.raises(ValueError, match=f"^recurrent_net is supported for DDQN only .*; {algo} actors are "
+                                             f"feed-forward$"):
+            OffPolicyActor.create_factory(OBS, space, algo, recurrent_net="GRU")
+        with pytest.raises(ValueError, match="supported for DDQN only"):
+            OffPolicyActor("cpu", OBS, space, algo, recurrent_nets=True)
+    with pytest.raises(ValueError, match="unknown memory network <class 'torch.nn.modules.rnn.GRU'>"):
+        OffPolicyActor.create_factory(OBS, DISC, "DDQN", recurrent_net=nn.GRU)   # torch's, not a MemoryNetwork
+    with pytest.raises(ValueError, match=r"sequence_overlap must be in \[0, 1\), got 1.0"):
+        OffPolicyActor.create_factory(OBS, DISC, "DDQN", recurrent_net="GRU", sequence_overlap=1.0)
+    assert build("DDQN", DISC, recurrent_nets=True).is_recurrent     # older scripts' switch: a GRU
 
 
 @pytest.mark.parametrize("algo_cls,algo,space", [(DDQN, "DDQN", DISC), (SAC, "SAC", BOX), (TD3, "TD3", BOX)])

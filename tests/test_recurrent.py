@@ -272,7 +272,8 @@ def test_shipped_masked_cartpole_example_is_a_gru_ppo():
      "actor.recurrent_net: expected one of 'GRU', 'LSTM' or null"),
     (with_sections(MASKED, algorithm={"num_mini_batch": 3}), "algorithm.num_mini_batch: 3 with a recurrent actor"),
     ({**MASKED, "algorithm": {"name": "DDQN"}, "storage": {"name": "ReplayBuffer", "size": 100}},
-     "actor.recurrent_net: applies to PPO and A2C; DDQN has no use for it"),
+     "storage.name: a recurrent DDQN (actor.recurrent_net) learns from sequences: RecurrentReplayBuffer, got "
+     "'ReplayBuffer'"),
 ], ids=["unknown name", "too many mini-batches", "off-policy"])
 def test_yaml_recurrent_mistakes_are_one_line_errors(raw, expected):
     with pytest.raises(ConfigError) as info:

@@ -373,7 +373,9 @@ def _check_common(algo, cls, actor_methods, algo_methods):
         return f"device {algo.device}"
     if not isinstance(algo.actor, OffPolicyActor):
         return f"actor {type(algo.actor).__name__}"
-    changed = overrides(algo, cls, *algo_methods) + overrides(algo.actor, OffPolicyActor, *actor_methods)
+    if algo.actor.is_recurrent:
+        return "recurrent actor (sequences with a memory)"
+    changed = overrides(algo, cls, *algo_methods) + overrides(algo.actor, OffPolicyActor, *actor_methods, "q_head")
     if changed:
         return f"{', '.join(changed)} overridden"
     return None
@@ -413,7 +415,9 @@ class NumpyOffPolicyActing:
         from pytorchrl.agent.actors.off_policy_actor import OffPolicyActor
         if actor.device.type != "cpu":
             return None, f"device {actor.device}"
-        changed = overrides(actor, OffPolicyActor, "act_torch", "q_values", "policy_output", "sample_policy",
+        if actor.is_recurrent:
+            return None, "recurrent actor (memory state)"
+        changed = overrides(actor, OffPolicyActor, "act_torch", "q_values", "q_head", "policy_output", "sample_policy",
                             "deterministic_policy", "_obs_features", "_random_actions")
         if changed:
             return None, f"{type(actor).__name__} overrides {', '.join(changed)}"
@@ -614,7 +618,7 @@ class NumpyDDQNUpdate(_NumpyUpdate):
         from pytorchrl.agent.algorithms.ddqn import DDQN
         reason = _check_common(algo, DDQN, ("q_values", "_obs_features"),
                                ("compute_loss", "unpack_batch", "weighted_mean", "report_td_errors",
-                                "bellman_targets", "stored_targets"))
+                                "bellman_targets", "stored_targets", "td_loss"))
         if reason is not None:
             return None, reason
         actor = algo.actor

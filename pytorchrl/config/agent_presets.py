@@ -89,6 +89,9 @@ _AGENTS = [
                 "dqn_cartpole.yaml"),
     AgentPreset("Ape-X", "double DQN with prioritized 3-step replay (PERBuffer) fed by 2 asynchronous collectors",
                 "apex_cartpole.yaml"),
+    AgentPreset("R2D2-Lite", "recurrent double DQN (GRU) on the memory task MaskedCartPole-v1: prioritized replay of "
+                             "sequences with burn-in (RecurrentReplayBuffer), one process",
+                "r2d2_cartpole_masked.yaml"),
     AgentPreset("SAC", "soft actor-critic on Pendulum-v1, one process (rl-zoo hyperparameters)",
                 "sac_pendulum.yaml"),
     AgentPreset("TD3", "TD3 on Pendulum-v1, one process (rl-zoo hyperparameters)", "td3_pendulum.yaml"),

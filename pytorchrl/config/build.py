@@ -108,7 +108,9 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
         obs_space, action_space, algorithm_name, noise=actor["noise"],
         obs_feature_extractor=None if name == "mlp" else FEATURE_EXTRACTORS[name],
         common_feature_extractor_kwargs=mlp_kwargs, num_critics=actor["num_critics"],
-        noise_kwargs={"sigma": actor["noise_sigma"]}, dueling=actor["dueling"], restart_model=actor["restart_model"])
+        noise_kwargs={"sigma": actor["noise_sigma"]}, dueling=actor["dueling"], restart_model=actor["restart_model"],
+        recurrent_net=actor["recurrent_net"], sequence_overlap=actor["sequence_overlap"],
+        recurrent_net_kwargs={"hidden_size": actor["recurrent_hidden_size"]} if actor["recurrent_net"] else None)
 
 
 def is_image_space(space):

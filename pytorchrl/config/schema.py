@@ -71,9 +71,8 @@ FEATURE_EXTRACTORS = {name: get_feature_extractor(name) for name in ("mlp", "cnn
 
 #: Keys of the ``actor`` section that only one family of algorithms uses: given for the
 #: other family they are refused (they would have no effect).
-ON_POLICY_ACTOR_KEYS = ("shared_policy_value_network", "ortho_init", "log_std_init", "recurrent_net",
-                        "recurrent_hidden_size")
-OFF_POLICY_ACTOR_KEYS = ("noise", "noise_sigma", "num_critics", "dueling")
+ON_POLICY_ACTOR_KEYS = ("shared_policy_value_network", "ortho_init", "log_std_init")
+OFF_POLICY_ACTOR_KEYS = ("noise", "noise_sigma", "num_critics", "dueling", "sequence_overlap")
 
 #: Keys accepted in ``scheme.*_workers_resources``: the arguments of ``Worker.as_remote``.
 RESOURCE_KEYS = tuple(n for n in inspect.signature(Worker.as_remote).parameters if n != "cls")
@@ -98,6 +97,7 @@ PARAMETER_RANGES = {
     "end_step": dict(low=1), "min_relative_change": dict(low=0.0),
     "frame_stack": dict(low=1), "frame_skip": dict(low=0), "reward_delay": dict(low=1),
     "max_episode_steps": dict(low=0),
+    "sequence_length": dict(low=1), "burn_in": dict(low=0), "priority_eta": dict(low=0.0, high=1.0),
 }
 
 
@@ -356,12 +356,14 @@ SECTIONS = {
         "shared_policy_value_network": derived(OnPolicyActor, "shared_policy_value_network"),
         "ortho_init": derived(OnPolicyActor, "ortho_init"),
         "log_std_init": derived(OnPolicyActor, "log_std_init"),
-        "recurrent_net": Key("str", None, "Memory after the feature extractor (PPO, A2C): GRU or LSTM; "
-                                          "null: a feed-forward actor. Mini-batches are then whole "
-                                          "environment sequences (num_mini_batch <= vec_env_size).",
+        "recurrent_net": Key("str", None, "Memory after the feature extractor, GRU or LSTM (PPO, A2C, DDQN); "
+                                          "null: a feed-forward actor. PPO/A2C: mini-batches are then whole "
+                                          "environment sequences (num_mini_batch <= vec_env_size); DDQN "
+                                          "(R2D2-style): storage.name RecurrentReplayBuffer.",
                              choices=("GRU", "LSTM")),
         "recurrent_hidden_size": Key("int", 64, "Hidden size of that memory (recurrent_net_kwargs "
                                                 "hidden_size).", low=1),
+        "sequence_overlap": derived(OffPolicyActor, "sequence_overlap", low=0.0),
         "noise": derived(OffPolicyActor, "noise", kind="str", choices=("Gauss", "OU", "NoNoise"),
                          doc="Exploration noise of DDPG and TD3 (null: Gauss)."),
         "noise_sigma": Key("number", 0.1, "Scale of that noise, in units of half the action range "
@@ -375,7 +377,8 @@ SECTIONS = {
     },
     "storage": {
         "name": Key("str", None, "Storage; the other keys of this section are its parameters (null: "
-                                 "GAEBuffer for PPO/A2C, ReplayBuffer for the off-policy algorithms).",
+                                 "GAEBuffer for PPO/A2C, ReplayBuffer for the off-policy algorithms, "
+                                 "RecurrentReplayBuffer for DDQN with actor.recurrent_net).",
                     choices=tuple(STORAGES)),
     },
     "scheme": {

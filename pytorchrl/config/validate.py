@@ -307,13 +307,17 @@ def _expand_preset(data):
     return resolve_scheme_section(data)
 
 
-def _with_default_storage(data, algorithm_name):
+def _with_default_storage(data, algorithm_name, recurrent=False):
     """The ``storage`` section with its name filled in when absent: the storage family
-    the algorithm learns from (on-policy rollouts or replay)."""
+    the algorithm learns from (on-policy rollouts, replay, or sequence replay for a
+    recurrent off-policy actor)."""
     if isinstance(data, dict) and data.get("name") is not None:
         return data
     from pytorchrl.agent.algorithms import ALGORITHMS
-    name = "GAEBuffer" if ALGORITHMS[algorithm_name].on_policy else "ReplayBuffer"
+    if ALGORITHMS[algorithm_name].on_policy:
+        name = "GAEBuffer"
+    else:
+        name = "RecurrentReplayBuffer" if recurrent else "ReplayBuffer"
     return {**(data or {}), "name": name} if isinstance(data, dict) or data is None else data
 
 
@@ -365,9 +369,22 @@ def _check_consistency(config):
 
 
 def _check_recurrent(config):
-    """Refuse what a recurrent actor cannot train with: more mini-batches than a collector
-    has environments (a mini-batch is whole environment sequences)."""
-    if config["actor"]["recurrent_net"] is None:
+    """Refuse what a recurrent actor cannot train with: on-policy, more mini-batches than a
+    collector has environments (a mini-batch is whole environment sequences); off-policy,
+    another algorithm than DDQN, another storage than RecurrentReplayBuffer, collector-side
+    targets and the replay server. Refuse the sequence settings without a recurrent actor."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    actor, storage, algo = config["actor"], config["storage"]["name"], config["algorithm"]
+    if actor["recurrent_net"] is None:
+        if storage == "RecurrentReplayBuffer":
+            raise ConfigError("storage.name", "RecurrentReplayBuffer stores sequences for a recurrent actor: set "
+                                              "actor.recurrent_net (GRU or LSTM), or use ReplayBuffer")
+        for key in ("recurrent_hidden_size", "sequence_overlap"):
+            if actor[key] != SECTIONS["actor"][key].default:
+                raise ConfigError(f"actor.{key}", "applies to recurrent actors (actor.recurrent_net); remove it")
+        return
+    if not ALGORITHMS[algo["name"]].on_policy:
+        _check_recurrent_replay(config)
         return
     algo = config["algorithm"]
     num_mini_batch, vec_env_size = algo.get("num_mini_batch", 1), config["env"]["vec_env_size"]
@@ -376,6 +393,25 @@ def _check_recurrent(config):
                           f"{num_mini_batch} with a recurrent actor: mini-batches are subsets of the "
                           f"environments (whole sequences) and env.vec_env_size is {vec_env_size}; set "
                           f"num_mini_batch <= {vec_env_size}")
+
+
+def _check_recurrent_replay(config):
+    """A recurrent off-policy actor: DDQN learning from RecurrentReplayBuffer sequences."""
+    actor, storage, algo = config["actor"], config["storage"]["name"], config["algorithm"]
+    if algo["name"] != "DDQN":
+        raise ConfigError("actor.recurrent_net", f"recurrent off-policy actors are supported for DDQN only "
+                                                 f"(R2D2-style); {algo['name']} actors are feed-forward")
+    if storage != "RecurrentReplayBuffer":
+        raise ConfigError("storage.name", f"a recurrent DDQN (actor.recurrent_net) learns from sequences: "
+                                          f"RecurrentReplayBuffer, got {storage!r}")
+    if not actor["sequence_overlap"] < 1.0:
+        raise ConfigError("actor.sequence_overlap", f"must be in [0, 1), got {actor['sequence_overlap']}")
+    if algo["targets_on_collector"]:
+        raise ConfigError("algorithm.targets_on_collector", "computes targets of single transitions; a recurrent "
+                                                            "DDQN trains on sequences: set it to false")
+    if config["scheme"]["data_path"] == "replay_server":
+        raise ConfigError("scheme.data_path", "replay_server holds single transitions; a recurrent DDQN "
+                                              "(RecurrentReplayBuffer) uses data_path direct or queues")
 
 
 def _check_ineffective(scheme_cfg):
@@ -601,7 +637,8 @@ def _validate(raw):
         if section == "algorithm":
             config[section] = _check_named_section(data, SECTIONS[section]["name"], schema.algorithm_keys, section)
         elif section == "storage":
-            data = _with_default_storage(data, config["algorithm"]["name"])
+            data = _with_default_storage(data, config["algorithm"]["name"],
+                                         config["actor"].get("recurrent_net") is not None)
             config[section] = _check_named_section(data, SECTIONS[section]["name"], schema.storage_keys, section)
         elif section == "scheme":
             config[section] = check_mapping(_expand_preset(data), SECTIONS[section], section)

@@ -217,8 +217,10 @@ def run_episodes(env, actor, episodes, seed=None, video=None, video_episodes=1, 
         if filming:
             video.add(_render(env))
         total, length, done = 0.0, 0, False
+        state = actor.initial_state(1)   # a recurrent actor's memory, carried through the episode
         while not done:
-            action = actor.act(np.asarray(obs)[None], None, deterministic=True)[0][0]
+            action, _, state = actor.act(np.asarray(obs)[None], state, deterministic=True)
+            action = action[0]
             obs, reward, terminated, truncated, _ = env.step(int(action.reshape(-1)[0]) if discrete else action)
             total += float(reward)
             length += 1

@@ -208,13 +208,14 @@ class Actor(nn.Module):
         # A recurrent memory's state enters act_torch as a tensor and leaves as numpy again:
         # collectors and storages keep states as plain arrays. Other states (OU noise) are
         # numpy on both sides already.
-        numpy_state = self.is_recurrent and isinstance(state, np.ndarray)
+        # (A recurrent actor given no state starts from its initial one: numpy out too.)
+        recurrent = self.is_recurrent
         with torch.inference_mode():
             obs_t = torch.as_tensor(obs, device=self.device)
-            if numpy_state:
+            if recurrent and isinstance(state, np.ndarray):
                 state = torch.as_tensor(state, device=self.device)
             env_action, extras, next_state = self.act_torch(obs_t, state, deterministic)
-            if numpy_state:
+            if recurrent and isinstance(next_state, torch.Tensor):
                 next_state = next_state.cpu().numpy()
         return (env_action.cpu().numpy(), {k: v.cpu().numpy() for k, v in extras.items()}, next_state)
 

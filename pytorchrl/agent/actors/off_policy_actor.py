@@ -15,6 +15,12 @@ per layer for all of them: on small networks the operator count, not arithmetic,
 costs). Only the networks used to act travel to collectors (``acting_state_dict``): the
 Q-network for DDQN, the policy for the others, plus the exploration buffers
 (``epsilon``, ``warmup``).
+
+A DDQN actor may have a memory (``recurrent_net``: GRU or LSTM) between the observation
+features and the Q-network's MLP: recurrent DQN as in R2D2 (Kapturowski et al., 2019).
+Its state is carried from step to step while acting (zeroed where an episode ended) and
+re-run over stored sequences in training (``memory_unroll``, with a burn-in); it learns
+from a ``RecurrentReplayBuffer``.
 """
 
 import math
@@ -27,6 +33,7 @@ import torch.nn.functional as F
 
 from pytorchrl.agent.actors.base import Actor, say_once
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, get_activation
+from pytorchrl.agent.actors.memory_networks import get_memory_network
 from pytorchrl.agent.factory import ComponentFactory
 
 #: Algorithms served, with the critics (Q-networks) each uses: "q" maps an observation to a
@@ -37,10 +44,28 @@ NOISES = (None, "Gauss", "OU", "NoNoise")
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
-def _refuse_recurrent(recurrent_net, recurrent_nets=False):
-    if recurrent_net is not None or recurrent_nets:
-        raise NotImplementedError("recurrent off-policy actors are not available yet: build OffPolicyActor "
-                                  "without recurrent_net")
+#: Algorithms whose actor may have a memory (``recurrent_net``).
+RECURRENT_ALGORITHMS = ("DDQN", "DQN")
+
+
+def _memory_class(algorithm_name, recurrent_net, recurrent_nets=False, sequence_overlap=0.5,
+                  recurrent_net_kwargs=None):
+    """The memory network class of an actor (None: feed-forward), refusing what is not
+    served: a memory for another algorithm than DDQN, an unknown name, an overlap outside
+    [0, 1); the memory's settings given without a memory are said to have no effect."""
+    if not 0.0 <= float(sequence_overlap) < 1.0:
+        raise ValueError(f"sequence_overlap must be in [0, 1), got {sequence_overlap!r}")
+    if recurrent_net is None and recurrent_nets:
+        recurrent_net = "GRU"   # older pytorchrl scripts' switch: a GRU memory
+    if recurrent_net is None:
+        if float(sequence_overlap) != 0.5 or recurrent_net_kwargs:
+            say_once(("no memory", algorithm_name), "OffPolicyActor: sequence_overlap and recurrent_net_kwargs have "
+                                                    "no effect without recurrent_net (a feed-forward actor)")
+        return None
+    if algorithm_name not in RECURRENT_ALGORITHMS:
+        raise ValueError(f"recurrent_net is supported for DDQN only (recurrent DQN, R2D2-style); "
+                         f"{algorithm_name} actors are feed-forward")
+    return get_memory_network(recurrent_net)
 
 
 class EnsembleMLP(nn.Module):
@@ -121,14 +146,18 @@ class OffPolicyActor(Actor):
     restart_model : str or None
         Path of a saved state dict to load after building.
     sequence_overlap : float
-        Overlap of stored sequences of recurrent actors (accepted for pytorchrl scripts;
-        recurrent actors are not available yet, see ``recurrent_net``).
-    recurrent_net : nn.Module class or None
-        Recurrent memory; not available yet (a clear error if given).
+        Recurrent actors: the fraction, in [0, 1), of a stored sequence (burn-in and
+        training steps of a ``RecurrentReplayBuffer``) that the next sequence of the same
+        environment repeats; sequences start ``(1 - sequence_overlap) * (burn_in +
+        sequence_length)`` steps apart (at least 1).
+    recurrent_net : str, MemoryNetwork class or None
+        DDQN only: a memory between the observation features and the Q-network's MLP,
+        "GRU", "LSTM" (``get_memory_network``) or a ``MemoryNetwork`` subclass; None: a
+        feed-forward actor. Other algorithms refuse it.
     recurrent_net_kwargs : dict
-        Keyword arguments of the recurrent network.
+        Keyword arguments of the memory network (``hidden_size``, 64 by default).
     recurrent_nets : bool
-        Older pytorchrl scripts' switch for a recurrent actor (True: not available yet).
+        Older pytorchrl scripts' switch for a recurrent actor (True: a GRU memory).
     obs_feature_extractor : nn.Module class or None
         Network applied to observations before the MLP (e.g. a CNN for images), built as
         ``obs_feature_extractor(input_space, **obs_feature_extractor_kwargs)``; one for
@@ -161,7 +190,8 @@ class OffPolicyActor(Actor):
                  noise_kwargs=None, dueling=False, recurrent_nets=False):
         if algorithm_name not in ALGORITHM_NETWORKS:
             raise ValueError(f"OffPolicyActor serves {sorted(ALGORITHM_NETWORKS)}, not {algorithm_name!r}")
-        _refuse_recurrent(recurrent_net, recurrent_nets)
+        memory_cls = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
+                                   recurrent_net_kwargs)
         if noise not in NOISES:
             raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
         super().__init__(device, input_space, action_space, algorithm_name)
@@ -191,6 +221,11 @@ class OffPolicyActor(Actor):
         # Critics: [obs features] (+ [action features]) -> common network -> one output.
         self.critic_obs_net = self._obs_net(obs_feature_extractor, obs_feature_extractor_kwargs)
         obs_size = self._size_of(self.critic_obs_net, input_space)
+        # DDQN's memory: [obs features] -> memory -> common network.
+        self.memory = None
+        if memory_cls is not None:
+            self.memory = memory_cls(obs_size, **(recurrent_net_kwargs or {}))
+            obs_size = self.memory.num_outputs
         self.critic_act_net = None
         in_size = obs_size
         if critic_kind == "qsa":
@@ -233,7 +268,9 @@ class OffPolicyActor(Actor):
                        common_feature_extractor_kwargs=None, num_critics=2, noise_kwargs=None, dueling=False,
                        recurrent_nets=False):
         """Return a picklable ``factory(device)`` building an OffPolicyActor (parameters as in the class)."""
-        _refuse_recurrent(recurrent_net, recurrent_nets)
+        # A wrong name or algorithm fails here, not in a worker.
+        recurrent_net = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
+                                      recurrent_net_kwargs)
         return ComponentFactory(
             cls, input_space=input_space, action_space=action_space, algorithm_name=algorithm_name, noise=noise,
             restart_model=restart_model, sequence_overlap=sequence_overlap, recurrent_net=recurrent_net,
@@ -268,11 +305,20 @@ class OffPolicyActor(Actor):
     def _obs_features(self, net, obs):
         return obs.reshape(obs.shape[0], -1).float() if net is None else net(obs)
 
-    def q_values(self, obs, action=None):
+    def q_values(self, obs, action=None, state=None):
         """Critic outputs (num_critics, B, k): Q(s) per action (k = num_actions) for DDQN
         and discrete SAC, Q(s, a) (k = 1) for critics of continuous actions (``action``:
-        (B, act_dim) in [-1, 1] units, i.e. as the policy outputs them)."""
-        x = self._obs_features(self.critic_obs_net, obs)
+        (B, act_dim) in [-1, 1] units, i.e. as the policy outputs them).
+
+        A recurrent actor steps its memory once from ``state`` (B, state size; None: the
+        initial state); ``memory_step`` also returns the next state."""
+        if self.memory is not None:
+            return self.memory_step(obs, state)[0]
+        return self.q_head(self._obs_features(self.critic_obs_net, obs), action)
+
+    def q_head(self, x, action=None):
+        """Critic outputs (as ``q_values``) from observation features ``x`` (B, ...): the
+        memory's outputs for a recurrent actor."""
         if self.critic_kind == "qsa" and not self.discrete:
             a = action if self.critic_act_net is None else self.critic_act_net(action)
             x = torch.cat([x, a], dim=1)
@@ -281,6 +327,53 @@ class OffPolicyActor(Actor):
             value, adv = q[..., :1], q[..., 1:]
             q = value + adv - adv.mean(dim=-1, keepdim=True)
         return q
+
+    # -------------------------------------------------------------------- memory
+    def memory_step(self, obs, state=None):
+        """Recurrent actor: ``(Q-values (1, B, num_actions), next state (B, state size))``
+        of one step on ``obs`` from ``state`` (None: the initial state)."""
+        x = self._obs_features(self.critic_obs_net, obs)
+        if state is None:
+            state = x.new_zeros((x.shape[0], self.memory.state_size))
+        out, state = self.memory(x, state)
+        return self.q_head(out), state
+
+    def memory_unroll(self, obs, state, done, burn_in=0):
+        """Run the memory over sequences, the first ``burn_in`` steps without gradient.
+
+        Parameters
+        ----------
+        obs : torch.Tensor
+            Observations (S, B, *obs_shape), time first.
+        state : torch.Tensor
+            State (B, state size) before the first step (as stored while acting).
+        done : torch.Tensor
+            (S, B, 1) 1 where an episode ended after step t: the state is zeroed before
+            step t + 1, as the collector did.
+        burn_in : int
+            Steps that only bring the state up to date: computed without gradient, their
+            outputs are not returned.
+
+        Returns
+        -------
+        out : torch.Tensor
+            Memory outputs (S - burn_in, B, hidden size) of the steps after the burn-in
+            (what ``q_head`` reads).
+        states : torch.Tensor
+            States (S - burn_in, B, state size) after each of those steps, before the
+            zeroing of an ended episode's (what ``q_head(memory(.., states[t]))`` of the
+            observation that followed step t starts from).
+        """
+        S, B = obs.shape[:2]
+        if burn_in > 0:
+            with torch.no_grad():
+                x = self._obs_features(self.critic_obs_net, obs[:burn_in].reshape(burn_in * B, *obs.shape[2:]))
+                _, states = self.memory.sequence(x.reshape(burn_in, B, -1), state, done[:burn_in],
+                                                 return_states=True)
+                state = states[-1] * (1.0 - done[burn_in - 1])
+        T = S - burn_in
+        x = self._obs_features(self.critic_obs_net, obs[burn_in:].reshape(T * B, *obs.shape[2:]))
+        return self.memory.sequence(x.reshape(T, B, -1), state, done[burn_in:], return_states=True)
 
     def policy_output(self, obs):
         """Raw output (B, k) of the policy network."""
@@ -318,15 +411,27 @@ class OffPolicyActor(Actor):
 
     # -------------------------------------------------------------------- acting
     def initial_state(self, num_envs):
-        """Ornstein-Uhlenbeck noise keeps a state per environment; other actors none."""
+        """Zero state (num_envs, state size) of a recurrent actor's memory, float32 numpy;
+        Ornstein-Uhlenbeck noise keeps a state (num_envs, act_dim) per environment too;
+        other actors none."""
+        if self.memory is not None:
+            return np.zeros((num_envs, self.memory.state_size), dtype=np.float32)
         if self.noise == "OU":
             return np.zeros((num_envs, self.act_dim), dtype=np.float32)
         return None
 
     def reset_state(self, state, env_indices):
+        """``state`` with the rows ``env_indices`` (episodes that ended) zeroed: a copy for a
+        memory's state (the collector stored the one it passed), in place for noise."""
+        if self.memory is not None:
+            state = np.array(state, dtype=np.float32)
         if state is not None:
             state[env_indices] = 0.0
         return state
+
+    @property
+    def is_recurrent(self):
+        return self.memory is not None
 
     def build_fast_acting(self):
         """The numpy acting program (``NumpyOffPolicyActing``: warm-up, epsilon-greedy,
@@ -341,10 +446,15 @@ class OffPolicyActor(Actor):
 
     def act_torch(self, obs, state=None, deterministic=False):
         n = obs.shape[0]
+        q = None
+        if self.memory is not None:
+            # The memory reads every observation, random actions included: the state stored
+            # with each step is the one the network had there.
+            q, state = self.memory_step(obs, state)
         if not deterministic and float(self.warmup) > 0:
             return self._random_actions(n), {}, state
         if self.policy_kind is None:   # DDQN: epsilon-greedy on the Q-values
-            action = self.q_values(obs)[0].argmax(-1, keepdim=True)
+            action = (self.q_values(obs) if q is None else q)[0].argmax(-1, keepdim=True)
             if not deterministic:
                 eps = float(self.epsilon)
                 explore = torch.from_numpy(self.np_rng.random(n) < eps).to(action.device)
@@ -381,7 +491,7 @@ class OffPolicyActor(Actor):
     def acting_modules(self):
         """Names of the submodules collectors act with."""
         if self.policy_kind is None:
-            return ("critic_obs_net", "critics")
+            return ("critic_obs_net", "memory", "critics")
         return ("policy_obs_net", "policy_net")
 
     def acting_state_dict(self):

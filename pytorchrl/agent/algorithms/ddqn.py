@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from pytorchrl import DISCOUNT, OBS2, REW, TARGET
+from pytorchrl import ACT, BOOTSTRAP_STEP, DISCOUNT, DONE, OBS, OBS2, REW, RHS, TARGET, WEIGHT
 from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm
 from pytorchrl.agent.numpy_offpolicy import NumpyDDQNUpdate
 
@@ -19,6 +19,12 @@ class DDQN(OffPolicyAlgorithm):
     ``epsilon_decay`` after every update, down to ``min_epsilon`` (it travels to the
     collectors with the Q-network's weights). A linear schedule over environment steps is
     a schedule of ``initial_epsilon`` with ``epsilon_decay: 1.0``.
+
+    With a recurrent actor (R2D2-style, ``RecurrentReplayBuffer``) a mini-batch is
+    sequences: the Q-network's memory is re-run from the state stored at each sequence's
+    start, the burn-in steps without gradient, and the loss covers the training steps
+    after them; their double-Q targets (n-step when the storage is) read both networks'
+    memories unrolled over the same sequence (``sequence_loss``).
 
     Parameters
     ----------
@@ -81,18 +87,21 @@ class DDQN(OffPolicyAlgorithm):
             raise TypeError(f"DDQN hyperparameter targets_on_collector must be true or false, "
                             f"got {targets_on_collector!r}")
         self.targets_on_collector = targets_on_collector
+        if targets_on_collector and actor.is_recurrent:
+            raise ValueError("DDQN(targets_on_collector=True) computes targets of single transitions; a recurrent "
+                             "actor trains on sequences (set targets_on_collector to false)")
         self.check_hyperparameters()
         self._set_epsilon()
 
+    def _q_network(self, actor):
+        """The modules of ``actor`` that compute Q-values (observation features, memory, MLP)."""
+        return [m for m in (actor.critic_obs_net, actor.memory, actor.critics) if m is not None]
+
     def parameter_groups(self):
-        return {"actor": list(self.actor.critic_obs_net.parameters() if self.actor.critic_obs_net else [])
-                + list(self.actor.critics.parameters())}
+        return {"actor": [p for m in self._q_network(self.actor) for p in m.parameters()]}
 
     def target_pairs(self):
-        pairs = [(self.actor.critics, self.target.critics)]
-        if self.actor.critic_obs_net is not None:
-            pairs.append((self.actor.critic_obs_net, self.target.critic_obs_net))
-        return pairs
+        return list(zip(self._q_network(self.actor), self._q_network(self.target)))
 
     def check_hyperparameters(self):
         super().check_hyperparameters()
@@ -148,12 +157,22 @@ class DDQN(OffPolicyAlgorithm):
         return target
 
     def compute_loss(self, batch):
+        if RHS in batch:
+            return self.sequence_loss(batch)
         obs, act, rew, obs2, discount, weights = self.unpack_batch(batch)
         q = self.actor.q_values(obs)[0].gather(1, act.long())
         if self.targets_on_collector:
             target = self.stored_targets(batch)
         else:
             target = self.bellman_targets(rew, obs2, discount)
+        loss, info, td = self.td_loss(q, target, weights)
+        self.report_td_errors(info, td, weights)
+        return loss, info
+
+    def td_loss(self, q, target, weights):
+        """``(loss, info, td)``: the (importance-weighted) mean squared or Huber error of the
+        Q-values ``q`` against ``target`` (same shapes, ``weights`` (B, 1) broadcast over
+        the other dimensions), its statistics and the TD errors ``q - target``."""
         td = q - target
         if self.loss == "huber":
             per_sample = F.smooth_l1_loss(q, target, reduction="none")
@@ -161,5 +180,47 @@ class DDQN(OffPolicyAlgorithm):
             per_sample = td.pow(2)
         loss = self.weighted_mean(per_sample, weights)
         info = {"Loss": float(loss.detach()), "QMean": float(q.detach().mean()), "Epsilon": self.epsilon}
-        self.report_td_errors(info, td, weights)
+        return loss, info, td
+
+    # ------------------------------------------------------------ sequences
+    def sequence_loss(self, batch):
+        """Loss of a mini-batch of sequences (recurrent actor, ``RecurrentReplayBuffer``).
+
+        ``batch``: ``OBS``, ``OBS2`` (S, B, *obs_shape) and ``DONE`` (S, B, 1), time first;
+        ``RHS`` (B, state size), the state stored at each sequence's start; ``ACT``,
+        ``REW``, ``DISCOUNT`` (T, B, 1) and ``BOOTSTRAP_STEP`` (T, B) of the last T steps
+        (the training steps; the first S - T are the burn-in). The TD errors reported for
+        prioritized replay are (B * T,), sequence after sequence.
+        """
+        obs, done, rhs = batch[OBS], batch[DONE], batch[RHS]
+        act, rew, discount, weights = batch[ACT], batch[REW], batch[DISCOUNT], batch.get(WEIGHT)
+        T, B = act.shape[:2]
+        burn_in = obs.shape[0] - T
+        out, states = self.actor.memory_unroll(obs, rhs, done, burn_in)
+        q = self.actor.q_head(out.reshape(T * B, -1))[0].gather(1, act.reshape(T * B, 1).long()).reshape(T, B, 1)
+        loss, info, td = self.td_loss(q, self.sequence_targets(batch, states.detach()), weights)
+        self.report_td_errors(info, td.transpose(0, 1), weights)
         return loss, info
+
+    @torch.no_grad()
+    def sequence_targets(self, batch, states):
+        """Double-Q targets (T, B, 1) of the training steps of a sequence mini-batch.
+
+        Step t's target is ``REW[t] + DISCOUNT[t] * Q_target(s', argmax_a Q(s', a))`` where
+        s' is ``OBS2`` of the step ``BOOTSTRAP_STEP[t]`` = e (the last of its n-step window,
+        never past an episode end) and each network reads s' from its own memory's state
+        after step e: ``states`` (T, B, state size) for the online network (after each
+        training step), the target network's from its own unroll (with the same burn-in).
+        """
+        obs, obs2, done, rhs = batch[OBS], batch[OBS2], batch[DONE], batch[RHS]
+        boot = batch[BOOTSTRAP_STEP].long()
+        T, B = boot.shape
+        burn_in = obs.shape[0] - T
+        cols = torch.arange(B, device=boot.device).expand(T, B)
+        next_obs = obs2[boot, cols].reshape(T * B, *obs2.shape[2:])
+        pos = boot - burn_in
+        q_next = self.actor.memory_step(next_obs, states[pos, cols].reshape(T * B, -1))[0][0]
+        next_act = q_next.argmax(1, keepdim=True)
+        _, target_states = self.target.memory_unroll(obs, rhs, done, burn_in)
+        q_target = self.target.memory_step(next_obs, target_states[pos, cols].reshape(T * B, -1))[0][0]
+        return batch[REW] + batch[DISCOUNT] * q_target.gather(1, next_act).reshape(T, B, 1)

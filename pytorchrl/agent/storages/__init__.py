@@ -2,12 +2,13 @@
 
 from pytorchrl.agent.storages.base import Storage
 from pytorchrl.agent.storages.on_policy import GAEBuffer, VanillaOnPolicyBuffer, compute_gae
-from pytorchrl.agent.storages.replay import EREBuffer, NStepReplayBuffer, PERBuffer, ReplayBuffer
+from pytorchrl.agent.storages.replay import (EREBuffer, NStepReplayBuffer, PERBuffer, RecurrentReplayBuffer,
+                                             ReplayBuffer)
 from pytorchrl.agent.storages.vtrace import VTraceBuffer, compute_vtrace
 
 #: Storages by name, for configuration files.
 STORAGES = {cls.__name__: cls for cls in (GAEBuffer, VanillaOnPolicyBuffer, VTraceBuffer, ReplayBuffer,
-                                          NStepReplayBuffer, PERBuffer, EREBuffer)}
+                                          NStepReplayBuffer, PERBuffer, EREBuffer, RecurrentReplayBuffer)}
 
 __all__ = ["Storage", "GAEBuffer", "VanillaOnPolicyBuffer", "ReplayBuffer", "NStepReplayBuffer", "PERBuffer", "EREBuffer",
-           "VTraceBuffer", "compute_gae", "compute_vtrace", "STORAGES"]
+           "RecurrentReplayBuffer", "VTraceBuffer", "compute_gae", "compute_vtrace", "STORAGES"]

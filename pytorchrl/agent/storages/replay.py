@@ -1,4 +1,5 @@
-"""Replay storages: uniform, n-step and prioritized experience replay.
+"""Replay storages: uniform, n-step and prioritized experience replay, and replay of
+sequences for recurrent actors (``RecurrentReplayBuffer``, R2D2).
 
 Collection side (see ``Storage``): a rollout of ``ceil(update_every / num_envs)``
 vectorized steps is recorded; ``get_data`` turns it into transitions ``(OBS, ACT, REW,
@@ -16,6 +17,10 @@ object), with whatever the algorithm's collector-side pre-processing added to th
 read when data arrives, so hot-swaps apply to the next stage); ``batches()`` yields the
 mini-batches granted so far. The replay ratio is the same whatever the layout: one
 collector or many, synchronous or asynchronous.
+
+``RecurrentReplayBuffer`` keeps fixed-length sequences of each environment's stream
+instead of transitions, with the memory state the actor had at their start (see its
+docstring); the other storages refuse a recurrent actor.
 """
 
 import math
@@ -23,7 +28,7 @@ import math
 import numpy as np
 import torch
 
-from pytorchrl import ACT, DISCOUNT, INDEX, OBS, OBS2, REW, TD_ERROR, TERM, TRUNC, WEIGHT
+from pytorchrl import ACT, BOOTSTRAP_STEP, DISCOUNT, DONE, INDEX, OBS, OBS2, REW, RHS, TD_ERROR, TERM, TRUNC, WEIGHT
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.storages.base import Storage
 from pytorchrl.agent.storages.sum_tree import SumTree, importance_weights
@@ -71,24 +76,57 @@ def nstep_transitions(obs, nxt, act, rew, term, trunc, gamma, n):
         return {OBS: obs.reshape(flat, *obs.shape[2:]), ACT: act.reshape(flat, *act.shape[2:]),
                 REW: rew.astype(np.float32).reshape(flat, 1), OBS2: nxt.reshape(flat, *nxt.shape[2:]),
                 DISCOUNT: np.where(term > 0, 0.0, gamma).astype(np.float32).reshape(flat, 1)}
-    starts = np.arange(E)
+    ret, discount, last = nstep_windows(rew, term, trunc, gamma, n, np.arange(E))
+    env = np.arange(N)[None, :]
+    flat = E * N
+    return {OBS: obs[:E].reshape(flat, *obs.shape[2:]), ACT: act[:E].reshape(flat, *act.shape[2:]),
+            REW: ret.astype(np.float32).reshape(flat, 1), OBS2: nxt[last, env].reshape(flat, *nxt.shape[2:]),
+            DISCOUNT: discount.astype(np.float32).reshape(flat, 1)}
+
+
+def nstep_windows(rew, term, trunc, gamma, n, starts):
+    """n-step windows of a contiguous stretch of L vectorized steps.
+
+    A window starts at a step of ``starts`` and holds up to n steps: it stops after an
+    episode end (terminated or truncated) and at the end of the stretch.
+
+    Parameters
+    ----------
+    rew, term, trunc : np.ndarray
+        (L, N): rewards and episode ends (terminated, truncated by a time limit).
+    gamma : float
+        Discount factor.
+    n : int
+        Most steps per window.
+    starts : np.ndarray
+        (E,) first step of each window, in [0, L).
+
+    Returns
+    -------
+    ret : np.ndarray
+        (E, N) float64: the discounted sum of the window's rewards.
+    discount : np.ndarray
+        (E, N) float64: factor of the bootstrap value, gamma^k for a window of k steps, 0
+        when the episode terminated in it.
+    last : np.ndarray
+        (E, N) int: the window's last step (whose next observation bootstraps it).
+    """
+    L, N = rew.shape
+    E = len(starts)
     ret = np.zeros((E, N), dtype=np.float64)
     alive = np.ones((E, N), dtype=bool)
     terminated = np.zeros((E, N), dtype=bool)
     last = np.repeat(starts[:, None], N, axis=1)
     for j in range(n):
         idx = starts + j
+        alive &= (idx < L)[:, None]
+        idx = np.minimum(idx, L - 1)
         ret += np.where(alive, (gamma ** j) * rew[idx], 0.0)
         last = np.where(alive, idx[:, None], last)
         terminated |= alive & (term[idx] > 0)
         alive &= ~((term[idx] > 0) | (trunc[idx] > 0))
     steps = last - starts[:, None] + 1
-    discount = np.where(terminated, 0.0, gamma ** steps)
-    env = np.arange(N)[None, :]
-    flat = E * N
-    return {OBS: obs[:E].reshape(flat, *obs.shape[2:]), ACT: act[:E].reshape(flat, *act.shape[2:]),
-            REW: ret.astype(np.float32).reshape(flat, 1), OBS2: nxt[last, env].reshape(flat, *nxt.shape[2:]),
-            DISCOUNT: discount.astype(np.float32).reshape(flat, 1)}
+    return ret, np.where(terminated, 0.0, gamma ** steps), last
 
 
 class ReplayBuffer(Storage):
@@ -111,10 +149,16 @@ class ReplayBuffer(Storage):
 
     n_step = 1
     fixed_parameters = ("size",)
+    #: Whether the buffer stores sequences for a recurrent actor (RecurrentReplayBuffer)
+    #: rather than single transitions.
+    sequences = False
 
     def __init__(self, device, actor, algorithm, envs, size):
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"replay size must be a positive integer, got {size!r}")
+        if getattr(actor, "is_recurrent", False) and not self.sequences:
+            raise ValueError(f"{type(self).__name__} stores single transitions; a recurrent actor learns from "
+                             f"sequences: use RecurrentReplayBuffer")
         for name in ("update_every", "num_updates", "start_steps", "mini_batch_size", "gamma"):
             if not hasattr(algorithm, name):
                 raise ValueError(f"{type(self).__name__} needs an off-policy algorithm (one with {name}); "
@@ -168,11 +212,8 @@ class ReplayBuffer(Storage):
         rec, k, n = self._rec, self.step, self.n_step
         out = None
         if k > 0:
-            nxt = rec[OBS][1:k + 1].copy()
-            for t, i, o, _ in self._final_obs:
-                nxt[t, i] = o
-            seq = {OBS: rec[OBS][:k], "next": nxt, ACT: rec[ACT][:k], REW: rec[REW][:k],
-                   TERM: rec[TERM][:k], TRUNC: rec[TRUNC][:k]}
+            seq = self.recorded_steps()
+            seq["next"] = seq.pop(OBS2)
             if self._tail is not None:
                 seq = {key: np.concatenate([self._tail[key], v]) for key, v in seq.items()}
             out = nstep_transitions(seq[OBS], seq["next"], seq[ACT], seq[REW], seq[TERM], seq[TRUNC],
@@ -188,7 +229,20 @@ class ReplayBuffer(Storage):
             obs = rec[OBS]
             out = {OBS: obs[:0, 0], ACT: rec[ACT][:0, 0] if ACT in rec else np.zeros((0, 1), np.int64),
                    REW: np.zeros((0, 1), np.float32), OBS2: obs[:0, 0], DISCOUNT: np.zeros((0, 1), np.float32)}
-        data = {key: torch.from_numpy(np.array(v)) for key, v in out.items()}
+        return self._tensors(out, data_to_cpu)
+
+    def recorded_steps(self):
+        """The steps of the rollout, (k, N, ...) arrays: ``OBS``, ``OBS2`` (the observation
+        after each step, the final one where an episode ended: a copy) and the recorded keys."""
+        rec, k = self._rec, self.step
+        nxt = rec[OBS][1:k + 1].copy()
+        for t, i, o, _ in self._final_obs:
+            nxt[t, i] = o
+        return {OBS: rec[OBS][:k], OBS2: nxt, **{key: rec[key][:k] for key in self.recorded_keys()}}
+
+    def _tensors(self, arrays, data_to_cpu):
+        """``get_data``'s output: arrays -> tensors (copies), on ``device`` unless ``data_to_cpu``."""
+        data = {key: torch.from_numpy(np.array(v)) for key, v in arrays.items()}
         if not data_to_cpu and self.device.type != "cpu":
             data = {key: v.to(self.device) for key, v in data.items()}
         return data
@@ -200,7 +254,7 @@ class ReplayBuffer(Storage):
         m = int(data[REW].shape[0])
         if m == 0:
             return
-        keys = _TRANSITION_KEYS + tuple(self.algorithm.preprocessed_keys)
+        keys = self.stored_keys() + tuple(self.algorithm.preprocessed_keys)
         missing = [key for key in keys if key not in data]
         if missing:
             raise KeyError(f"{type(self).__name__}: a rollout lacks {missing}, which "
@@ -209,7 +263,7 @@ class ReplayBuffer(Storage):
                   for key in keys}
         if self._arrays is None:
             self._arrays = {key: np.zeros((self.size,) + v.shape[1:], dtype=v.dtype) for key, v in arrays.items()}
-        received = m       # all of them count for the replay schedule
+        received = m * self.steps_per_item  # all of them count for the replay schedule
         if m > self.size:  # more than fits: only the newest survive anyway
             arrays = {key: v[m - self.size:] for key, v in arrays.items()}
             m = self.size
@@ -221,6 +275,15 @@ class ReplayBuffer(Storage):
         self.num_items = min(self.size, self.num_items + m)
         self.num_inserted += received
         self._grant()
+
+    def stored_keys(self):
+        """Keys of a rollout's items kept in the ring (besides the algorithm's preprocessed ones)."""
+        return _TRANSITION_KEYS
+
+    @property
+    def steps_per_item(self):
+        """Environment steps one stored item counts for the replay schedule (a transition: 1)."""
+        return 1
 
     def _grant(self):
         """Grant ``num_updates`` mini-batches each time ``update_every`` more transitions are
@@ -256,11 +319,15 @@ class ReplayBuffer(Storage):
         return self._batch(idx)
 
     def _batch(self, idx, **extra):
-        batch = {key: arr[idx] for key, arr in self._arrays.items()}
+        batch = self._arrange({key: arr[idx] for key, arr in self._arrays.items()})
         batch.update(extra)
         out = self._to_device(batch)
         out[INDEX] = idx
         return out
+
+    def _arrange(self, batch):
+        """The mini-batch's arrays as the algorithm reads them (transitions: as stored)."""
+        return batch
 
     def _on_insert(self, idx):
         """Called with the slots just written (prioritized replay gives them priorities)."""
@@ -455,4 +522,188 @@ class EREBuffer(PERBuffer):
         return self._batch(newest[pick], **{WEIGHT: weights.astype(np.float32).reshape(-1, 1)})
 
 
-__all__ = ["ReplayBuffer", "NStepReplayBuffer", "PERBuffer", "EREBuffer", "nstep_transitions"]
+class RecurrentReplayBuffer(PERBuffer):
+    """Replay of fixed-length sequences for a recurrent actor (R2D2: Kapturowski et al.,
+    2019), uniform or prioritized.
+
+    Collection side: the steps of each environment of a collector form one stream across
+    its rollouts. A sequence starts every ``stride`` steps of it, holds S = ``burn_in +
+    sequence_length`` steps and is sent once complete: ``OBS`` and ``OBS2`` (S, ...)
+    (``OBS2``: the observation after each step, the final one where an episode ended),
+    ``DONE`` (S, 1) the episode ends, ``RHS`` the memory state the actor had before the
+    first step, and for the last ``sequence_length`` steps (the training steps) the action
+    ``ACT``, the n-step return ``REW``, its ``DISCOUNT`` and ``BOOTSTRAP_STEP``, the step
+    whose ``OBS2`` bootstraps it (its window stops after an episode end and at the end of
+    the sequence, R2D2's truncated n-step). A sequence runs across episode ends: the
+    memory is zeroed there, as it was while acting, so the steps after one start from the
+    state the actor had; no window and no memory crosses an episode end. The stride is
+    ``max(1, round((1 - sequence_overlap) * S))`` with the actor's ``sequence_overlap``
+    (0.5 with ``burn_in == sequence_length``: the training steps of consecutive sequences
+    tile the stream, as in R2D2).
+
+    Learner side: a ring of ``size`` sequences; each sequence received counts ``stride``
+    transitions (the new steps it brings) for the replay schedule (``update_every``,
+    ``start_steps``); a mini-batch holds ``ceil(mini_batch_size / sequence_length)``
+    sequences (about ``mini_batch_size`` training steps), its per-step entries time first
+    (``OBS``, ``OBS2``, ``DONE``: (S, B, ...); ``ACT``, ``REW``, ``DISCOUNT``: (T, B, 1);
+    ``BOOTSTRAP_STEP``: (T, B)), ``RHS`` (B, state size). With ``alpha`` > 0 sequences are
+    sampled by priority (as ``PERBuffer``), a sequence's |TD error| being R2D2's mix
+    ``priority_eta * max + (1 - priority_eta) * mean`` over its training steps.
+
+    Parameters
+    ----------
+    device, actor, algorithm, envs
+        As in ``ReplayBuffer`` (``actor``: a recurrent actor, ``algorithm``: DDQN).
+    size : int
+        Capacity in sequences (the oldest are overwritten).
+    sequence_length : int
+        Training steps of a sequence: the steps its loss covers.
+    burn_in : int
+        Steps before the training steps that only bring the memory's state up to date (no
+        gradient, not in the loss).
+    n_step : int
+        Most steps summed into each training step's return.
+    epsilon, alpha, beta, default_error
+        As in ``PERBuffer``, for sequences (alpha 0: uniform sampling).
+    priority_eta : float
+        In [0, 1]: weight of the largest |TD error| of a sequence in its priority, the rest
+        going to their mean.
+    """
+
+    sequences = True
+    fixed_parameters = ("size", "n_step", "sequence_length", "burn_in")
+
+    def __init__(self, device, actor, algorithm, envs, size, sequence_length=40, burn_in=40, n_step=1, epsilon=0.0,
+                 alpha=0.0, beta=1.0, default_error=1e6, priority_eta=0.9):
+        if not getattr(actor, "is_recurrent", False):
+            raise ValueError("RecurrentReplayBuffer stores sequences for a recurrent actor (recurrent_net); this "
+                             "actor has no memory: use ReplayBuffer, NStepReplayBuffer or PERBuffer")
+        for name, value, low in (("sequence_length", sequence_length, 1), ("burn_in", burn_in, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"RecurrentReplayBuffer parameter {name} must be an integer >= {low}, got {value!r}")
+        super().__init__(device, actor, algorithm, envs, size, n_step, epsilon, alpha, beta, default_error)
+        self.sequence_length, self.burn_in = sequence_length, burn_in
+        self.priority_eta = float(priority_eta)
+        self.check_parameter_value("priority_eta", self.priority_eta)
+        span = burn_in + sequence_length
+        self.stride = max(1, int(round((1.0 - float(actor.sequence_overlap)) * span)))
+        self._tail_state = None   # state the rollout after the tail must start from
+        self._next_state = None   # the state after the rollout just read (stream_steps)
+
+    @property
+    def hyperparameters(self):
+        return {**super().hyperparameters, "sequence_length": self.sequence_length, "burn_in": self.burn_in,
+                "priority_eta": self.priority_eta}
+
+    def check_parameter_value(self, name, value):
+        super().check_parameter_value(name, value)
+        if name == "priority_eta" and not 0.0 <= value <= 1.0:
+            raise ValueError(f"RecurrentReplayBuffer parameter priority_eta must be in [0, 1], got {value}")
+
+    @property
+    def span(self):
+        """Steps S of a stored sequence: burn-in and training steps."""
+        return self.burn_in + self.sequence_length
+
+    # ------------------------------------------------------------ collection side
+    def recorded_keys(self):
+        return (ACT, REW, TERM, TRUNC, RHS)
+
+    def start(self, obs, state=None):
+        if state is None:
+            raise ValueError("RecurrentReplayBuffer needs the actor's recurrent state at the start of a rollout")
+        super().start(obs, state)
+        if self._tail is not None and not np.array_equal(self._tail_state, self._start_state):
+            self._tail = None   # the state was reset (a new actor): the memory's stream is broken
+
+    def get_data(self, data_to_cpu=True):
+        """The sequences completed by this rollout, a dict of tensors (M, ...) (see the class
+        docstring); the steps of sequences still incomplete wait for the next rollout."""
+        if self.step == 0:
+            return self._tensors(self._sequences(self._no_steps(), 0), data_to_cpu)
+        steps = self.stream_steps()
+        # The stream continues the tail, which begins at a sequence start.
+        chunk = steps if self._tail is None else {key: np.concatenate([self._tail[key], v])
+                                                 for key, v in steps.items()}
+        L = len(chunk[DONE])
+        count = 0 if L < self.span else (L - self.span) // self.stride + 1
+        out = self._sequences(chunk, count)
+        self._tail = {key: v[count * self.stride:].copy() for key, v in chunk.items()}
+        self._tail_start = self._rec[OBS][self.step].copy()
+        self._tail_state = self._next_state
+        return self._tensors(out, data_to_cpu)
+
+    def stream_steps(self):
+        """The rollout's steps as the stream keeps them, (k, N, ...) arrays: those of
+        ``recorded_steps`` with ``DONE`` (1.0 where an episode ended) and ``RHS`` the
+        state before each step (the one after the previous step, zeroed where an episode
+        ended, as the collector's ``reset_state`` did; the rollout's start state first)."""
+        steps = self.recorded_steps()
+        ended = (steps[TERM] > 0) | (steps[TRUNC] > 0)
+        steps[DONE] = ended.astype(np.float32)
+        after = steps[RHS]
+        after = np.where(ended[:, :, None], np.zeros((), after.dtype), after)
+        steps[RHS] = np.concatenate([self._start_state[None].astype(after.dtype), after[:-1]])
+        self._next_state = after[-1]      # what the next rollout must start from
+        return steps
+
+    def _no_steps(self):
+        """``stream_steps`` of a rollout without steps."""
+        rec, actor = self._rec, self.actor
+        n = rec[OBS].shape[1]
+        zeros = {key: np.zeros((0, n), np.float32) for key in (REW, TERM, TRUNC, DONE)}
+        return {OBS: rec[OBS][:0], OBS2: rec[OBS][:0], ACT: rec[ACT][:0] if ACT in rec else
+                np.zeros((0, n, 1), np.int64), RHS: np.zeros((0,) + actor.initial_state(n).shape, np.float32),
+                **zeros}
+
+    def _sequences(self, chunk, count):
+        """The ``count`` sequences starting every ``stride`` steps of ``chunk`` ((L, N, ...)
+        arrays), one row per (start, environment): the arrays ``get_data`` sends."""
+        S, b = self.span, self.burn_in
+
+        def rows(v, first=0):
+            # (count, S', N, ...) -> (count * N, S', ...)
+            idx = (np.arange(count) * self.stride)[:, None] + np.arange(first, S)[None, :]
+            w = np.moveaxis(v[idx], 2, 1)
+            return w.reshape(count * v.shape[1], S - first, *v.shape[2:])
+
+        ret, discount, last = nstep_windows(rows(chunk[REW]).T, rows(chunk[TERM]).T, rows(chunk[TRUNC]).T,
+                                            self.algorithm.gamma, self.n_step, np.arange(b, S))
+        rhs = chunk[RHS][np.arange(count) * self.stride]
+        return {OBS: rows(chunk[OBS]), OBS2: rows(chunk[OBS2]), DONE: rows(chunk[DONE])[..., None],
+                RHS: rhs.reshape(count * rhs.shape[1], *rhs.shape[2:]), ACT: rows(chunk[ACT], b),
+                REW: ret.T.astype(np.float32)[..., None], DISCOUNT: discount.T.astype(np.float32)[..., None],
+                BOOTSTRAP_STEP: last.T.astype(np.int64)}
+
+    def clear(self):
+        super().clear()
+        self._tail_state = None
+
+    # -------------------------------------------------------------- learner side
+    def stored_keys(self):
+        return (OBS, OBS2, DONE, RHS, ACT, REW, DISCOUNT, BOOTSTRAP_STEP)
+
+    @property
+    def steps_per_item(self):
+        return self.stride
+
+    def sample(self, batch_size):
+        """``ceil(batch_size / sequence_length)`` sequences (by priority when ``alpha`` > 0)."""
+        return super().sample(max(1, math.ceil(batch_size / self.sequence_length)))
+
+    def _arrange(self, batch):
+        # Time first, as the memory reads them.
+        return {key: v if key == RHS else np.swapaxes(v, 0, 1) for key, v in batch.items()}
+
+    def after_update(self, batch, info):
+        """Set the priorities of the batch's sequences from the TD errors of their training
+        steps in ``info`` ((B * T,), sequence after sequence): R2D2's max/mean mix."""
+        errors = info.get(TD_ERROR)
+        if errors is not None:
+            errors = np.abs(np.asarray(errors, dtype=np.float64)).reshape(len(batch[INDEX]), -1)
+            info[TD_ERROR] = self.priority_eta * errors.max(1) + (1.0 - self.priority_eta) * errors.mean(1)
+        super().after_update(batch, info)
+
+
+__all__ = ["ReplayBuffer", "NStepReplayBuffer", "PERBuffer", "EREBuffer", "RecurrentReplayBuffer",
+           "nstep_transitions", "nstep_windows"]

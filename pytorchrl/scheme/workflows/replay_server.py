@@ -99,6 +99,9 @@ def check_data_path(data_path, options, storage_factory, num_col_workers, async_
     if isinstance(cls, type) and not issubclass(cls, ReplayBuffer):
         raise ValueError(f"data_path='replay_server' needs a replay storage (ReplayBuffer, NStepReplayBuffer, "
                          f"PERBuffer) for an off-policy algorithm, got {cls.__name__}")
+    if isinstance(cls, type) and getattr(cls, "sequences", False):
+        raise ValueError(f"data_path='replay_server' holds single transitions; {cls.__name__} (sequences of a "
+                         f"recurrent actor) uses data_path 'direct' or 'queues'")
     if num_col_workers > 1 and not async_collection:
         raise ValueError("data_path='replay_server' with several collection workers needs asynchronous "
                          "collection (col_workers_communication=prl.ASYNC): a synchronous round would wait for "
