@@ -18,12 +18,11 @@ for SAC's and 1.5x for DDQN's on one core; acting a single observation is 10x fa
   trainable parameter's ``.grad`` (float32, like torch); the optimizer steps are
   ``NumpyAdam``'s (numpy_engine). The noise the SAC and TD3 losses sample is drawn from
   torch's generator, in the torch path's order: a seed gives the same run on either path.
-- Where the process may use two cores (``update_threads``: the single-process layout),
-  each mini-batch is cut into two halves of rows whose gradients are added (a loss is a
-  mean over rows); ``Lanes`` computes the halves on two threads when ``ThreadChoice``
-  finds, by timing the updates, that the second core is free, one after the other
-  otherwise. BLAS stays single-threaded. The halves are the same either way, so are the
-  results.
+- An update is cut into pairs of independent pieces (two critics, a layer's weight
+  gradient and the gradient it passes down, ...) that ``Lanes`` runs on two threads when
+  the process may use two cores (``update_threads``: the single-process layout) and
+  ``ThreadChoice`` finds, by timing the updates, that the second core is free; BLAS stays
+  single-threaded. The pieces are the same either way, so are the results.
 
 Everything reads and writes numpy views of the torch parameters (the online networks,
 the target networks, SAC's log-alpha): optimizer steps, target updates and
@@ -321,26 +320,37 @@ class NumpyEnsemble:
                 _activate(h, self.kind)
         return h
 
-    def backward(self, cache, d, copy=None, input_grad=False, param_grads=True):
+    def backward(self, cache, d, copy=None, input_grad=False, param_grads=True, lanes=None):
         """Back-propagate ``d`` (gradient w.r.t. the output) through the layers whose
         inputs ``forward`` stored in ``cache``.
 
         Returns ``(weight grads, bias grads, input grad)``: lists shaped like ``w`` and
         ``b`` of the copy (or of all copies) or None (``param_grads`` False), and the
-        gradient w.r.t. the input or None (``input_grad`` False).
+        gradient w.r.t. the input or None (``input_grad`` False). With ``lanes``, a large
+        layer's weight gradient and the gradient it passes down are computed side by side.
         """
         ws = self.w if copy is None else self._one[copy][0]
         n = len(ws)
         gw, gb = [None] * n, [None] * n
         for i in range(n - 1, -1, -1):
             h_in, w = cache[i], ws[i]
+            down = i > 0 or input_grad
+
+            def weight_grad(h_in=h_in, d=d):
+                return matmul(np.swapaxes(h_in, -1, -2), d)
+
+            def input_grad_of(i=i, h_in=h_in, w=w, d=d):
+                g = matmul(d, np.swapaxes(w, -1, -2))
+                return _activation_grad(g, h_in, self.kind) if i > 0 else g
+
             if param_grads:
                 gb[i] = d.sum(axis=-2, keepdims=True)
-                gw[i] = matmul(np.swapaxes(h_in, -1, -2), d)
-            if i > 0:
-                d = _activation_grad(matmul(d, np.swapaxes(w, -1, -2)), h_in, self.kind)
-            elif input_grad:
-                d = matmul(d, np.swapaxes(w, -1, -2))
+                if down and lanes is not None and w.shape[-2] * w.shape[-1] >= LANE_MIN_WEIGHTS:
+                    gw[i], d = lanes.run(weight_grad, input_grad_of)
+                    continue
+                gw[i] = weight_grad()
+            if down:
+                d = input_grad_of()
         return (gw, gb, d if input_grad else None) if param_grads else (None, None, d if input_grad else None)
 
     def parameters(self):
@@ -490,50 +500,10 @@ class NumpyOffPolicyActing:
 
 
 # ---------------------------------------------------------------------- updates
-#: A mini-batch is split in two halves only when each keeps at least this many rows
-#: (halves of a few rows would cost more in numpy calls than the products they share out).
-MIN_HALF_ROWS = 16
-
-
-class _Part:
-    """What a slice of a mini-batch's rows gives: its share of every gradient (its rows'
-    terms of the batch mean: already divided by the mini-batch size), the sums of its
-    statistics, and its rows' |TD errors| (prioritized replay; None otherwise)."""
-
-    __slots__ = ("grads", "sums", "td")
-
-    def __init__(self, grads, sums, td=None):
-        self.grads = grads
-        self.sums = sums
-        self.td = td
-
-    def add(self, other):
-        """This part with ``other``'s rows added (in place; ``other`` follows this one)."""
-        for a, b in zip(self.grads, other.grads):
-            if a is not None:
-                np.add(a, b, out=a)
-        for key, value in other.sums.items():
-            self.sums[key] += value
-        if self.td is not None:
-            self.td = np.concatenate([self.td, other.td])
-        return self
-
-
 class _NumpyUpdate:
     """What the numpy updates share: calling one with a mini-batch fills every trainable
-    parameter's ``.grad`` and returns the statistics, timed for the choice of threads.
-
-    A loss is a mean over the mini-batch's rows, so its gradient is the sum of the
-    gradients of two halves of the rows. Where the process may use two cores
-    (``update_threads``) and the networks are large, every mini-batch is cut in two halves
-    computed by ``rows`` and added (``Lanes`` runs them on two threads when ``ThreadChoice``
-    finds the second core free, one after the other otherwise: the same sums either way,
-    so the results never depend on the threads); otherwise ``rows`` takes the whole batch.
-    One hand-off per update: the halves share nothing until they are added.
-    Subclasses implement ``prepare`` (the batch as numpy arrays, one row per sample, and
-    what every row shares), ``rows`` (a ``_Part``) and ``finish`` (set the gradients, the
-    statistics).
-    """
+    parameter's ``.grad`` and returns the statistics (``compute``), timed for the choice
+    of threads."""
 
     def _setup_threads(self, *nets):
         # BLAS itself stays on one thread (its spinning threads are what ``Lanes`` avoids).
@@ -556,16 +526,6 @@ class _NumpyUpdate:
         self.q_params = self.critics.parameters()
         self.pi_params = self.policy.parameters()
 
-    def _box_batch(self, batch):
-        """The arrays of a Box-action replay mini-batch, actions in [-1, 1] units."""
-        data = {"obs": _float2d(batch[OBS]), "obs2": _float2d(batch[OBS2]),
-                "act": (_float2d(batch[ACT]) - self.center) / self.scale,
-                "rew": _column(batch[REW]), "disc": _column(batch[DISCOUNT])}
-        weights = batch.get(WEIGHT)
-        if weights is not None:
-            data["w"] = _column(weights)
-        return data
-
     def __call__(self, batch):
         """Fill the gradients from ``batch``; return the statistics."""
         start = time.perf_counter()
@@ -573,34 +533,18 @@ class _NumpyUpdate:
         self.choice.record(time.perf_counter() - start)
         return info
 
-    def compute(self, batch):
-        """Fill every trainable parameter's ``.grad``; return the statistics."""
-        data, n = self.prepare(batch)
-        if self.threads >= 2 and n >= 2 * MIN_HALF_ROWS:
-            half = n // 2
-            part, other = self.lanes.run(lambda: self.rows(data, slice(0, half), n),
-                                         lambda: self.rows(data, slice(half, n), n))
-            part.add(other)
-        else:
-            part = self.rows(data, slice(0, n), n)
-        return self.finish(part, n)
-
-
-def _rows(data, sl, *keys):
-    """The rows ``sl`` of the arrays ``keys`` of ``data`` (None for a key it lacks)."""
-    return [data[k][sl] if k in data else None for k in keys]
-
 
 # ------------------------------------------------------------------------- DDQN
 class NumpyDDQNUpdate(_NumpyUpdate):
     """``DDQN.compute_loss`` and its backward pass in numpy (see the module docstring).
 
-    For each half of the rows (see ``_NumpyUpdate``): the online network over the
-    observations and the next observations together (one pass), the target network over
-    the next observations (where the collectors computed the targets,
-    ``targets_on_collector``, the online pass over the observations alone), then the
-    backward pass of the taken actions' values (Huber or squared TD error, optionally
-    weighted by prioritized replay; dueling heads included).
+    Forward passes of the online network over the observations and the next observations
+    together (one lane) and of the target network over the next observations (the other
+    lane; where the collectors computed the targets, ``targets_on_collector``, the online
+    pass over the observations alone), then the backward pass
+    of the taken actions' values (Huber or squared TD error, optionally weighted by
+    prioritized replay; dueling heads included), each large layer's weight gradient beside
+    the gradient it passes down.
     """
 
     def __init__(self, algo):
@@ -637,40 +581,33 @@ class NumpyDDQNUpdate(_NumpyUpdate):
         adv = out[..., 1:]
         return out[..., :1] + adv - adv.mean(axis=-1, keepdims=True)
 
-    def prepare(self, batch):
-        """The mini-batch as numpy arrays, and its size."""
+    def compute(self, batch):
+        """Fill the Q-network's ``.grad`` with the loss gradient of ``batch``; return the statistics."""
         algo = self.algo
-        data = {"obs": _float2d(batch[OBS]), "act": batch[ACT].numpy().reshape(-1).astype(np.int64, copy=False)}
-        if algo.targets_on_collector:   # the collectors computed them (collector-side pre-processing)
-            data["target"] = _column(algo.stored_targets(batch))
-        else:
-            data.update(obs2=_float2d(batch[OBS2]), rew=_column(batch[REW]), disc=_column(batch[DISCOUNT]))
+        obs, obs2 = _float2d(batch[OBS]), _float2d(batch[OBS2])
+        act = batch[ACT].numpy().reshape(-1).astype(np.int64, copy=False)
+        rew, disc = _column(batch[REW]), _column(batch[DISCOUNT])
         weights = batch.get(WEIGHT)
-        if weights is not None:
-            data["w"] = _column(weights)
-        return data, len(data["obs"])
+        n = obs.shape[0]
+        rows = np.arange(n)
 
-    def rows(self, data, sl, n):
-        """The ``_Part`` of the rows ``sl`` of a mini-batch of ``n``."""
-        obs, act, target, w = _rows(data, sl, "obs", "act", "target", "w")
-        m = len(obs)
-        rows = np.arange(m)
         cache = []
-        if target is not None:
+        if algo.targets_on_collector:   # the collectors computed them (collector-side pre-processing)
+            target = _column(algo.stored_targets(batch))
             q_all = self._q(self.net.forward(obs, copy=0, cache=cache))
         else:
             # Double Q: the online network picks the next actions, the target network values
             # them. The online network's two passes (observations, next observations) are
-            # one pass over both (half the operator calls).
-            obs2, rew, disc = _rows(data, sl, "obs2", "rew", "disc")
-            q_both = self._q(self.net.forward(np.concatenate([obs, obs2]), copy=0, cache=cache))
-            q_target = self._q(self.target.forward(obs2, copy=0))
-            q_all = q_both[:m]
-            target = rew + disc * q_target[rows, q_both[m:].argmax(axis=1)][:, None]
-            cache = [h[:m] for h in cache]      # the backward pass is the observations' only
+            # one pass over both (half the operator calls), beside the target's pass.
+            q_both, q_target = self.lanes.run(
+                lambda: self._q(self.net.forward(np.concatenate([obs, obs2]), copy=0, cache=cache)),
+                lambda: self._q(self.target.forward(obs2, copy=0)))
+            q_all = q_both[:n]
+            target = rew + disc * q_target[rows, q_both[n:].argmax(axis=1)][:, None]
+            cache = [h[:n] for h in cache]      # the backward pass is the observations' only
         q = q_all[rows, act][:, None]
         td = q - target
-        if self.algo.loss == "huber":
+        if algo.loss == "huber":
             abs_td = np.abs(td)
             small = abs_td < 1.0
             per_sample = np.where(small, 0.5 * td * td, abs_td - 0.5)
@@ -678,28 +615,25 @@ class NumpyDDQNUpdate(_NumpyUpdate):
         else:
             per_sample = td * td
             g = 2.0 * td
-        if w is not None:
+        if weights is not None:
+            w = _column(weights)
             per_sample = per_sample * w
             g *= w
+        loss = float(per_sample.mean())
         g *= 1.0 / n
 
-        d_out = np.zeros((m, self.net.w[-1].shape[-1]), dtype=np.float32)
+        d_out = np.zeros((n, self.net.w[-1].shape[-1]), dtype=np.float32)
         if self.dueling:
             d_out[:, :1] = g
             d_out[:, 1:] = g * (-1.0 / self.num_actions)
             d_out[rows, act + 1] += g[:, 0]
         else:
             d_out[rows, act] = g[:, 0]
-        gw, gb, _ = self.net.backward(cache, d_out, copy=0)
-        return _Part(gw + gb, {"loss": float(per_sample.sum()), "q": float(q.sum())},
-                     None if w is None else np.abs(td).reshape(-1))
-
-    def finish(self, part, n):
-        """Set the Q-network's gradients; the statistics."""
-        _set_grads(self.params, part.grads)
-        info = {"Loss": part.sums["loss"] / n, "QMean": part.sums["q"] / n, "Epsilon": self.algo.epsilon}
-        if part.td is not None:
-            info[TD_ERROR] = part.td
+        gw, gb, _ = self.net.backward(cache, d_out, copy=0, lanes=self.lanes)
+        _set_grads(self.params, gw + gb)
+        info = {"Loss": loss, "QMean": float(q.mean()), "Epsilon": algo.epsilon}
+        if weights is not None:
+            info[TD_ERROR] = np.abs(td).reshape(-1)
         return info
 
     @property
@@ -725,14 +659,15 @@ def _squashed_gaussian(out, noise, act_dim):
 class NumpySACUpdate(_NumpyUpdate):
     """``SAC.compute_loss`` (Box actions) and its three backward passes in numpy.
 
-    For each half of the rows (see ``_NumpyUpdate``): the policy over the observations and
-    over the next observations (the target's actions); every critic over (observation,
+    In two lanes (see ``Lanes``): the policy over the observations | over the next
+    observations (the target's actions); even | odd critics, each over (observation,
     stored action) and (observation, policy action) together, and its target copy over the
-    next observations; then the losses; the backward pass of every critic: its parameters
-    from the TD errors, and the policy actions' gradient through the critic that gave each
-    sample's minimum (``min`` routes a sample's gradient to that one critic, so each critic
-    back-propagates its own samples only); the policy (through the actions and the
-    log-probabilities); log-alpha from the entropy.
+    next observations; then the losses; the backward pass of even | odd critics: their
+    parameters from the TD errors, and the policy actions' gradient through the critic that
+    gave each sample's minimum (``min`` routes a sample's gradient to that one critic, so
+    each critic back-propagates its own samples only); the policy (through the actions and
+    the log-probabilities), each large layer's weight gradient beside the gradient it
+    passes down; log-alpha from the entropy.
     """
 
     def __init__(self, algo):
@@ -767,53 +702,68 @@ class NumpySACUpdate(_NumpyUpdate):
             return None, "parameter groups other than critics, policy and alpha"
         return cls(algo), None
 
-    def prepare(self, batch):
-        """The mini-batch as numpy arrays with the policy noise of its rows, the current
-        alpha, and its size."""
-        data = self._box_batch(batch)
-        n = len(data["obs"])
-        # Noise in the torch path's order: the next observations' sample first.
-        data["noise2"], data["noise"] = torch.randn(n, self.act_dim).numpy(), torch.randn(n, self.act_dim).numpy()
-        data["alpha"] = np.exp(self.log_alpha_view.copy())
-        return data, n
+    def compute(self, batch):
+        """Fill every trainable parameter's ``.grad``; return the statistics."""
+        algo = self.algo
+        obs, obs2 = _float2d(batch[OBS]), _float2d(batch[OBS2])
+        act = (_float2d(batch[ACT]) - self.center) / self.scale
+        rew, disc = _column(batch[REW]), _column(batch[DISCOUNT])
+        weights = batch.get(WEIGHT)
+        w = None if weights is None else _column(weights)
+        n, d = obs.shape[0], self.act_dim
+        log_alpha = self.log_alpha_view
+        alpha = np.exp(log_alpha)
 
-    def rows(self, data, sl, n):
-        """The ``_Part`` of the rows ``sl`` of a mini-batch of ``n``: the critics' gradients,
-        the policy's, and (in ``sums``) the entropy gap that is log-alpha's."""
-        obs, obs2, act, rew, disc, w, noise, noise2 = _rows(data, sl, "obs", "obs2", "act", "rew", "disc", "w",
-                                                           "noise", "noise2")
-        alpha = data["alpha"]
-        m, d = obs.shape[0], self.act_dim
+        # Noise in the torch path's order: the next observations' sample first.
+        noise2, noise = torch.randn(n, d).numpy(), torch.randn(n, d).numpy()
         p_cache = []
-        a_pi, logp_pi, sample = _squashed_gaussian(self.policy.forward(obs, copy=0, cache=p_cache), noise, d)
-        a2, logp2, _ = _squashed_gaussian(self.policy.forward(obs2, copy=0), noise2, d)
+        (a_pi, logp_pi, sample), (a2, logp2, _) = self.lanes.run(
+            lambda: _squashed_gaussian(self.policy.forward(obs, copy=0, cache=p_cache), noise, d),
+            lambda: _squashed_gaussian(self.policy.forward(obs2, copy=0), noise2, d))
 
         x_on = np.concatenate([np.concatenate([obs, act], axis=1), np.concatenate([obs, a_pi], axis=1)])
         x_next = np.concatenate([obs2, a2], axis=1)
         copies = self.critics.copies
         caches = [[] for _ in range(copies)]
-        q_all = np.stack([self.critics.forward(x_on, copy=k, cache=caches[k]) for k in range(copies)])
-        q2 = np.stack([self.target.forward(x_next, copy=k) for k in range(copies)]).min(axis=0)
+        q_on, q_next = [None] * copies, [None] * copies
+
+        def critics_forward(ks):
+            def run():
+                for k in ks:
+                    q_on[k] = self.critics.forward(x_on, copy=k, cache=caches[k])
+                    q_next[k] = self.target.forward(x_next, copy=k)
+            return run
+
+        self.lanes.run(critics_forward(range(0, copies, 2)), critics_forward(range(1, copies, 2)))
+        q_all = np.stack(q_on)                          # (copies, 2n, 1)
+        q2 = np.stack(q_next).min(axis=0)
         y = rew + disc * (q2 - alpha * logp2)
-        q, q_pi_all = q_all[:, :m], q_all[:, m:]
+        q, q_pi_all = q_all[:, :n], q_all[:, n:]
         best = q_pi_all.argmin(axis=0)[:, 0]            # critic giving each sample's minimum
         q_pi = q_pi_all.min(axis=0)
 
         td = q - y[None]
         per_critic = td * td if w is None else td * td * w
+        q_loss = 0.5 * float(per_critic.mean(axis=(1, 2)).sum())
+        pi_loss = float((alpha * logp_pi - q_pi).mean())
         entropy = -logp_pi
-        sums = {"q_loss": 0.5 * float(per_critic.sum()), "pi_loss": float((alpha * logp_pi - q_pi).sum()),
-                "gap": float((entropy - self.algo.target_entropy).sum()), "entropy": float(entropy.sum()),
-                "q": float(q.sum())}
+        entropy_gap = float((entropy - algo.target_entropy).mean())
+        alpha_loss = float(log_alpha) * entropy_gap
 
         # Critics: d q_loss / d q_k = td_k w / n. Policy loss: d / d q_pi = -1/n, routed
         # to the critic of each sample's minimum.
         dq = td * (1.0 / n) if w is None else td * (w * (1.0 / n))
         gws = [np.empty_like(w_) for w_ in self.critics.w]
         gbs = [np.empty_like(b_) for b_ in self.critics.b]
-        d_a_pi = np.empty((m, d), dtype=np.float32)
-        for k in range(copies):
-            self._critic_backward(k, caches[k], dq[k], best == k, n, gws, gbs, d_a_pi)
+        d_a_pi = np.empty((n, d), dtype=np.float32)
+
+        def critics_backward(ks):
+            def run():
+                for k in ks:
+                    self._critic_backward(k, caches[k], dq[k], best == k, n, gws, gbs, d_a_pi)
+            return run
+
+        self.lanes.run(critics_backward(range(0, copies, 2)), critics_backward(range(1, copies, 2)))
 
         # Policy: through the action (tanh) and the log-probability.
         raw, std, eps = sample
@@ -822,35 +772,27 @@ class NumpySACUpdate(_NumpyUpdate):
         g_u = d_a_pi * (1.0 - a * a) + (2.0 * g_logp) * a
         g_log_std = g_u * eps * std - g_logp
         g_log_std *= (raw >= -20.0) & (raw <= 2.0)
-        p_gw, p_gb, _ = self.policy.backward(p_cache, np.concatenate([g_u, g_log_std], axis=1), copy=0)
-        return _Part(gws + gbs + p_gw + p_gb, sums, None if w is None else np.abs(td).mean(axis=0).reshape(-1))
+        p_gw, p_gb, _ = self.policy.backward(p_cache, np.concatenate([g_u, g_log_std], axis=1), copy=0,
+                                             lanes=self.lanes)
 
-    def finish(self, part, n):
-        """Set the gradients of the critics, the policy and log-alpha; the statistics."""
-        num_q = len(self.q_params)
-        _set_grads(self.q_params, part.grads[:num_q])
-        _set_grads(self.pi_params, part.grads[num_q:])
-        s = part.sums
-        entropy_gap = s["gap"] / n
+        _set_grads(self.q_params, gws + gbs)
+        _set_grads(self.pi_params, p_gw + p_gb)
         self.log_alpha.grad = torch.tensor(entropy_gap, dtype=torch.float32)
-        log_alpha = float(self.log_alpha_view)
-        info = {"LossQ": s["q_loss"] / n, "LossPi": s["pi_loss"] / n, "LossAlpha": log_alpha * entropy_gap,
-                "Alpha": float(np.exp(self.log_alpha_view)), "QMean": s["q"] / (n * self.critics.copies),
-                "Entropy": s["entropy"] / n}
-        if part.td is not None:
-            info[TD_ERROR] = part.td
+        info = {"LossQ": q_loss, "LossPi": pi_loss, "LossAlpha": alpha_loss, "Alpha": float(alpha),
+                "QMean": float(q.mean()), "Entropy": float(entropy.mean())}
+        if w is not None:
+            info[TD_ERROR] = np.abs(td).mean(axis=0).reshape(-1)
         return info
 
     def _critic_backward(self, k, cache, dq, mine, n, gws, gbs, d_a_pi):
         """Critic ``k``'s parameter gradients (TD rows, ``dq``) into ``gws``/``gbs``, and
         the gradient of the policy actions of the samples whose minimum it gave (``mine``;
-        the gradient of its output there is -1/n, ``n`` the mini-batch size) into ``d_a_pi``."""
+        the gradient of its output there is -1/n) into ``d_a_pi``."""
         net = self.critics
-        m = len(mine)
         rows = np.flatnonzero(mine)
         # Inputs of each layer: the stored-action rows and this critic's policy rows.
-        ins_q = [c[:m] for c in cache]
-        ins_pi = [None] + [c[m:][rows] for c in cache[1:]]
+        ins_q = [c[:n] for c in cache]
+        ins_pi = [None] + [c[n:][rows] for c in cache[1:]]
         d_q = dq
         d_pi = np.full((len(rows), 1), -1.0 / n, dtype=np.float32)
         for i in range(len(net.w) - 1, -1, -1):
@@ -869,11 +811,11 @@ class NumpyTD3Update(_NumpyUpdate):
     """``DDPG.compute_loss`` (TD3's target smoothing and policy delay included) and its
     backward passes in numpy.
 
-    For each half of the rows (see ``_NumpyUpdate``): the online critics over
-    (observation, stored action), the target policy and target critics over the next
-    observations; the TD errors and the critics' backward pass; on policy steps, the
-    policy and the first critic over (observation, policy action) and the policy's
-    backward pass through that critic's action input.
+    In two lanes (see ``Lanes``): the online critics over (observation, stored action) |
+    the target policy and target critics over the next observations; then the TD errors;
+    the critics' backward pass | on policy steps, the policy and the first critic over
+    (observation, policy action) and the policy's backward pass through that critic's
+    action input.
     """
 
     def __init__(self, algo, smoothing):
@@ -908,57 +850,60 @@ class NumpyTD3Update(_NumpyUpdate):
             return None, "parameter groups other than critics and policy"
         return cls(algo, smoothing=next_actions is TD3.next_actions), None
 
-    def prepare(self, batch):
-        """The mini-batch as numpy arrays (with TD3's smoothing noise), whether this update
-        trains the policy, and its size."""
-        data = self._box_batch(batch)
-        n = len(data["obs"])
-        if self.smoothing:
-            data["noise"] = torch.randn(n, self.act_dim).numpy()
-        data["policy_step"] = self.algo.policy_step()
-        return data, n
-
-    def rows(self, data, sl, n):
-        """The ``_Part`` of the rows ``sl`` of a mini-batch of ``n``: the critics' gradients,
-        then the policy's (None on updates that do not train the policy)."""
+    def compute(self, batch):
+        """Fill the gradients of the critics (and of the policy on policy steps; None
+        otherwise); return the statistics."""
         algo = self.algo
-        obs, obs2, act, rew, disc, w, noise = _rows(data, sl, "obs", "obs2", "act", "rew", "disc", "w", "noise")
+        obs, obs2 = _float2d(batch[OBS]), _float2d(batch[OBS2])
+        act = (_float2d(batch[ACT]) - self.center) / self.scale
+        rew, disc = _column(batch[REW]), _column(batch[DISCOUNT])
+        weights = batch.get(WEIGHT)
+        w = None if weights is None else _column(weights)
+        n = obs.shape[0]
+
+        noise = torch.randn(n, self.act_dim).numpy() if self.smoothing else None
         c_cache = []
-        q = self.critics.forward(np.concatenate([obs, act], axis=1), cache=c_cache)
-        a2 = np.tanh(self.target_policy.forward(obs2, copy=0))
-        if noise is not None:     # TD3's target policy smoothing
-            a2 = np.clip(a2 + np.clip(noise * algo.target_noise, -algo.noise_clip, algo.noise_clip), -1.0, 1.0)
-        q2 = self.target.forward(np.concatenate([obs2, a2], axis=1)).min(axis=0)
-        td = q - (rew + disc * q2)[None]
+
+        def online():
+            return self.critics.forward(np.concatenate([obs, act], axis=1), cache=c_cache)
+
+        def next_values():
+            a2 = np.tanh(self.target_policy.forward(obs2, copy=0))
+            if noise is not None:     # TD3's target policy smoothing
+                a2 = np.clip(a2 + np.clip(noise * algo.target_noise, -algo.noise_clip, algo.noise_clip), -1.0, 1.0)
+            return self.target.forward(np.concatenate([obs2, a2], axis=1)).min(axis=0)
+
+        q, q2 = self.lanes.run(online, next_values)
+        y = rew + disc * q2
+        td = q - y[None]
         per_critic = td * td if w is None else td * td * w
-        sums = {"q_loss": float(per_critic.sum()), "q": float(q.sum()), "pi_loss": 0.0}
+        q_loss = float(per_critic.mean(axis=(1, 2)).sum())
+        info = {"LossQ": q_loss, "QMean": float(q.mean())}
         dq = td * (2.0 / n) if w is None else td * (w * (2.0 / n))
-        gws, gbs, _ = self.critics.backward(c_cache, dq)
-        pi_grads = [None] * len(self.pi_params)
-        if data["policy_step"]:
+
+        def critics_backward():
+            gws, gbs, _ = self.critics.backward(c_cache, dq)
+            return gws + gbs
+
+        def policy_gradient():
             p_cache, q_cache = [], []
             a_pi = np.tanh(self.policy.forward(obs, copy=0, cache=p_cache))
             q_pi = self.critics.forward(np.concatenate([obs, a_pi], axis=1), copy=0, cache=q_cache)
-            d_q = np.full((len(obs), 1), -1.0 / n, dtype=np.float32)
+            d_q = np.full((n, 1), -1.0 / n, dtype=np.float32)
             _, _, d_x = self.critics.backward(q_cache, d_q, copy=0, input_grad=True, param_grads=False)
             p_gw, p_gb, _ = self.policy.backward(p_cache, d_x[:, obs.shape[1]:] * (1.0 - a_pi * a_pi), copy=0)
-            pi_grads = p_gw + p_gb
-            sums["pi_loss"] = -float(q_pi.sum())
-        return _Part(gws + gbs + pi_grads, sums, None if w is None else np.abs(td).mean(axis=0).reshape(-1))
+            return -float(q_pi.mean()), p_gw + p_gb
 
-    def finish(self, part, n):
-        """Set the critics' gradients and the policy's (None when it is not trained); the statistics."""
-        num_q = len(self.q_params)
-        _set_grads(self.q_params, part.grads[:num_q])
-        info = {"LossQ": part.sums["q_loss"] / n, "QMean": part.sums["q"] / (n * self.critics.copies)}
-        if part.grads[num_q] is not None:
-            _set_grads(self.pi_params, part.grads[num_q:])
-            info["LossPi"] = part.sums["pi_loss"] / n
+        if algo.policy_step():
+            q_grads, (info["LossPi"], pi_grads) = self.lanes.run(critics_backward, policy_gradient)
+            _set_grads(self.pi_params, pi_grads)
         else:
+            q_grads = critics_backward()
             for p in self.pi_params:
                 p.grad = None
-        if part.td is not None:
-            info[TD_ERROR] = part.td
+        _set_grads(self.q_params, q_grads)
+        if w is not None:
+            info[TD_ERROR] = np.abs(td).mean(axis=0).reshape(-1)
         return info
 
 
