@@ -115,8 +115,8 @@ class _Scaled(nn.Module):
 
     def __init__(self, space):
         super().__init__()
-        low = torch.as_tensor(space.low, dtype=torch.float32).reshape(-1)
-        high = torch.as_tensor(space.high, dtype=torch.float32).reshape(-1)
+        low = torch.tensor(np.array(space.low, dtype=np.float32)).reshape(-1)
+        high = torch.tensor(np.array(space.high, dtype=np.float32)).reshape(-1)
         self.register_buffer("scale", (high - low) / 2, persistent=False)
         self.register_buffer("center", (high + low) / 2, persistent=False)
 
