@@ -577,6 +577,51 @@ def finish_results(jsonl, meta, records, summary, table):
     print(table)
     return 1 if any("error" in r for r in records) else 0
 
+def check_interpreters(name, systems, python_of, env_of, is_ours, ours_imports="pytorchrl, gymnasium",
+                       peers_imports="stable_baselines3, gymnasium"):
+    """Exit early, with the fix, when an interpreter cannot run its worker.
+
+    name: the benchmark (the messages' first word); systems: the systems to run;
+    python_of(system), env_of(system): a system's interpreter and environment; is_ours(system):
+    whether it is one of ours. ours_imports, peers_imports: what each side's workers import.
+    """
+    for system in systems:
+        ours = is_ours(system)
+        py = python_of(system)
+        hint = " (pip install -e . in that env)" if ours else " (run benchmarks/setup_peers.sh first)"
+        if not os.path.exists(py):
+            sys.exit(f"{name}: interpreter for {system} not found: {py}{hint}")
+        r = subprocess.run([py, "-c", f"import {ours_imports if ours else peers_imports}"], capture_output=True,
+                           text=True, env=env_of(system))
+        if r.returncode != 0:
+            sys.exit(f"{name}: {py} cannot run the {system} worker{hint}:\n{r.stderr.strip()[-800:]}")
+
+
+def paired_ratios(records, system, peer, key, where=None):
+    """``system``/``peer`` ratios of ``key`` for the runs of the same seed (run back to back),
+    among the successful records for which ``where(record)`` holds (default: all)."""
+    by = {(r["system"], r["seed"]): r for r in records
+          if "error" not in r and r.get(key) is not None and (where is None or where(r))}
+    return [by[(system, s)][key] / by[(peer, s)][key] for (sys_, s) in sorted(by)
+            if sys_ == system and (peer, s) in by and by[(peer, s)][key]]
+
+
+def speedup(ours, peer, key):
+    """'N.NNx': how many times less ``key`` (a time) ``ours`` took than ``peer`` (dicts of
+    medians); '–' when either is missing or infinite."""
+    if ours.get(key) in (None, float("inf")) or peer.get(key) in (None, float("inf")):
+        return "–"
+    return f"{peer[key] / ours[key]:.2f}x"
+
+
+def read_results(path):
+    """(meta record, run records) of a results file (.jsonl), also of a run stopped part-way."""
+    with open(path) as f:
+        lines = [json.loads(ln) for ln in f if ln.strip()]
+    meta = next(r for r in lines if r.get("record") == "meta")
+    return meta, [r for r in lines if "record" not in r]
+
+
 # ------------------------------------------------------------------------- format
 def median(values):
     values = [v for v in values if v is not None]
