@@ -171,7 +171,7 @@ def render(summary, records, meta):
         ok_speed = ratio >= TARGET_RATIO
         ok_return = o[RETURN_KEY] is not None and b[RETURN_KEY] is not None and o[RETURN_KEY] >= b[RETURN_KEY]
         verdicts.append(f"{system}: {'MET' if ok_speed and ok_return else 'NOT MET'} (speed {ratio:.2f}x: "
-                        f"{'ok' if ok_speed else 'short'}; return {fmt(o[RETURN_KEY], 1)} vs {fmt(b[RETURN_KEY], 1)}: "
+                        f"{'ok' if ok_speed else 'short'}; return {fmt(o[RETURN_KEY], 2)} vs {fmt(b[RETURN_KEY], 2)}: "
                         f"{'ok' if ok_return else 'lower'})")
     if ratio_rows:
         lines += ["", C.md_table(["ours / SB3", "env steps/s (medians)", "per seed (paired runs)",

@@ -528,8 +528,8 @@ def test_atari_report_from_synthetic_records():
     assert "1,000,000 frames" in table
     assert "| ours | **1.19x** | 1.20x, 1.18x |" in table and "| ours-bf16 | **2.19x** | 2.40x, 2.00x |" in table
     # 2.19x but a median return of 13.0 against SB3's 13.5: not met.
-    assert "ours-bf16: NOT MET (speed 2.19x: ok; return 13.0 vs 13.5: lower)" in table
-    assert "ours: NOT MET (speed 1.19x: short; return 13.0 vs 13.5: lower)" in table
+    assert "ours-bf16: NOT MET (speed 2.19x: ok; return 13.00 vs 13.50: lower)" in table
+    assert "ours: NOT MET (speed 1.19x: short; return 13.00 vs 13.50: lower)" in table
     assert "Failed runs: sb3 seed 2: exit 1" in table
 
 
