@@ -374,15 +374,17 @@ def source_line(source):
 
 def ours_env(args, threads=1, extra_path=()):
     """Environment of a worker that imports our pytorchrl (PYTHONPATH: the measured code
-    first, then ``extra_path``); OMP/MKL threads set to ``threads`` (0: library default).
-    Ray workers started by that process inherit it."""
+    first, then ``extra_path``); OMP/MKL threads and our workers' torch threads
+    (``PYTORCHRL_TORCH_THREADS``) set to ``threads`` (0: the library's default, one torch
+    thread per worker). Ray workers started by that process inherit it."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    env.pop("PYTORCHRL_TORCH_THREADS", None)
     path = ([args.ours_src] if getattr(args, "ours_src", None) else []) + list(extra_path)
     if path:
         env["PYTHONPATH"] = os.pathsep.join(path)
     if threads and threads > 0:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = env["PYTORCHRL_TORCH_THREADS"] = str(threads)
     return env
 
 

@@ -53,8 +53,8 @@ def parse_args(argv=None):
     ap.add_argument("--peers-python", default=C.DEFAULT_PEERS_PYTHON,
                     help="interpreter with stable-baselines3, ale-py, opencv (default: benchmarks/.venv-peers)")
     ap.add_argument("--torch-threads", type=int, default=1,
-                    help="OMP_NUM_THREADS of every worker, the torch threads of both sides (default 1; 0: the "
-                         "libraries' default, two on a 2-core machine)")
+                    help="OMP_NUM_THREADS (and our PYTORCHRL_TORCH_THREADS) of every worker: the torch threads of "
+                         "both sides (default 1; 0: the libraries' defaults, SB3 two on a 2-core machine, ours one)")
     ap.add_argument("--eval-episodes", type=int, default=10, help="greedy games after training (default 10; 0: none)")
     ap.add_argument("--eval-max-steps", type=int, default=4500,
                     help="a greedy game is cut after this many env steps (default %(default)s)")
