@@ -40,6 +40,38 @@ def value_loss_scale(algo_factory, actor_factory, obs_space=None):
     return info["ValueLoss"] / mse
 
 
+def zoo_ppo_learner(hp, make_algo, actor_factory, train_envs, steps, seed, obs_space=None):
+    """Our PPO ``Learner`` for an SB3 comparison (_ours_ppo.py, _ours_atari_ppo.py), in one
+    process: SB3's objective (``hp["vf_coef_on_mse"]`` on the plain MSE, our coefficient from
+    ``value_loss_scale``), GAE rollouts of ``hp["n_steps"]``, lr and clip linear to 0 over
+    ``steps`` env steps, torch and numpy seeded with ``seed``.
+
+    make_algo(value_loss_coef): PPO's factory with that coefficient; actor_factory,
+    train_envs: the actor's and the environments' factories; obs_space: the observations'
+    space (None: CartPole's). Returns (learner, value_loss_coef passed, value-loss form scale).
+    """
+    import numpy as np
+    import torch
+
+    from pytorchrl.agent.storages import GAEBuffer
+    from pytorchrl.learner import Learner
+    from pytorchrl.schedules import Schedule
+    from pytorchrl.scheme import Scheme
+
+    # Same objective as SB3: vf_coef on the plain MSE (ours is 0.5*MSE -> coef / 0.5).
+    scale = value_loss_scale(make_algo(1.0), actor_factory, obs_space)
+    value_loss_coef = hp["vf_coef_on_mse"] / scale
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    scheme = Scheme(algo_factory=make_algo(value_loss_coef), actor_factory=actor_factory,
+                    storage_factory=GAEBuffer.create_factory(size=hp["n_steps"], gae_lambda=hp["gae_lambda"]),
+                    train_envs_factory=train_envs, num_col_workers=1, num_grad_workers=1)
+    learner = Learner(scheme, target_steps=steps, schedules=[
+        Schedule("lr", kind="linear", start=hp["lr"], end=0.0),
+        Schedule("clip_param", kind="linear", start=hp["clip"], end=0.0)])
+    return learner, value_loss_coef, scale
+
+
 def greedy_returns_of(actor, episodes, env_id="CartPole-v1", make_env=None, max_steps=None):
     """Returns of ``episodes`` greedy episodes (``_worker_common.greedy_returns``, same
     arguments) played by our trained ``actor`` through the public ``Actor.act`` with

@@ -49,23 +49,13 @@ def parse_args(argv=None):
     ap.add_argument("--systems", default="ours,ours-bf16,sb3", help="comma-separated subset of: ours, ours-bf16, sb3")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 4,096 steps, 1 seed, 1 greedy game of at most 300 steps, no warm-up")
-    ap.add_argument("--ours-python", default=sys.executable, help="interpreter with pytorchrl (default: this one)")
-    ap.add_argument("--peers-python", default=C.DEFAULT_PEERS_PYTHON,
-                    help="interpreter with stable-baselines3, ale-py, opencv (default: benchmarks/.venv-peers)")
     ap.add_argument("--torch-threads", type=int, default=1,
                     help="OMP_NUM_THREADS (and our PYTORCHRL_TORCH_THREADS) of every worker: the torch threads of "
                          "both sides (default 1; 0: the libraries' defaults, SB3 two on a 2-core machine, ours one)")
     ap.add_argument("--eval-episodes", type=int, default=10, help="greedy games after training (default 10; 0: none)")
     ap.add_argument("--eval-max-steps", type=int, default=4500,
                     help="a greedy game is cut after this many env steps (default %(default)s)")
-    ap.add_argument("--no-warmup", action="store_true", help="skip the untimed short run of each interpreter")
-    ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds allowed to one worker run")
-    ap.add_argument("--out-dir", default=C.RESULTS_DIR)
-    ap.add_argument("--report", metavar="JSONL", default=None,
-                    help="run nothing: print the report of a results file of this script (also of a run that "
-                         "was stopped part-way: the runs recorded so far)")
-    C.add_source_args(ap)
-    C.add_load_args(ap)
+    C.add_side_by_side_args(ap, timeout=4 * 3600)
     args = ap.parse_args(argv)
     if args.quick:
         args.steps, args.seeds, args.eval_episodes, args.eval_max_steps, args.no_warmup = 4096, 1, 1, 300, True
@@ -168,11 +158,7 @@ def render(summary, records, meta):
                            or "–", "–" if cpu is None else f"{cpu:.2f}x",
                            C.speedup(o, b, "learn_wall_s"), C.speedup(o, b, "total_wall_s"),
                            _diff(o[RETURN_KEY], b[RETURN_KEY]), _diff(o["eval_mean"], b["eval_mean"])])
-        ok_speed = ratio >= TARGET_RATIO
-        ok_return = o[RETURN_KEY] is not None and b[RETURN_KEY] is not None and o[RETURN_KEY] >= b[RETURN_KEY]
-        verdicts.append(f"{system}: {'MET' if ok_speed and ok_return else 'NOT MET'} (speed {ratio:.2f}x: "
-                        f"{'ok' if ok_speed else 'short'}; return {fmt(o[RETURN_KEY], 2)} vs {fmt(b[RETURN_KEY], 2)}: "
-                        f"{'ok' if ok_return else 'lower'})")
+        verdicts.append(C.goal_verdict(system, ratio, TARGET_RATIO, o[RETURN_KEY], b[RETURN_KEY], digits=2))
     if ratio_rows:
         lines += ["", C.md_table(["ours / SB3", "env steps/s (medians)", "per seed (paired runs)",
                                   "env steps per CPU-s (medians)", "learn wall speed-up", "total wall speed-up",
@@ -203,12 +189,7 @@ def report_from(path):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    if args.report:
-        print(report_from(args.report))
-        return 0
-    with C.prepared_source(args):
-        return run(args)
+    return C.report_or_run(parse_args(argv), report_from, run)
 
 
 def run(args):
@@ -217,23 +198,13 @@ def run(args):
                          peers_imports="stable_baselines3, gymnasium, ale_py, cv2")
     extra = {"game": args.game, "steps": args.steps, "seeds": args.seeds, "systems": args.systems,
              "torch_threads_env": args.torch_threads, "eval_episodes": args.eval_episodes,
-             "eval_max_steps": args.eval_max_steps, "hyperparameters": ZOO_ATARI_PPO}
-    if any(is_ours(s) for s in args.systems):
-        v = C.versions(args.ours_python, ["pytorchrl", "torch", "numpy", "gymnasium", "ale_py"],
-                       worker_env("ours", args))
-        extra.update(ours_version=v["pytorchrl"], ours_versions=v)
-    if "sb3" in args.systems:
-        v = C.versions(args.peers_python, ["stable_baselines3", "torch", "numpy", "gymnasium", "ale_py", "cv2"],
-                       worker_env("sb3", args))
-        extra.update(sb3_version=v["stable_baselines3"], sb3_versions=v)
+             "eval_max_steps": args.eval_max_steps, "hyperparameters": ZOO_ATARI_PPO,
+             **C.side_versions(args, args.systems, is_ours, lambda s: worker_env(s, args),
+                               ["torch", "numpy", "gymnasium", "ale_py", "cv2"])}
     plan = f"{args.seeds} seed(s) x {args.systems} x {args.game} {args.steps:,} env steps"
     jsonl, meta = C.start_results("atari_ppo", args, extra, plan=plan)
-    if not args.no_warmup:
-        # Untimed: brings each interpreter's libraries (and the game's ROM) into the file cache.
-        for system in dict.fromkeys("ours" if is_ours(s) else s for s in args.systems):
-            r = run_one(system, args, 0, 1024, eval_episodes=0)
-            if "error" in r:
-                sys.exit(f"atari_ppo: warm-up of {system} failed: {r['error']}\n{r.get('stderr_tail', '')}")
+    if not args.no_warmup:   # the game's ROM comes into the file cache too
+        C.warm_up("atari_ppo", args.systems, is_ours, lambda system: run_one(system, args, 0, 1024, eval_episodes=0))
 
     records = []
     for seed in range(args.seeds):

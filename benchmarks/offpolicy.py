@@ -57,20 +57,10 @@ def parse_args(argv=None):
                     help="smoke run: DQN 5k, SAC 1k steps, SAC HalfCheetah 1.5k (learning from 1k), 1 seed, no warm-up")
     ap.add_argument("--systems", default="ours,ours-1t,sb3",
                     help="comma-separated subset of: ours, ours-1t (PYTORCHRL_UPDATE_THREADS=1), sb3")
-    ap.add_argument("--ours-python", default=sys.executable, help="interpreter with pytorchrl (default: this one)")
-    ap.add_argument("--peers-python", default=C.DEFAULT_PEERS_PYTHON,
-                    help="interpreter with stable-baselines3 (default: benchmarks/.venv-peers)")
     ap.add_argument("--torch-threads", type=int, default=1,
                     help="OMP_NUM_THREADS of every worker (default 1, as ppo_cartpole.py; 0: library default)")
     ap.add_argument("--eval-episodes", type=int, default=10)
-    ap.add_argument("--no-warmup", action="store_true", help="skip the untimed short run of each interpreter")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds allowed to one worker run")
-    ap.add_argument("--out-dir", default=C.RESULTS_DIR)
-    ap.add_argument("--report", metavar="JSONL", default=None,
-                    help="run nothing: print the report of a results file of this script (also of a run that "
-                         "was stopped part-way: the runs recorded so far)")
-    C.add_source_args(ap)
-    C.add_load_args(ap)
+    C.add_side_by_side_args(ap, timeout=1800)
     args = ap.parse_args(argv)
     # Tasks whose zoo learning_starts the run replaces (--quick: HalfCheetah learns from 1k).
     args.learning_starts = {}
@@ -208,10 +198,7 @@ def render_task(task, summary, records, meta):
                            ", ".join(f"{p:.2f}x" for p in paired(records, task, system, "env_steps_per_cpu_s")) or "–",
                            C.speedup(o, b, "learn_wall_s"), C.speedup(o, b, "total_wall_s"),
                            C.speedup(o, b, "solve_wall_s"), f"{o['eval_mean'] - b['eval_mean']:+.1f}"])
-        ok_speed, ok_return = ratio >= TARGET_RATIO[task], o["eval_mean"] >= b["eval_mean"]
-        verdicts.append(f"{system}: {'MET' if ok_speed and ok_return else 'NOT MET'} (speed {ratio:.2f}x: "
-                        f"{'ok' if ok_speed else 'short'}; return {o['eval_mean']:.1f} vs {b['eval_mean']:.1f}: "
-                        f"{'ok' if ok_return else 'lower'})")
+        verdicts.append(C.goal_verdict(system, ratio, TARGET_RATIO[task], o["eval_mean"], b["eval_mean"]))
     if ratio_rows:
         lines += ["", C.md_table(["ours / SB3", "env steps/s (medians)", "env steps/s per seed (paired runs)",
                                   "env steps per CPU-s (medians)", "per CPU-s, per seed", "learn wall speed-up",
@@ -256,36 +243,21 @@ def report_from(path):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    if args.report:
-        print(report_from(args.report))
-        return 0
-    with C.prepared_source(args):
-        return run(args)
+    return C.report_or_run(parse_args(argv), report_from, run)
 
 
 def run(args):
     check_interpreters(args)
     extra = {"steps": args.steps, "seeds": args.seeds, "systems": args.systems, "tasks": args.tasks,
              "torch_threads_env": args.torch_threads, "learning_starts_replaced": args.learning_starts,
-             "hyperparameters": {t: OFFPOLICY_HYPERPARAMETERS[t] for t in args.tasks}}
-    if any(is_ours(s) for s in args.systems):
-        v = C.versions(args.ours_python, ["pytorchrl", "torch", "numpy", "gymnasium", "mujoco"],
-                       worker_env("ours", args))
-        extra.update(ours_version=v["pytorchrl"], ours_versions=v)
-    if "sb3" in args.systems:
-        v = C.versions(args.peers_python, ["stable_baselines3", "torch", "numpy", "gymnasium", "mujoco"],
-                       worker_env("sb3", args))
-        extra.update(sb3_version=v["stable_baselines3"], sb3_versions=v)
+             "hyperparameters": {t: OFFPOLICY_HYPERPARAMETERS[t] for t in args.tasks},
+             **C.side_versions(args, args.systems, is_ours, lambda s: worker_env(s, args),
+                               ["torch", "numpy", "gymnasium", "mujoco"])}
     plan = (f"{args.seeds} seed(s) x {args.systems} x " +
             ", ".join(f"{t} {args.steps[t]:,} steps" for t in args.tasks))
     jsonl, meta = C.start_results("offpolicy", args, extra, plan=plan)
     if not args.no_warmup:
-        # Untimed: brings each interpreter's libraries into the file cache.
-        for system in dict.fromkeys("ours" if is_ours(s) else s for s in args.systems):
-            r = run_one(system, args, "dqn", 0, 1500, eval_episodes=1)
-            if "error" in r:
-                sys.exit(f"offpolicy: warm-up of {system} failed: {r['error']}\n{r.get('stderr_tail', '')}")
+        C.warm_up("offpolicy", args.systems, is_ours, lambda system: run_one(system, args, "dqn", 0, 1500, 1))
 
     records = []
     for task in args.tasks:

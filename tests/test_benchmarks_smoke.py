@@ -33,11 +33,11 @@ def _load_bench(name):
     return mod
 
 
-@pytest.mark.timeout(300)
-def test_ours_worker_prints_a_complete_record():
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, os.path.join(BENCH, "_ours_ppo.py"), "--steps", "3000", "--seed", "1",
-                        "--eval-episodes", "2"], capture_output=True, text=True, env=env, cwd=REPO, timeout=280)
+def worker_record(script, argv, cwd=REPO, **env):
+    """Run our benchmark worker ``script`` with ``argv`` (one torch thread, ``env`` added to
+    the environment) and return its JSON record, checked for the fields every worker prints."""
+    r = subprocess.run([sys.executable, os.path.join(BENCH, script), *map(str, argv)], capture_output=True, text=True,
+                       env=dict(os.environ, OMP_NUM_THREADS="1", **env), cwd=str(cwd), timeout=280)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"no JSON line in the output:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
@@ -45,6 +45,12 @@ def test_ours_worker_prints_a_complete_record():
     for key, kind in FIELDS.items():
         assert key in rec, f"missing field {key!r}"
         assert isinstance(rec[key], (int, float) if kind is float else kind), (key, rec[key])
+    return rec
+
+
+@pytest.mark.timeout(300)
+def test_ours_worker_prints_a_complete_record():
+    rec = worker_record("_ours_ppo.py", ["--steps", 3000, "--seed", 1, "--eval-episodes", 2])
     for key in ("solve_env_steps", "solve_wall_s"):   # None unless solved (not in 3000 steps)
         assert key in rec
     assert rec["system"] == "ours" and rec["seed"] == 1
@@ -359,18 +365,9 @@ def test_offpolicy_ours_worker_prints_a_complete_record(algo, steps, updates, tm
     (--learning-starts) to reach its updates."""
     if algo == "sac-mujoco" and not mujoco_loads():
         pytest.skip("MuJoCo's HalfCheetah-v5 cannot load here")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTORCHRL_UPDATE_THREADS="1")
-    extra = ["--learning-starts", "100"] if algo == "sac-mujoco" else []
-    r = subprocess.run([sys.executable, os.path.join(BENCH, "_ours_offpolicy.py"), "--algo", algo, "--steps",
-                        str(steps), "--seed", "2", "--eval-episodes", "1", *extra], capture_output=True, text=True,
-                       env=env, cwd=str(tmp_path), timeout=280)
-    assert r.returncode == 0, r.stderr[-3000:]
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"no JSON line in the output:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
-    rec = json.loads(lines[-1])
-    for key, kind in FIELDS.items():
-        assert key in rec, f"missing field {key!r}"
-        assert isinstance(rec[key], (int, float) if kind is float else kind), (key, rec[key])
+    extra = ["--learning-starts", 100] if algo == "sac-mujoco" else []
+    rec = worker_record("_ours_offpolicy.py", ["--algo", algo, "--steps", steps, "--seed", 2, "--eval-episodes", 1,
+                                               *extra], cwd=tmp_path, PYTORCHRL_UPDATE_THREADS="1")
     assert rec["system"] == "ours" and rec["algo"] == algo and rec["seed"] == 2
     assert rec["env_steps"] == steps and rec["update_threads_env"] == "1"
     # DQN: stages of 128 updates at 1024, 1280 and 1536 env steps, as SB3 trains after each
@@ -457,17 +454,8 @@ def test_atari_ours_worker_prints_a_complete_record(tmp_path):
     the real games' scores read from the episode log (a random Breakout game lasts some 170
     steps: about ten end in 8 x 256 steps)."""
     pytest.importorskip("ale_py")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, os.path.join(BENCH, "_ours_atari_ppo.py"), "--steps", "2048", "--seed", "1",
-                        "--precision", "bf16", "--eval-episodes", "1", "--eval-max-steps", "60"],
-                       capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=280)
-    assert r.returncode == 0, r.stderr[-3000:]
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"no JSON line in the output:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
-    rec = json.loads(lines[-1])
-    for key, kind in FIELDS.items():
-        assert key in rec, f"missing field {key!r}"
-        assert isinstance(rec[key], (int, float) if kind is float else kind), (key, rec[key])
+    rec = worker_record("_ours_atari_ppo.py", ["--steps", 2048, "--seed", 1, "--precision", "bf16",
+                                               "--eval-episodes", 1, "--eval-max-steps", 60], cwd=tmp_path)
     assert rec["system"] == "ours-bf16" and rec["precision"] == "bf16" and rec["game"] == "BreakoutNoFrameskip-v4"
     # Two rollouts (8 envs x 128 steps), each trained on in full: 4 epochs x 4 mini-batches of 256.
     assert rec["env_steps"] == 2048 and rec["updates"] == 32
