@@ -191,6 +191,24 @@ def wait_idle(threshold, wait_max=900.0, window=3.0):
     return share, time.perf_counter() - t
 
 
+def add_side_by_side_args(ap, timeout):
+    """Options of the orchestrators that run our workers and the peers' side by side
+    (offpolicy.py, atari_ppo.py): the two interpreters, the warm-up, the timeout of one run
+    (``timeout`` seconds by default), the output directory, ``--report``, the code measured
+    (``add_source_args``) and the machine's load (``add_load_args``)."""
+    ap.add_argument("--ours-python", default=sys.executable, help="interpreter with pytorchrl (default: this one)")
+    ap.add_argument("--peers-python", default=DEFAULT_PEERS_PYTHON,
+                    help="interpreter of the peers' workers (default: benchmarks/.venv-peers, see setup_peers.sh)")
+    ap.add_argument("--no-warmup", action="store_true", help="skip the untimed short run of each interpreter")
+    ap.add_argument("--timeout", type=float, default=timeout, help="seconds allowed to one worker run")
+    ap.add_argument("--out-dir", default=RESULTS_DIR)
+    ap.add_argument("--report", metavar="JSONL", default=None,
+                    help="run nothing: print the report of a results file of this script (also of a run that "
+                         "was stopped part-way: the runs recorded so far)")
+    add_source_args(ap)
+    add_load_args(ap)
+
+
 def add_load_args(ap):
     """--wait-idle / --wait-max options (see ``wait_idle``)."""
     ap.add_argument("--wait-idle", type=float, default=None, metavar="SHARE",
@@ -374,15 +392,17 @@ def source_line(source):
 
 def ours_env(args, threads=1, extra_path=()):
     """Environment of a worker that imports our pytorchrl (PYTHONPATH: the measured code
-    first, then ``extra_path``); OMP/MKL threads set to ``threads`` (0: library default).
-    Ray workers started by that process inherit it."""
+    first, then ``extra_path``); OMP/MKL threads and our workers' torch threads
+    (``PYTORCHRL_TORCH_THREADS``) set to ``threads`` (0: the library's default, one torch
+    thread per worker). Ray workers started by that process inherit it."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    env.pop("PYTORCHRL_TORCH_THREADS", None)
     path = ([args.ours_src] if getattr(args, "ours_src", None) else []) + list(extra_path)
     if path:
         env["PYTHONPATH"] = os.pathsep.join(path)
     if threads and threads > 0:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = env["PYTORCHRL_TORCH_THREADS"] = str(threads)
     return env
 
 
@@ -576,6 +596,97 @@ def finish_results(jsonl, meta, records, summary, table):
     print()
     print(table)
     return 1 if any("error" in r for r in records) else 0
+
+def check_interpreters(name, systems, python_of, env_of, is_ours, ours_imports="pytorchrl, gymnasium",
+                       peers_imports="stable_baselines3, gymnasium"):
+    """Exit early, with the fix, when an interpreter cannot run its worker.
+
+    name: the benchmark (the messages' first word); systems: the systems to run;
+    python_of(system), env_of(system): a system's interpreter and environment; is_ours(system):
+    whether it is one of ours. ours_imports, peers_imports: what each side's workers import.
+    """
+    for system in systems:
+        ours = is_ours(system)
+        py = python_of(system)
+        hint = " (pip install -e . in that env)" if ours else " (run benchmarks/setup_peers.sh first)"
+        if not os.path.exists(py):
+            sys.exit(f"{name}: interpreter for {system} not found: {py}{hint}")
+        r = subprocess.run([py, "-c", f"import {ours_imports if ours else peers_imports}"], capture_output=True,
+                           text=True, env=env_of(system))
+        if r.returncode != 0:
+            sys.exit(f"{name}: {py} cannot run the {system} worker{hint}:\n{r.stderr.strip()[-800:]}")
+
+
+def report_or_run(args, report_from, run):
+    """The ``main`` of a side-by-side orchestrator: with ``--report JSONL`` print
+    ``report_from(JSONL)``, else ``run(args)`` on the measured code (``prepared_source``)."""
+    if getattr(args, "report", None):
+        print(report_from(args.report))
+        return 0
+    with prepared_source(args):
+        return run(args)
+
+
+def side_versions(args, systems, is_ours, env_of, modules):
+    """``meta`` fields naming both sides' versions: ``ours_version``/``ours_versions`` (our
+    interpreter: pytorchrl and ``modules``) and ``sb3_version``/``sb3_versions`` (the peers'
+    interpreter: stable_baselines3 and ``modules``), for the sides among ``systems``.
+    env_of(system): the environment of a system's worker."""
+    extra = {}
+    if any(is_ours(s) for s in systems):
+        v = versions(args.ours_python, ["pytorchrl", *modules], env_of("ours"))
+        extra.update(ours_version=v["pytorchrl"], ours_versions=v)
+    if "sb3" in systems:
+        v = versions(args.peers_python, ["stable_baselines3", *modules], env_of("sb3"))
+        extra.update(sb3_version=v["stable_baselines3"], sb3_versions=v)
+    return extra
+
+
+def warm_up(name, systems, is_ours, run_one):
+    """Untimed: one short run of each interpreter among ``systems`` (ours once), which brings
+    its libraries into the file cache; exits with the worker's error if one fails.
+    run_one(system): the short run's record."""
+    for system in dict.fromkeys("ours" if is_ours(s) else s for s in systems):
+        r = run_one(system)
+        if "error" in r:
+            sys.exit(f"{name}: warm-up of {system} failed: {r['error']}\n{r.get('stderr_tail', '')}")
+
+
+def paired_ratios(records, system, peer, key, where=None):
+    """``system``/``peer`` ratios of ``key`` for the runs of the same seed (run back to back),
+    among the successful records for which ``where(record)`` holds (default: all)."""
+    by = {(r["system"], r["seed"]): r for r in records
+          if "error" not in r and r.get(key) is not None and (where is None or where(r))}
+    return [by[(system, s)][key] / by[(peer, s)][key] for (sys_, s) in sorted(by)
+            if sys_ == system and (peer, s) in by and by[(peer, s)][key]]
+
+
+def speedup(ours, peer, key):
+    """'N.NNx': how many times less ``key`` (a time) ``ours`` took than ``peer`` (dicts of
+    medians); '–' when either is missing or infinite."""
+    if ours.get(key) in (None, float("inf")) or peer.get(key) in (None, float("inf")):
+        return "–"
+    return f"{peer[key] / ours[key]:.2f}x"
+
+
+def goal_verdict(system, ratio, target, ours_return, peer_return, digits=1):
+    """'SYSTEM: MET (...)' or 'SYSTEM: NOT MET (...)': whether ``system`` reaches ``target``
+    times the peer's throughput (``ratio``) at an equal or better return (``ours_return`` >=
+    ``peer_return``; a missing return is not), with both reasons."""
+    ok_speed = ratio >= target
+    ok_return = ours_return is not None and peer_return is not None and ours_return >= peer_return
+    return (f"{system}: {'MET' if ok_speed and ok_return else 'NOT MET'} (speed {ratio:.2f}x: "
+            f"{'ok' if ok_speed else 'short'}; return {fmt(ours_return, digits)} vs {fmt(peer_return, digits)}: "
+            f"{'ok' if ok_return else 'lower'})")
+
+
+def read_results(path):
+    """(meta record, run records) of a results file (.jsonl), also of a run stopped part-way."""
+    with open(path) as f:
+        lines = [json.loads(ln) for ln in f if ln.strip()]
+    meta = next(r for r in lines if r.get("record") == "meta")
+    return meta, [r for r in lines if "record" not in r]
+
 
 # ------------------------------------------------------------------------- format
 def median(values):

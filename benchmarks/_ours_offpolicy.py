@@ -1,4 +1,4 @@
-"""Benchmark worker: pytorchrl DDQN on CartPole-v1 or SAC on Pendulum-v1 with rl-zoo's hyperparameters.
+"""Benchmark worker: pytorchrl DDQN on CartPole-v1, SAC on Pendulum-v1 or HalfCheetah-v5 with rl-zoo's hyperparameters.
 
 Run by offpolicy.py with the interpreter where pytorchrl is installed. Uses the public
 Python API only (VecEnv, DDQN/SAC, OffPolicyActor, ReplayBuffer, Scheme, Learner, Schedule);
@@ -8,7 +8,8 @@ JSON line (the last line of stdout) with the same fields as _sb3_offpolicy.py.
 ``PYTORCHRL_UPDATE_THREADS=1`` in the environment keeps the numpy update on one thread (the
 orchestrator's "ours-1t" system); the record states the threads used (``update_threads``).
 
-Usage: python _ours_offpolicy.py --algo {dqn,sac} [--steps N] [--seed 0] [--eval-episodes 10]
+Usage: python _ours_offpolicy.py --algo {dqn,sac,sac-mujoco} [--steps N] [--seed 0] [--eval-episodes 10]
+                                [--learning-starts N]
 """
 
 import time
@@ -23,12 +24,14 @@ import sys  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _worker_common as W  # noqa: E402
 from _memsampler import PeakRSS  # noqa: E402
+from _ours_common import greedy_returns_of  # noqa: E402
 
 HYPERPARAMETERS = W.OFFPOLICY_HYPERPARAMETERS   # the same as _sb3_offpolicy.py's
 
 
-def build(algo, seed, steps):
-    """The Learner of ``algo`` ("dqn" or "sac") for ``steps`` env steps, zoo hyperparameters."""
+def build(algo, seed, steps, hp):
+    """The Learner of ``algo`` ("dqn", "sac" or "sac-mujoco") for ``steps`` env steps with the
+    hyperparameters ``hp`` (``W.offpolicy_hyperparameters``: the zoo's)."""
     from pytorchrl.agent.actors import OffPolicyActor
     from pytorchrl.agent.algorithms import DDQN, SAC
     from pytorchrl.agent.env import VecEnv
@@ -38,7 +41,6 @@ def build(algo, seed, steps):
     from pytorchrl.schedules import Schedule
     from pytorchrl.scheme import Scheme
 
-    hp = HYPERPARAMETERS[algo]
     train_envs, action_space, obs_space = VecEnv.create_factory(
         env_fn=make_gym_env, env_kwargs={"env_id": hp["env_id"]}, vec_env_size=1, seed=seed)
     schedules = []
@@ -67,20 +69,6 @@ def build(algo, seed, steps):
     return Learner(scheme, target_steps=steps, schedules=schedules)
 
 
-def greedy_returns_of_actor(actor, episodes, env_id):
-    """``W.greedy_returns`` played by our trained off-policy actor through the public
-    ``Actor.act`` (deterministic: DDQN's Q argmax, SAC's squashed Gaussian mean)."""
-    import numpy as np
-
-    discrete = bool(actor.discrete)
-
-    def act(obs):
-        env_action = np.asarray(actor.act(np.asarray(obs, dtype=np.float32)[None], deterministic=True)[0])[0]
-        return int(env_action.reshape(-1)[0]) if discrete else env_action.reshape(-1)
-
-    return W.greedy_returns(act, episodes, env_id)
-
-
 def main():
     args = W.parse_cartpole_args(__doc__, algos=HYPERPARAMETERS)
 
@@ -95,7 +83,8 @@ def main():
 
         torch.manual_seed(args.seed)
         np.random.seed(args.seed)
-        learner = build(args.algo, args.seed, args.steps)
+        hp = W.offpolicy_hyperparameters(args)
+        learner = build(args.algo, args.seed, args.steps, hp)
         algo = learner.update_worker.local_worker.algo
         t_built = time.perf_counter()
 
@@ -119,8 +108,8 @@ def main():
 
         # ---------------------------------------------- greedy evaluation (timed apart)
         with torch.inference_mode():
-            returns = greedy_returns_of_actor(learner.update_worker.local_worker.actor, args.eval_episodes,
-                                              HYPERPARAMETERS[args.algo]["env_id"])
+            returns = greedy_returns_of(learner.update_worker.local_worker.actor, args.eval_episodes,
+                                        hp["env_id"])
         t_eval = time.perf_counter()
         engine = getattr(algo, "update_engine", None)
         phases = {k.split("/", 1)[1]: round(v, 3) for k, v in learner.get_metrics(
@@ -140,7 +129,7 @@ def main():
         "update_threads": getattr(engine, "threads", 1) if engine is not None else None,
         "update_threads_env": os.environ.get("PYTORCHRL_UPDATE_THREADS"), "update_threads_default": update_threads(),
         "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "gymnasium": gym.__version__,
-        "python": platform.python_version(), "hyperparameters": HYPERPARAMETERS[args.algo],
+        "python": platform.python_version(), "hyperparameters": hp,
         "pytorchrl_path": os.path.dirname(pytorchrl.__file__),
     }
     if args.algo == "dqn":

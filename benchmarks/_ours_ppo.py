@@ -21,7 +21,7 @@ import sys  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _worker_common as W  # noqa: E402
 from _memsampler import PeakRSS  # noqa: E402
-from _ours_common import greedy_returns_of, value_loss_scale  # noqa: E402
+from _ours_common import greedy_returns_of, zoo_ppo_learner  # noqa: E402
 
 HYPERPARAMETERS = W.ZOO_CARTPOLE_PPO   # the same as _sb3_ppo.py's
 
@@ -31,7 +31,6 @@ def main():
 
     with PeakRSS() as mem:
         import gymnasium as gym
-        import numpy as np
         import torch
 
         import pytorchrl
@@ -39,11 +38,7 @@ def main():
         from pytorchrl.agent.actors.feature_extractors.mlp import MLP
         from pytorchrl.agent.algorithms import PPO
         from pytorchrl.agent.env import VecEnv
-        from pytorchrl.agent.storages import GAEBuffer
         from pytorchrl.envs import make_gym_env
-        from pytorchrl.learner import Learner
-        from pytorchrl.scheme import Scheme
-        from pytorchrl.schedules import Schedule
         t_imported = time.perf_counter()
 
         hp = HYPERPARAMETERS
@@ -61,18 +56,8 @@ def main():
                 value_loss_coef=value_loss_coef, max_grad_norm=hp["max_grad_norm"],
                 normalize_advantages=hp["normalize_advantage"], use_clipped_value_loss=False)[0]
 
-        # Same objective as SB3: vf_coef 0.5 on the plain MSE (ours is 0.5*MSE -> coef 1.0).
-        scale = value_loss_scale(make_algo(1.0), actor_factory)
-        value_loss_coef = hp["vf_coef_on_mse"] / scale
-
-        torch.manual_seed(args.seed)
-        np.random.seed(args.seed)
-        scheme = Scheme(algo_factory=make_algo(value_loss_coef), actor_factory=actor_factory,
-                        storage_factory=GAEBuffer.create_factory(size=hp["n_steps"], gae_lambda=hp["gae_lambda"]),
-                        train_envs_factory=train_envs, num_col_workers=1, num_grad_workers=1)
-        learner = Learner(scheme, target_steps=args.steps, schedules=[
-            Schedule("lr", kind="linear", start=hp["lr"], end=0.0),
-            Schedule("clip_param", kind="linear", start=hp["clip"], end=0.0)])
+        learner, value_loss_coef, scale = zoo_ppo_learner(hp, make_algo, actor_factory, train_envs, args.steps,
+                                                          args.seed)
         t_built = time.perf_counter()
 
         # ------------------------------------------------------------ training (timed)

@@ -1,4 +1,4 @@
-"""Benchmark worker: Stable-Baselines3 DQN on CartPole-v1 or SAC on Pendulum-v1 with rl-zoo's hyperparameters.
+"""Benchmark worker: Stable-Baselines3 DQN on CartPole-v1, SAC on Pendulum-v1 or HalfCheetah-v5 with rl-zoo's hyperparameters.
 
 Run by offpolicy.py with the peers' interpreter (benchmarks/.venv-peers, see
 setup_peers.sh). Prints ONE JSON line (the last line of stdout) with the same fields as
@@ -6,7 +6,8 @@ _ours_offpolicy.py. The greedy evaluation is the same function as ours
 (_worker_common.greedy_returns: fresh gymnasium env, seeds 1000..1009); the solve criterion
 is checked at the end of every rollout (collection round), as ours after every round.
 
-Usage: python _sb3_offpolicy.py --algo {dqn,sac} [--steps N] [--seed 0] [--eval-episodes 10]
+Usage: python _sb3_offpolicy.py --algo {dqn,sac,sac-mujoco} [--steps N] [--seed 0] [--eval-episodes 10]
+                               [--learning-starts N]
 """
 
 import time
@@ -25,13 +26,13 @@ from _memsampler import PeakRSS  # noqa: E402
 HYPERPARAMETERS = W.OFFPOLICY_HYPERPARAMETERS   # the same as _ours_offpolicy.py's
 
 
-def build(algo, seed):
-    """SB3's model of ``algo`` ("dqn" or "sac") with the zoo hyperparameters, on one env."""
+def build(algo, seed, hp):
+    """SB3's model of ``algo`` ("dqn", "sac" or "sac-mujoco") with the hyperparameters ``hp``
+    (``W.offpolicy_hyperparameters``: the zoo's), on one env."""
     from stable_baselines3 import DQN, SAC
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    hp = HYPERPARAMETERS[algo]
     env = make_vec_env(hp["env_id"], n_envs=1, seed=seed, vec_env_cls=DummyVecEnv)
     if algo == "dqn":
         # Vanilla DQN (max over the target network; ours is double DQN), Huber loss and
@@ -77,7 +78,8 @@ def main():
             def _on_rollout_end(self):
                 self.tracker.check(self.model.num_timesteps)
 
-        model = build(args.algo, args.seed)
+        hp = W.offpolicy_hyperparameters(args)
+        model = build(args.algo, args.seed, hp)
         t_built = time.perf_counter()
 
         # ------------------------------------------------------------ training (timed)
@@ -96,7 +98,7 @@ def main():
             action = model.predict(obs, deterministic=True)[0]
             return int(action) if discrete else np.asarray(action).reshape(-1)
 
-        returns = W.greedy_returns(act, args.eval_episodes, HYPERPARAMETERS[args.algo]["env_id"])
+        returns = W.greedy_returns(act, args.eval_episodes, hp["env_id"])
         t_eval = time.perf_counter()
 
     res = {
@@ -108,7 +110,7 @@ def main():
         **mem.report(),
         "episodes": solve.episodes, "updates": int(model._n_updates),
         "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "gymnasium": gym.__version__,
-        "python": platform.python_version(), "hyperparameters": HYPERPARAMETERS[args.algo],
+        "python": platform.python_version(), "hyperparameters": hp,
     }
     if args.algo == "dqn":
         res["final_epsilon"] = round(float(model.exploration_rate), 4)

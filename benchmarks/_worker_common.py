@@ -48,7 +48,25 @@ ZOO_PENDULUM_SAC = dict(env_id="Pendulum-v1", n_timesteps=20_000, lr=1e-3, buffe
                         ent_coef="auto (initial 1.0)", target_entropy="-dim(A)", net=[256, 256], n_critics=2,
                         adam_eps=1e-8)
 
-OFFPOLICY_HYPERPARAMETERS = {"dqn": ZOO_CARTPOLE_DQN, "sac": ZOO_PENDULUM_SAC}
+# rl-baselines3-zoo, hyperparams/sac.yml, HalfCheetah-v3 (&mujoco-defaults: learning_starts 10000, 1e6
+# steps; the rest SB3's SAC defaults, written out), on gymnasium's HalfCheetah-v5. The budget is
+# what this machine affords: 10,000 random steps, then 30,000 steps with one update each.
+ZOO_HALFCHEETAH_SAC = dict(env_id="HalfCheetah-v5", n_timesteps=40_000, lr=3e-4, buffer_size=1_000_000,
+                           batch_size=256, gamma=0.99, tau=0.005, learning_starts=10_000, train_freq=1,
+                           gradient_steps=1, ent_coef="auto (initial 1.0)", target_entropy="-dim(A)", net=[256, 256],
+                           n_critics=2, adam_eps=1e-8)
+
+OFFPOLICY_HYPERPARAMETERS = {"dqn": ZOO_CARTPOLE_DQN, "sac": ZOO_PENDULUM_SAC, "sac-mujoco": ZOO_HALFCHEETAH_SAC}
+
+# rl-baselines3-zoo, hyperparams/ppo.yml, "atari" (every NoFrameskip-v4 game): _ours_atari_ppo.py
+# against _sb3_atari_ppo.py. Preprocessing: SB3's AtariWrapper (make_atari_env's defaults) and a
+# stack of 4 frames; the ALE ends a game after 108,000 frames (the v4 ids' limit) on both sides.
+ZOO_ATARI_PPO = dict(n_envs=8, n_steps=128, n_epochs=4, batch_size=256, lr=2.5e-4, lr_schedule="linear to 0",
+                     clip=0.1, clip_schedule="linear to 0", ent_coef=0.01, vf_coef_on_mse=0.5, max_grad_norm=0.5,
+                     gae_lambda=0.95, gamma=0.99, adam_eps=1e-5, normalize_advantage=True, ortho_init=True,
+                     net="Nature CNN (shared by policy and value), 512 features, linear heads",
+                     frame_stack=4, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=True,
+                     clip_reward=True, fire_reset="games with a FIRE action", max_game_frames=108_000)
 
 # When a run counts as solved (_ours_ppo.py and _sb3_ppo.py check it after every rollout).
 SOLVE_THRESHOLD = 475.0
@@ -58,7 +76,10 @@ SOLVE_WINDOW = 20
 # episodes reaches ``threshold``. CartPole: 195, the classic threshold of CartPole-v0 (DQN's
 # training episodes act with epsilon 0.04, which rarely lets 20 in a row reach 475);
 # Pendulum: -250 (a swung-up, balanced pendulum scores about -150 +- 100 per episode).
-OFFPOLICY_SOLVE = {"dqn": dict(threshold=195.0, window=20), "sac": dict(threshold=-250.0, window=20)}
+OFFPOLICY_SOLVE = {"dqn": dict(threshold=195.0, window=20), "sac": dict(threshold=-250.0, window=20),
+                   # HalfCheetah: episodes of 1,000 steps (40 in the budget); a random policy
+                   # scores about -300, SAC passes 1,500 within some 30,000 learning steps.
+                   "sac-mujoco": dict(threshold=1500.0, window=5)}
 
 
 class SolveTracker:
@@ -104,28 +125,79 @@ def parse_cartpole_args(doc, argv=None, algos=None):
     ap.add_argument("--eval-episodes", type=int, default=10)
     if algos:
         ap.add_argument("--algo", choices=list(algos), required=True)
+        ap.add_argument("--learning-starts", type=int, default=None,
+                        help="replace the zoo's learning_starts (short runs that must reach the updates)")
     args = ap.parse_args(argv)
     if args.steps is None:
         args.steps = OFFPOLICY_HYPERPARAMETERS[args.algo]["n_timesteps"]
     return args
 
 
-def greedy_returns(act, episodes, env_id="CartPole-v1"):
+def offpolicy_hyperparameters(args):
+    """The off-policy workers' hyperparameters: ``OFFPOLICY_HYPERPARAMETERS[args.algo]``, with
+    ``--learning-starts`` in place of the zoo's when given."""
+    hp = dict(OFFPOLICY_HYPERPARAMETERS[args.algo])
+    if args.learning_starts is not None:
+        hp["learning_starts"] = args.learning_starts
+    return hp
+
+
+#: The Atari workers' games and budget: Breakout learns visibly within 1M frames (Pong's
+#: score hardly moves before a few million).
+ATARI_DEFAULT_GAME = "BreakoutNoFrameskip-v4"
+ATARI_DEFAULT_STEPS = 250_000     # env (agent) steps: 1M emulator frames at frame skip 4
+
+
+def parse_atari_args(doc, argv=None, ours=False):
+    """The command line of _ours_atari_ppo.py and _sb3_atari_ppo.py (atari_ppo.py runs both
+    with the same flags; ``ours``: our worker's ``--precision`` too)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--game", default=ATARI_DEFAULT_GAME, help="a NoFrameskip-v4 id (default %(default)s)")
+    ap.add_argument("--steps", type=int, default=ATARI_DEFAULT_STEPS,
+                    help="env steps (4 frames each) of training (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-episodes", type=int, default=10, help="greedy games after training (0: none)")
+    ap.add_argument("--eval-max-steps", type=int, default=4500,
+                    help="a greedy game is cut after this many env steps (default %(default)s = 18,000 frames)")
+    if ours:
+        ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="actor precision of the CNN (actor.precision)")
+    return ap.parse_args(argv)
+
+
+def frame_fields(rec, frame_skip):
+    """Emulator frames of an Atari run's record (``frames``, ``frames_per_s``,
+    ``frames_per_cpu_s``): its env steps times ``frame_skip``."""
+    return {"frame_skip": frame_skip, "frames": rec["env_steps"] * frame_skip,
+            "frames_per_s": round(rec["env_steps_per_s"] * frame_skip, 1),
+            "frames_per_cpu_s": round(rec["env_steps_per_cpu_s"] * frame_skip, 1)}
+
+
+def greedy_returns(act, episodes, env_id="CartPole-v1", make_env=None, max_steps=None):
     """Returns of ``episodes`` greedy episodes on a fresh gymnasium env, seeded 1000, 1001, ...
     (the same episodes for every system). ``act(obs)``: the trained policy's deterministic
-    action for one observation, as an int."""
+    action for one observation (an int for discrete actions).
+
+    make_env: builds the env (default ``gymnasium.make(env_id)``): a system's own preprocessing
+    (Atari frames). max_steps: an episode is cut after this many steps and scored with the
+    rewards so far (a greedy Atari policy may wait forever for the FIRE that starts a life).
+    """
     import gymnasium as gym
 
-    env = gym.make(env_id)
+    env = make_env() if make_env is not None else gym.make(env_id)
     returns = []
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=1000 + ep)
-        done, ret = False, 0.0
-        while not done:
-            obs, r, term, trunc, _ = env.step(act(obs))
-            ret += float(r)
-            done = term or trunc
-        returns.append(ret)
+    try:
+        for ep in range(episodes):
+            obs, _ = env.reset(seed=1000 + ep)
+            done, ret, steps = False, 0.0, 0
+            while not done:
+                obs, r, term, trunc, _ = env.step(act(obs))
+                ret += float(r)
+                steps += 1
+                done = term or trunc or (max_steps is not None and steps >= max_steps)
+            returns.append(ret)
+    finally:
+        env.close()
     return returns
 
 
@@ -141,7 +213,8 @@ def cartpole_run_fields(target_steps, steps, start, imported, built, train, cpu,
     solve: (env steps, seconds from the start of training) when the run was solved, else
     (None, None). train_returns: the returns of the last (up to 100) training episodes, in
     order; eval_returns: those of the greedy episodes. threshold, window, checked: the solve
-    criterion, as the record states it (the off-policy workers pass ``OFFPOLICY_SOLVE``'s).
+    criterion, as the record states it (the off-policy workers pass ``OFFPOLICY_SOLVE``'s;
+    ``threshold`` None: the run has none, and its solve fields are None).
     """
     import numpy as np
 
@@ -157,11 +230,13 @@ def cartpole_run_fields(target_steps, steps, start, imported, built, train, cpu,
         "env_steps_per_cpu_s": round(steps / max(1e-9, c1 - c0), 1),
         "solve_env_steps": solve_steps,
         "solve_wall_s": None if solve_s is None else round(solve_s, 3),
-        "solve_definition": f"mean training return of the last {window} episodes >= {threshold}, "
-                            f"checked {checked}; seconds from the start of training",
+        "solve_definition": None if threshold is None else
+        f"mean training return of the last {window} episodes >= {threshold}, checked {checked}; seconds from the "
+        "start of training",
         "train_return_last20": round(float(np.mean(train_returns[-20:])), 2) if train_returns else None,
         "train_return_last100": round(float(np.mean(train_returns[-100:])), 2) if train_returns else None,
-        "eval_mean": float(np.mean(eval_returns)), "eval_std": round(float(np.std(eval_returns)), 2),
+        "eval_mean": float(np.mean(eval_returns)) if eval_returns else None,
+        "eval_std": round(float(np.std(eval_returns)), 2) if eval_returns else None,
         "eval_returns": eval_returns,
     }
 

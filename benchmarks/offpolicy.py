@@ -1,8 +1,9 @@
-"""Off-policy: pytorchrl's DDQN (CartPole-v1) and SAC (Pendulum-v1) against Stable-Baselines3's DQN and SAC.
+"""Off-policy: pytorchrl's DDQN (CartPole-v1) and SAC (Pendulum-v1, MuJoCo HalfCheetah-v5) against Stable-Baselines3's DQN and SAC.
 
 Both sides train with the rl-baselines3-zoo hyperparameters (identical on both sides, see
-``_worker_common.ZOO_CARTPOLE_DQN`` / ``ZOO_PENDULUM_SAC`` and README.md): DQN for 50k
-env steps, SAC for 20k, one env, each run in a fresh subprocess:
+``_worker_common.ZOO_CARTPOLE_DQN`` / ``ZOO_PENDULUM_SAC`` / ``ZOO_HALFCHEETAH_SAC`` and
+README.md): DQN for 50k env steps, SAC for 20k on Pendulum and 40k on HalfCheetah (10k
+random, then one update per step), one env, each run in a fresh subprocess:
 
     ours     -> _ours_offpolicy.py with the interpreter where pytorchrl is installed (this one)
     ours-1t  -> the same with PYTORCHRL_UPDATE_THREADS=1 (numpy update on one thread, as SB3)
@@ -18,12 +19,12 @@ Usage:
     python benchmarks/offpolicy.py --clean-head           # 3 seeds x 3 systems x 2 tasks (~40-60 min on 2 cores)
     python benchmarks/offpolicy.py --quick                # smoke run: DQN 5k, SAC 1k steps, 1 seed
     python benchmarks/offpolicy.py --tasks dqn --systems ours,sb3 --seeds 5
+    python benchmarks/offpolicy.py --tasks sac-mujoco --seeds 2   # SAC HalfCheetah-v5, 40k steps (~30-40 min)
     python benchmarks/offpolicy.py --report benchmarks/results/offpolicy_<stamp>.jsonl   # report of a (partial) run
 """
 
 import argparse
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,45 +34,46 @@ from _worker_common import OFFPOLICY_HYPERPARAMETERS, OFFPOLICY_SOLVE  # noqa: E
 
 WORKERS = {"ours": os.path.join(HERE, "_ours_offpolicy.py"), "ours-1t": os.path.join(HERE, "_ours_offpolicy.py"),
            "sb3": os.path.join(HERE, "_sb3_offpolicy.py")}
-TASKS = {"dqn": "DQN on CartPole-v1 (ours: double DQN)", "sac": "SAC on Pendulum-v1"}
-TARGET_RATIO = 3.0
+TASKS = {"dqn": "DQN on CartPole-v1 (ours: double DQN)", "sac": "SAC on Pendulum-v1",
+         "sac-mujoco": "SAC on HalfCheetah-v5 (MuJoCo)"}
+#: The goal of each task: at least this many times SB3's env steps/s at equal or better return
+#: (issue 9 asks 2x on MuJoCo; the earlier off-policy goal is 3x).
+TARGET_RATIO = {"dqn": 3.0, "sac": 3.0, "sac-mujoco": 2.0}
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description="Off-policy DQN/SAC: pytorchrl vs Stable-Baselines3, interleaved.")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per system and task (default 3)")
-    ap.add_argument("--tasks", default="dqn,sac", help="comma-separated subset of: dqn,sac")
+    ap.add_argument("--tasks", default="dqn,sac", help="comma-separated subset of: dqn, sac, sac-mujoco "
+                                                        "(default dqn,sac)")
     ap.add_argument("--dqn-steps", type=int, default=OFFPOLICY_HYPERPARAMETERS["dqn"]["n_timesteps"],
                     help="env steps of a DQN run (default: the zoo's 50000)")
     ap.add_argument("--sac-steps", type=int, default=OFFPOLICY_HYPERPARAMETERS["sac"]["n_timesteps"],
                     help="env steps of a SAC run (default: the zoo's 20000)")
-    ap.add_argument("--quick", action="store_true", help="smoke run: DQN 5k, SAC 1k steps, 1 seed, no warm-up")
+    ap.add_argument("--sac-mujoco-steps", type=int, default=OFFPOLICY_HYPERPARAMETERS["sac-mujoco"]["n_timesteps"],
+                    help="env steps of a SAC HalfCheetah run (default 40000: the zoo's 10000 random steps, then "
+                         "30000 with an update each)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: DQN 5k, SAC 1k steps, SAC HalfCheetah 1.5k (learning from 1k), 1 seed, no warm-up")
     ap.add_argument("--systems", default="ours,ours-1t,sb3",
                     help="comma-separated subset of: ours, ours-1t (PYTORCHRL_UPDATE_THREADS=1), sb3")
-    ap.add_argument("--ours-python", default=sys.executable, help="interpreter with pytorchrl (default: this one)")
-    ap.add_argument("--peers-python", default=C.DEFAULT_PEERS_PYTHON,
-                    help="interpreter with stable-baselines3 (default: benchmarks/.venv-peers)")
     ap.add_argument("--torch-threads", type=int, default=1,
                     help="OMP_NUM_THREADS of every worker (default 1, as ppo_cartpole.py; 0: library default)")
     ap.add_argument("--eval-episodes", type=int, default=10)
-    ap.add_argument("--no-warmup", action="store_true", help="skip the untimed short run of each interpreter")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds allowed to one worker run")
-    ap.add_argument("--out-dir", default=C.RESULTS_DIR)
-    ap.add_argument("--report", metavar="JSONL", default=None,
-                    help="run nothing: print the report of a results file of this script (also of a run that "
-                         "was stopped part-way: the runs recorded so far)")
-    C.add_source_args(ap)
-    C.add_load_args(ap)
+    C.add_side_by_side_args(ap, timeout=1800)
     args = ap.parse_args(argv)
+    # Tasks whose zoo learning_starts the run replaces (--quick: HalfCheetah learns from 1k).
+    args.learning_starts = {}
     if args.quick:
         args.seeds, args.dqn_steps, args.sac_steps, args.no_warmup = 1, 5000, 1000, True
+        args.sac_mujoco_steps, args.learning_starts = 1500, {"sac-mujoco": 1000}
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     bad = [s for s in args.systems if s not in WORKERS] + [t for t in args.tasks if t not in TASKS]
     if bad or not args.systems or not args.tasks:
         ap.error(f"--systems must name some of {sorted(WORKERS)} and --tasks some of {sorted(TASKS)}; "
                  f"got {bad or (args.systems, args.tasks)}")
-    args.steps = {"dqn": args.dqn_steps, "sac": args.sac_steps}
+    args.steps = {"dqn": args.dqn_steps, "sac": args.sac_steps, "sac-mujoco": args.sac_mujoco_steps}
     return args
 
 
@@ -91,22 +93,19 @@ def worker_env(system, args):
 
 def worker_cmd(system, args, task, seed, steps, eval_episodes):
     py = args.ours_python if is_ours(system) else args.peers_python
-    return [py, WORKERS[system], "--algo", task, "--steps", str(steps), "--seed", str(seed),
-            "--eval-episodes", str(eval_episodes)]
+    cmd = [py, WORKERS[system], "--algo", task, "--steps", str(steps), "--seed", str(seed),
+           "--eval-episodes", str(eval_episodes)]
+    if task in args.learning_starts:
+        cmd += ["--learning-starts", str(args.learning_starts[task])]
+    return cmd
 
 
 def check_interpreters(args):
     """Fail early, with the fix, when an interpreter cannot run its worker."""
-    checks = {True: "import pytorchrl, gymnasium", False: "import stable_baselines3, gymnasium"}
-    for system in args.systems:
-        py = args.ours_python if is_ours(system) else args.peers_python
-        hint = " (pip install -e . in that env)" if is_ours(system) else " (run benchmarks/setup_peers.sh first)"
-        if not os.path.exists(py):
-            sys.exit(f"offpolicy: interpreter for {system} not found: {py}{hint}")
-        r = subprocess.run([py, "-c", checks[is_ours(system)]], capture_output=True, text=True,
-                           env=worker_env(system, args))
-        if r.returncode != 0:
-            sys.exit(f"offpolicy: {py} cannot run the {system} worker{hint}:\n{r.stderr.strip()[-800:]}")
+    C.check_interpreters("offpolicy", args.systems, lambda s: args.ours_python if is_ours(s) else args.peers_python,
+                         lambda s: worker_env(s, args), is_ours,
+                         peers_imports="stable_baselines3, gymnasium" +
+                         (", mujoco" if "sac-mujoco" in args.tasks else ""))
 
 
 def run_one(system, args, task, seed, steps, eval_episodes=None):
@@ -155,16 +154,7 @@ def summarize(records):
 
 def paired(records, task, system, key="env_steps_per_s", peer="sb3"):
     """``system``/``peer`` ratios of ``key`` for the runs of the same seed (run back to back)."""
-    by = {(r["system"], r["seed"]): r for r in records
-          if r.get("task") == task and "error" not in r and r.get(key) is not None}
-    return [by[(system, s)][key] / by[(peer, s)][key] for (sys_, s) in sorted(by)
-            if sys_ == system and (peer, s) in by and by[(peer, s)][key]]
-
-
-def _speedup(o, b, key):
-    if o[key] in (None, float("inf")) or b[key] in (None, float("inf")):
-        return "–"
-    return f"{b[key] / o[key]:.2f}x"
+    return C.paired_ratios(records, system, peer, key, where=lambda r: r.get("task") == task)
 
 
 def system_name(system, meta):
@@ -206,18 +196,15 @@ def render_task(task, summary, records, meta):
         ratio_rows.append([system, f"**{ratio:.2f}x**", ", ".join(f"{p:.2f}x" for p in pairs) or "–",
                            "–" if cpu is None else f"{cpu:.2f}x",
                            ", ".join(f"{p:.2f}x" for p in paired(records, task, system, "env_steps_per_cpu_s")) or "–",
-                           _speedup(o, b, "learn_wall_s"), _speedup(o, b, "total_wall_s"),
-                           _speedup(o, b, "solve_wall_s"), f"{o['eval_mean'] - b['eval_mean']:+.1f}"])
-        ok_speed, ok_return = ratio >= TARGET_RATIO, o["eval_mean"] >= b["eval_mean"]
-        verdicts.append(f"{system}: {'MET' if ok_speed and ok_return else 'NOT MET'} (speed {ratio:.2f}x: "
-                        f"{'ok' if ok_speed else 'short'}; return {o['eval_mean']:.1f} vs {b['eval_mean']:.1f}: "
-                        f"{'ok' if ok_return else 'lower'})")
+                           C.speedup(o, b, "learn_wall_s"), C.speedup(o, b, "total_wall_s"),
+                           C.speedup(o, b, "solve_wall_s"), f"{o['eval_mean'] - b['eval_mean']:+.1f}"])
+        verdicts.append(C.goal_verdict(system, ratio, TARGET_RATIO[task], o["eval_mean"], b["eval_mean"]))
     if ratio_rows:
         lines += ["", C.md_table(["ours / SB3", "env steps/s (medians)", "env steps/s per seed (paired runs)",
                                   "env steps per CPU-s (medians)", "per CPU-s, per seed", "learn wall speed-up",
                                   "total wall speed-up", "time-to-solve speed-up", "greedy eval, ours − SB3"],
                                  ratio_rows),
-                  "", f"Goal (>= {TARGET_RATIO:.0f}x SB3's env steps/s at equal or better return): "
+                  "", f"Goal (>= {TARGET_RATIO[task]:.0f}x SB3's env steps/s at equal or better return): "
                       + "; ".join(verdicts) + "."]
     per_seed = []
     for r in sorted((r for r in records if r.get("task") == task and "error" not in r),
@@ -247,11 +234,7 @@ def render(summary, records, meta):
 def report_from(path):
     """The report of a results file (``--report``): its ``meta`` line and the run records
     in it, whether or not the run finished."""
-    import json
-    with open(path) as f:
-        lines = [json.loads(ln) for ln in f if ln.strip()]
-    meta = next(r for r in lines if r.get("record") == "meta")
-    records = [r for r in lines if "record" not in r]
+    meta, records = C.read_results(path)
     done = {r.get("task") for r in records}
     meta = dict(meta, tasks=[t for t in meta["tasks"] if t in done])
     seeds = {t: len({r["seed"] for r in records if r.get("task") == t}) for t in meta["tasks"]}
@@ -260,35 +243,21 @@ def report_from(path):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    if args.report:
-        print(report_from(args.report))
-        return 0
-    with C.prepared_source(args):
-        return run(args)
+    return C.report_or_run(parse_args(argv), report_from, run)
 
 
 def run(args):
     check_interpreters(args)
     extra = {"steps": args.steps, "seeds": args.seeds, "systems": args.systems, "tasks": args.tasks,
-             "torch_threads_env": args.torch_threads, "hyperparameters": {t: OFFPOLICY_HYPERPARAMETERS[t]
-                                                                           for t in args.tasks}}
-    if any(is_ours(s) for s in args.systems):
-        v = C.versions(args.ours_python, ["pytorchrl", "torch", "numpy", "gymnasium"], worker_env("ours", args))
-        extra.update(ours_version=v["pytorchrl"], ours_versions=v)
-    if "sb3" in args.systems:
-        v = C.versions(args.peers_python, ["stable_baselines3", "torch", "numpy", "gymnasium"],
-                       worker_env("sb3", args))
-        extra.update(sb3_version=v["stable_baselines3"], sb3_versions=v)
+             "torch_threads_env": args.torch_threads, "learning_starts_replaced": args.learning_starts,
+             "hyperparameters": {t: OFFPOLICY_HYPERPARAMETERS[t] for t in args.tasks},
+             **C.side_versions(args, args.systems, is_ours, lambda s: worker_env(s, args),
+                               ["torch", "numpy", "gymnasium", "mujoco"])}
     plan = (f"{args.seeds} seed(s) x {args.systems} x " +
             ", ".join(f"{t} {args.steps[t]:,} steps" for t in args.tasks))
     jsonl, meta = C.start_results("offpolicy", args, extra, plan=plan)
     if not args.no_warmup:
-        # Untimed: brings each interpreter's libraries into the file cache.
-        for system in dict.fromkeys("ours" if is_ours(s) else s for s in args.systems):
-            r = run_one(system, args, "dqn", 0, 1500, eval_episodes=1)
-            if "error" in r:
-                sys.exit(f"offpolicy: warm-up of {system} failed: {r['error']}\n{r.get('stderr_tail', '')}")
+        C.warm_up("offpolicy", args.systems, is_ours, lambda system: run_one(system, args, "dqn", 0, 1500, 1))
 
     records = []
     for task in args.tasks:

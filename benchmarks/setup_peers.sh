@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the virtual env of the peer frameworks the benchmarks compare us with:
 #   benchmarks/.venv-peers  (gitignored)
-# with torch 2.13.0 (CPU build), stable-baselines3 2.9.2, gymnasium, psutil and ray[rllib] 2.60.0.
+# with torch 2.13.0 (CPU build), stable-baselines3 2.9.2, gymnasium, psutil, ray[rllib] 2.60.0, and
+# the simulators of the Atari and MuJoCo comparisons: ale-py (the games' ROMs come with it),
+# opencv-python-headless (SB3's AtariWrapper resizes with OpenCV) and mujoco.
 #
 # torch is installed FIRST and pinned afterwards: a bare "torch" requirement pulled in by
 # stable-baselines3 would otherwise fetch the multi-GB CUDA build from PyPI.
@@ -18,6 +20,9 @@ VENV="${PEERS_VENV:-$HERE/.venv-peers}"
 TORCH_VERSION="2.13.0"
 SB3_VERSION="2.9.2"
 RAY_VERSION="2.60.0"
+# The same emulator and physics as our side (pytorchrl's "atari" and "mujoco" extras here).
+ALE_VERSION="0.12.1"
+MUJOCO_VERSION="4.0.0"
 FORCE=0
 [[ "${1:-}" == "--force" ]] && FORCE=1
 
@@ -26,13 +31,18 @@ PY="$VENV/bin/python"
 check() {
     # Exit 0 when the venv has every peer at the pinned version (and a CPU torch).
     [[ -x "$PY" ]] || return 1
-    "$PY" - "$TORCH_VERSION" "$SB3_VERSION" "$RAY_VERSION" "${SKIP_RLLIB:-0}" <<'EOF' 2>/dev/null
+    "$PY" - "$TORCH_VERSION" "$SB3_VERSION" "$RAY_VERSION" "${SKIP_RLLIB:-0}" "$ALE_VERSION" "$MUJOCO_VERSION" \
+        <<'EOF' 2>/dev/null
 import sys
-torch_v, sb3_v, ray_v, skip_rllib = sys.argv[1:]
+torch_v, sb3_v, ray_v, skip_rllib, ale_v, mujoco_v = sys.argv[1:]
 import torch, stable_baselines3, gymnasium, psutil
 assert torch.__version__.split("+")[0] == torch_v, torch.__version__
 assert torch.version.cuda is None, "CUDA build of torch"
 assert stable_baselines3.__version__ == sb3_v, stable_baselines3.__version__
+import ale_py, cv2, mujoco  # noqa: F401  (atari_ppo.py, offpolicy.py --tasks sac-mujoco)
+assert ale_py.__version__ == ale_v, ale_py.__version__
+assert mujoco.__version__ == mujoco_v, mujoco.__version__
+gymnasium.make("HalfCheetah-v5").close()   # gymnasium's MuJoCo tasks load with this mujoco
 if skip_rllib != "1":
     import ray
     assert ray.__version__ == ray_v, ray.__version__
@@ -43,6 +53,7 @@ EOF
 if [[ $FORCE == 0 ]] && check; then
     echo "setup_peers: $VENV is already set up:"
     "$PY" -c "import torch, stable_baselines3, gymnasium; print('  torch', torch.__version__, '| sb3', stable_baselines3.__version__, '| gymnasium', gymnasium.__version__)"
+    "$PY" -c "import ale_py, cv2, mujoco; print('  ale-py', ale_py.__version__, '| opencv', cv2.__version__, '| mujoco', mujoco.__version__)"
     [[ "${SKIP_RLLIB:-0}" == "1" ]] || "$PY" -c "import ray; print('  ray', ray.__version__)"
     exit 0
 fi
@@ -77,7 +88,12 @@ echo "torch==$INSTALLED_TORCH" > "$CONSTRAINTS"
 echo "setup_peers: installing stable-baselines3==$SB3_VERSION, gymnasium, psutil"
 "${PIP[@]}" -c "$CONSTRAINTS" "stable-baselines3==$SB3_VERSION" gymnasium psutil
 
-# 3. RLlib (for the RLlib comparisons).
+# 3. The simulators: Atari (ale-py, OpenCV for SB3's AtariWrapper) and MuJoCo (gymnasium's
+#    MuJoCo tasks import imageio too: its "mujoco" extra).
+echo "setup_peers: installing ale-py==$ALE_VERSION, opencv-python-headless, mujoco==$MUJOCO_VERSION, imageio"
+"${PIP[@]}" -c "$CONSTRAINTS" "ale-py==$ALE_VERSION" opencv-python-headless "mujoco==$MUJOCO_VERSION" imageio
+
+# 4. RLlib (for the RLlib comparisons).
 if [[ "${SKIP_RLLIB:-0}" != "1" ]]; then
     echo "setup_peers: installing ray[rllib]==$RAY_VERSION"
     if ! "${PIP[@]}" -c "$CONSTRAINTS" "ray[rllib]==$RAY_VERSION"; then
@@ -90,9 +106,19 @@ fi
 if check; then
     echo "setup_peers: done:"
     "$PY" -c "import torch, stable_baselines3, gymnasium; print('  torch', torch.__version__, '| sb3', stable_baselines3.__version__, '| gymnasium', gymnasium.__version__)"
+    "$PY" -c "import ale_py, cv2, mujoco; print('  ale-py', ale_py.__version__, '| opencv', cv2.__version__, '| mujoco', mujoco.__version__)"
     [[ "${SKIP_RLLIB:-0}" == "1" ]] || "$PY" -c "import ray, ray.rllib; print('  ray', ray.__version__, '(rllib imports)')"
 else
     echo "setup_peers: ERROR: the venv was built but a peer does not import at the pinned version:" >&2
-    "$PY" -c "import torch, stable_baselines3, ray, ray.rllib" >&2 || true
+    "$PY" - "$ALE_VERSION" "$MUJOCO_VERSION" "${SKIP_RLLIB:-0}" <<'EOF' >&2 || true
+import sys
+ale_v, mujoco_v, skip_rllib = sys.argv[1:]
+import torch, stable_baselines3, gymnasium, psutil, ale_py, cv2, mujoco
+print("versions: torch", torch.__version__, "| sb3", stable_baselines3.__version__, "| ale-py", ale_py.__version__,
+      f"(pinned {ale_v})", "| mujoco", mujoco.__version__, f"(pinned {mujoco_v})")
+gymnasium.make("HalfCheetah-v5").close()
+if skip_rllib != "1":
+    import ray, ray.rllib  # noqa: F401
+EOF
     exit 1
 fi

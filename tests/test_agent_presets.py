@@ -234,6 +234,49 @@ def test_atari_family_builds_frames_and_a_cnn_actor():
     assert test is not None
 
 
+def test_actor_precision_reaches_the_image_extractors_of_both_families_and_trains():
+    """actor.precision goes to the image feature extractor of PPO's actor and of DDQN's
+    (its observation extractor); bf16 trains a tiny budget with float32 weights; a flat
+    observation space (mlp) refuses it; it cannot change while training."""
+    pytest.importorskip("ale_py")
+    import torch
+
+    from pytorchrl.tools.control import resolve_key
+
+    atari = {"family": "atari", "id": "PongNoFrameskip-v4", "frame_stack": 2, "max_episode_steps": 40,
+             "test_env": False}
+    config = validate_config(tiny(env=atari, actor={"precision": "bf16"}, storage={"name": "GAEBuffer", "size": 16},
+                                  learner={"target_steps": 64}))
+    _, _, action_space, obs_space = build_env_factories(config)
+    assert build_actor_factory(config, obs_space, action_space, "PPO")("cpu").policy_net.precision == "bf16"
+    dqn = dict(tiny(env=atari, actor={"precision": "bf16"}), algorithm={"name": "DDQN"},
+               storage={"name": "ReplayBuffer", "size": 100})
+    dqn = validate_config(dqn)
+    off_policy = build_actor_factory(dqn, obs_space, action_space, "DDQN")("cpu")
+    assert [m.precision for m in off_policy.modules() if isinstance(m, FEATURE_EXTRACTORS["cnn"])]
+    assert all(m.precision == "bf16" for m in off_policy.modules() if isinstance(m, FEATURE_EXTRACTORS["cnn"]))
+
+    learner = build_learner(config)
+    try:
+        before = {k: v.clone() for k, v in learner.update_worker.get_weights().items()}
+        while not learner.done():
+            learner.step()
+        after = learner.update_worker.get_weights()
+    finally:
+        learner.stop()
+    assert all(v.dtype == torch.float32 for v in after.values())
+    assert any(not torch.equal(after[k], v) for k, v in before.items()), "no update happened"
+
+    with pytest.raises(ConfigError, match="actor.precision: bf16 applies to the image feature extractors"):
+        validate_config(tiny(actor={"feature_extractor": "mlp", "precision": "bf16"}))
+    flat = validate_config(tiny(actor={"precision": "bf16"}))     # auto: CartPole's vectors get the mlp
+    _, _, action_space, obs_space = build_env_factories(flat)
+    with pytest.raises(ConfigError, match=r"actor.precision: bf16 applies .* \(4,\) get the mlp"):
+        build_actor_factory(flat, obs_space, action_space, "PPO")
+    with pytest.raises(ValueError, match="cannot change 'actor.precision' while training"):
+        resolve_key("actor.precision", {"lr": 1e-3}, {"size": 16})
+
+
 def test_evaluation_plays_whole_games_of_the_family(tmp_path):
     """`pytorchrl evaluate` rebuilds a run's environment with its family's test factory."""
     pytest.importorskip("ale_py")

@@ -1,5 +1,6 @@
 """Feature extractors (MLP, CNN, Fixup): shapes, num_outputs, pixel scaling, gradients, the
-name registry, and HWC images turned channels-first by VecEnv."""
+name registry, the image extractors' memory layout (channels last) and bf16 mixed precision,
+and HWC images turned channels-first by VecEnv."""
 
 import gymnasium as gym
 import numpy as np
@@ -7,6 +8,8 @@ import pytest
 import torch
 
 from pytorchrl.agent.actors.feature_extractors import CNN, MLP, FixupCNN, get_feature_extractor
+from pytorchrl.agent.actors.feature_extractors import precision as precision_module
+from pytorchrl.agent.actors.feature_extractors.precision import image_input, native_bf16
 from pytorchrl.agent.env import VecEnv
 
 
@@ -100,6 +103,141 @@ def test_get_feature_extractor():
     assert get_feature_extractor(CNN) is CNN
     with pytest.raises(ValueError, match="MLP, CNN, Fixup"):
         get_feature_extractor("ResNet")
+
+
+# ------------------------------------------------------- memory layout and mixed precision
+def first_conv_inputs(net):
+    """A list that receives the input of ``net``'s first convolution at every forward."""
+    seen = []
+    first = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d))
+    first.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    return seen
+
+
+#: Small images and networks: what is checked does not depend on the size.
+SHAPE = (4, 48, 48)
+SIZES = {CNN: {"hidden_size": 64}, FixupCNN: {"hidden_size": 32, "channels": (8, 16)}}
+
+
+def small(cls, **kwargs):
+    return cls(image_space(SHAPE), **SIZES[cls], **kwargs)
+
+
+def twin(cls, net, **kwargs):
+    """A small ``cls`` extractor built with ``kwargs`` holding ``net``'s weights."""
+    other = small(cls, **kwargs)
+    other.load_state_dict(net.state_dict())
+    return other
+
+
+def test_image_input_converts_in_one_pass_with_the_same_values():
+    frames = random_images(3, (4, 40, 40))
+    reference = frames.float() * (1 / 255)
+    for channels_last in (False, True):
+        x = image_input(frames, 1 / 255, torch.float32, channels_last)
+        assert x.dtype == torch.float32 and x.is_contiguous(memory_format=torch.channels_last) == channels_last
+        assert torch.equal(x, reference)
+        # bfloat16: the uint8 pixels are exact, the product is rounded once (as autocast
+        # rounds the float32 product).
+        y = image_input(frames, 1 / 255, torch.bfloat16, channels_last)
+        assert y.dtype == torch.bfloat16 and torch.equal(y, reference.to(torch.bfloat16))
+    # Float frames of another precision are scaled in float32 and rounded once.
+    assert torch.equal(image_input(frames.float(), 1 / 255, torch.bfloat16), reference.to(torch.bfloat16))
+    # Never in place on the caller's tensor, whatever the dtypes.
+    halves = frames.to(torch.bfloat16)
+    before = halves.clone()
+    image_input(halves, 1 / 255, torch.bfloat16)
+    assert torch.equal(halves, before)
+
+
+@pytest.mark.parametrize("cls", [CNN, FixupCNN])
+def test_channels_last_computes_what_channels_first_computes(cls):
+    """The channels-last input layout changes the order of the convolutions' sums only:
+    outputs and every parameter's gradient match the channels-first path to float32 rounding."""
+    torch.manual_seed(0)
+    first = small(cls, channels_last=False)
+    last = twin(cls, first, channels_last=True)
+    frames = random_images(6, SHAPE)
+    seen = first_conv_inputs(last)
+    out_first, out_last = first(frames), last(frames)
+    assert seen[-1].is_contiguous(memory_format=torch.channels_last) and not seen[-1].is_contiguous()
+    torch.testing.assert_close(out_last, out_first, rtol=1e-5, atol=1e-5)
+    out_first.pow(2).sum().backward()
+    out_last.pow(2).sum().backward()
+    for (name, a), b in zip(first.named_parameters(), last.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5 * float(a.grad.abs().max()) + 1e-12,
+                                   msg=name)
+
+
+def test_automatic_layout_follows_the_measurements():
+    """None (the default) picks channels last on the CPU where it was measured faster: the
+    Nature CNN in float32 for batches with gradients and large inference batches (small
+    acting batches stay channels first), FixupCNN always."""
+    def layout(net, batch, grad):
+        seen = first_conv_inputs(net)
+        with torch.set_grad_enabled(grad):
+            net(random_images(batch, SHAPE))
+        return seen[-1].is_contiguous(memory_format=torch.channels_last) and not seen[-1].is_contiguous()
+
+    torch.manual_seed(0)
+    cnn = small(CNN)
+    assert layout(cnn, 4, grad=True)
+    assert not layout(cnn, 8, grad=False)
+    assert layout(cnn, 128, grad=False)
+    fixup = small(FixupCNN)
+    assert layout(fixup, 2, grad=False) and layout(fixup, 2, grad=True)
+    with pytest.raises(ValueError, match="channels_last"):
+        CNN(image_space((4, 84, 84)), channels_last="yes")
+
+
+@pytest.mark.skipif(not native_bf16("cpu"), reason="this CPU has no native bfloat16 (AVX512-BF16/AMX)")
+@pytest.mark.parametrize("cls", [CNN, FixupCNN])
+def test_bf16_mixed_precision_computes_in_bfloat16_with_float32_weights_and_features(cls):
+    torch.manual_seed(0)
+    full = small(cls)
+    mixed = twin(cls, full, precision="bf16")
+    frames = random_images(6, SHAPE)
+    seen = first_conv_inputs(mixed)
+    out_full, out_mixed = full(frames), mixed(frames)
+    assert seen[-1].dtype == torch.bfloat16
+    # Features, weights and gradients stay float32; values agree to bfloat16's precision.
+    assert out_mixed.dtype == torch.float32
+    assert float((out_mixed - out_full).detach().norm() / out_full.detach().norm()) < 0.03
+    out_full.pow(2).sum().backward()
+    out_mixed.pow(2).sum().backward()
+    for (name, a), b in zip(full.named_parameters(), mixed.parameters()):
+        assert b.dtype == torch.float32 and b.grad.dtype == torch.float32, name
+        if a.grad.abs().sum() > 0:
+            assert float((b.grad - a.grad).norm() / a.grad.norm()) < 0.05, name
+    # Inference (acting) runs in bfloat16 too, and leaves no autocast state behind.
+    with torch.inference_mode():
+        assert mixed(frames[:2]).dtype == torch.float32
+    assert seen[-1].dtype == torch.bfloat16 and not torch.is_autocast_enabled("cpu")
+
+
+def test_bf16_without_native_support_says_so_once_and_computes_fp32(monkeypatch, caplog):
+    """A CPU without AVX512-BF16/AMX would emulate bfloat16 more slowly than float32: the
+    extractor computes in float32 (bit for bit the fp32 extractor) and says so once."""
+    monkeypatch.setattr(precision_module, "native_bf16", lambda device_type: False)
+    monkeypatch.setattr("pytorchrl.agent.actors.base._said", set())
+    torch.manual_seed(0)
+    full = small(CNN)
+    mixed = twin(CNN, full, precision="bf16")
+    frames = random_images(3, SHAPE)
+    seen = first_conv_inputs(mixed)
+    with caplog.at_level("WARNING", logger="pytorchrl"):
+        out = mixed(frames)
+        mixed(frames)
+    assert seen[-1].dtype == torch.float32 and torch.equal(out, full(frames))
+    notes = [r.getMessage() for r in caplog.records if "bf16" in r.getMessage()]
+    assert len(notes) == 1 and "computing in fp32" in notes[0]
+
+
+def test_precision_is_checked():
+    with pytest.raises(ValueError, match="precision must be one of"):
+        CNN(image_space((4, 84, 84)), precision="fp16")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        FixupCNN(image_space((4, 84, 84)), precision=None)
 
 
 # ----------------------------------------------------------------- HWC images through VecEnv

@@ -247,3 +247,24 @@ def test_cworkerset_takes_pytorchrl_positional_arguments():
         assert s.remote_config["num_cpus"] == 0.5 and s.local_worker().envs_train is not None
     finally:
         s.stop()
+
+
+def test_workers_take_their_torch_threads_from_pytorchrl_torch_threads(monkeypatch):
+    """Collection and gradient workers run torch on one thread unless
+    PYTORCHRL_TORCH_THREADS asks for more (convolutional learners that have the cores to
+    themselves); a value that is not a positive integer is refused, not ignored."""
+    try:
+        monkeypatch.setenv("PYTORCHRL_TORCH_THREADS", "2")
+        with Learner(Scheme(**ppo_factories()), target_steps=16) as learner:
+            assert torch.get_num_threads() == 2
+            learner.step()
+            assert torch.get_num_threads() == 2
+        monkeypatch.delenv("PYTORCHRL_TORCH_THREADS")
+        with Learner(Scheme(**ppo_factories()), target_steps=16):
+            assert torch.get_num_threads() == 1
+        for bad in ("0", "two", "-1"):
+            monkeypatch.setenv("PYTORCHRL_TORCH_THREADS", bad)
+            with pytest.raises(ValueError, match=f"PYTORCHRL_TORCH_THREADS must be a positive integer .*{bad!r}"):
+                Scheme(**ppo_factories())
+    finally:
+        torch.set_num_threads(1)

@@ -12,6 +12,7 @@ from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.schema import FEATURE_EXTRACTORS
+from pytorchrl.config.validate import ConfigError
 from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.learner import Learner
 from pytorchrl.schedules import Schedule
@@ -94,11 +95,15 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
         name = "cnn" if is_image_space(obs_space) else "mlp"
     mlp_kwargs = {"hidden_sizes": list(actor["hidden_sizes"] or ([64, 64] if on_policy else [256, 256])),
                   "activation": actor["activation"] or ("tanh" if on_policy else "relu")}
+    image_kwargs = {"precision": actor["precision"]}
+    if name == "mlp" and actor["precision"] != "fp32":
+        raise ConfigError("actor.precision", f"{actor['precision']} applies to the image feature extractors "
+                                             f"(cnn, fixup); these observations {obs_space.shape} get the mlp")
     if on_policy:
         if name == "mlp":
             extractor, kwargs = FEATURE_EXTRACTORS["mlp"], mlp_kwargs
         else:
-            extractor, kwargs = FEATURE_EXTRACTORS[name], {}
+            extractor, kwargs = FEATURE_EXTRACTORS[name], image_kwargs
         return OnPolicyActor.create_factory(
             obs_space, action_space, algorithm_name, feature_extractor_network=extractor,
             feature_extractor_kwargs=kwargs, shared_policy_value_network=actor["shared_policy_value_network"],
@@ -107,6 +112,7 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
     return OffPolicyActor.create_factory(
         obs_space, action_space, algorithm_name, noise=actor["noise"],
         obs_feature_extractor=None if name == "mlp" else FEATURE_EXTRACTORS[name],
+        obs_feature_extractor_kwargs=None if name == "mlp" else image_kwargs,
         common_feature_extractor_kwargs=mlp_kwargs, num_critics=actor["num_critics"],
         noise_kwargs={"sigma": actor["noise_sigma"]}, dueling=actor["dueling"], restart_model=actor["restart_model"],
         recurrent_net=actor["recurrent_net"], sequence_overlap=actor["sequence_overlap"],

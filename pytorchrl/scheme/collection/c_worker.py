@@ -3,12 +3,11 @@
 import time
 
 import numpy as np
-import torch
 
 from pytorchrl import ACT, OBS2, REW, RHS, TERM, TRUNC
 from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.storages.base import FINAL_OBS
-from pytorchrl.scheme.base.worker import Worker
+from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.step_log import StepLog
 from pytorchrl.scheme.transport import pack, payload_bytes, weights_from_wire
 
@@ -107,9 +106,7 @@ class CWorker(Worker):
         self.rollout_unit = rollout_unit
         self.policy = policy
         self._step_log = None
-        # One thread per worker process: several workers share the cores, and small
-        # networks gain nothing from intra-op parallelism.
-        torch.set_num_threads(1)
+        set_worker_threads()
         self.index_worker = index_worker
         self.index_parent = index_parent
         self.fraction_samples = fraction_samples

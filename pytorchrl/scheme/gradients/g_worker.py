@@ -7,7 +7,7 @@ import time
 import numpy as np
 import torch
 
-from pytorchrl.scheme.base.worker import Worker
+from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.c_worker_set import EpisodeBudgetSpent
 from pytorchrl.scheme.transport import pack, unpack, weights_from_wire
 
@@ -45,7 +45,7 @@ class GWorker(Worker):
                  initial_weights=None, decentralized=False, seed=None):
         if seed is not None:
             self.set_seed(seed)
-        torch.set_num_threads(1)
+        set_worker_threads()
         self.index_worker = index_worker
         self.device = self.resolve_device(device)
         self.compress_grads_to_send = compress_grads_to_send
