@@ -303,6 +303,33 @@ def test_subprocess_matches_sync(env_fn, env_kwargs):
     assert sorted(sync_eps) == sorted(sub_eps)
 
 
+def recorded_cartpole(index_env):
+    """CartPole whose info holds a nested dict at each episode end (gymnasium's episode
+    record), as Atari's and other wrapped envs' infos do."""
+    return gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1", max_episode_steps=15 + index_env))
+
+
+def test_subprocess_final_infos_keep_nested_dicts_of_the_env_that_ended():
+    """A nested dict in gymnasium's vector info is an info of its own (arrays per key):
+    each ended env's final info holds its own record, the same as the in-process one."""
+    infos = {}
+    for vectorization in ("sync", "subprocess"):
+        factory, _, _ = VecEnv.create_factory(recorded_cartpole, {}, vec_env_size=3, seed=5,
+                                              vectorization=vectorization)
+        envs = factory("cpu")
+        try:
+            envs.reset()
+            got = infos[vectorization] = []
+            for _ in range(40):
+                _, _, _, _, final_obs = envs.step(torch.zeros((3, 1), dtype=torch.int64))
+                got.extend((i, envs._vec.final_info[i]["episode"]["l"]) for i in sorted(final_obs))
+        finally:
+            envs.close()
+    assert len(infos["sync"]) >= 6
+    assert [(i, int(length)) for i, length in infos["subprocess"]] == \
+        [(i, int(length)) for i, length in infos["sync"]]
+
+
 # -------------------------------------------------------------------------- errors
 def test_broken_env_fn_raises_env_error_with_cause():
     with pytest.raises(EnvError) as err:

@@ -154,6 +154,20 @@ class _InProcessVector:
             env.close()
 
 
+def _info_of(vector_info, i):
+    """The info dict of env ``i`` from gymnasium's vector info (arrays per key, masks under
+    ``_key``; a nested dict, such as an episode record, is a vector info of its own)."""
+    out = {}
+    for key, value in vector_info.items():
+        if key.startswith("_"):
+            continue
+        mask = vector_info.get("_" + key)
+        if mask is not None and not mask[i]:
+            continue   # env i did not report this key
+        out[key] = _info_of(value, i) if isinstance(value, dict) else value[i]
+    return out
+
+
 class _SubprocessVector:
     """gymnasium's AsyncVectorEnv behind the same interface as _InProcessVector."""
 
@@ -173,8 +187,7 @@ class _SubprocessVector:
         if "_final_obs" in info:
             for i in np.flatnonzero(info["_final_obs"]):
                 final_obs[int(i)] = info["final_obs"][i]
-                self.final_info[int(i)] = {k: v[i] for k, v in info.get("final_info", {}).items()
-                                           if not k.startswith("_")}
+                self.final_info[int(i)] = _info_of(info.get("final_info", {}), i)
         return obs, rew.astype(np.float32), term, trunc, final_obs
 
     def close(self):
