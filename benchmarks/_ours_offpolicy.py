@@ -9,7 +9,7 @@ JSON line (the last line of stdout) with the same fields as _sb3_offpolicy.py.
 orchestrator's "ours-1t" system); the record states the threads used (``update_threads``).
 
 Usage: python _ours_offpolicy.py --algo {dqn,sac,sac-mujoco} [--steps N] [--seed 0] [--eval-episodes 10]
-                                [--learning-starts N]
+                                [--learning-starts N] [--precision {fp32,bf16}]
 """
 
 import time
@@ -29,9 +29,10 @@ from _ours_common import greedy_returns_of  # noqa: E402
 HYPERPARAMETERS = W.OFFPOLICY_HYPERPARAMETERS   # the same as _sb3_offpolicy.py's
 
 
-def build(algo, seed, steps, hp):
+def build(algo, seed, steps, hp, precision="fp32"):
     """The Learner of ``algo`` ("dqn", "sac" or "sac-mujoco") for ``steps`` env steps with the
-    hyperparameters ``hp`` (``W.offpolicy_hyperparameters``: the zoo's)."""
+    hyperparameters ``hp`` (``W.offpolicy_hyperparameters``: the zoo's) and the actor's
+    ``precision`` ("fp32" or "bf16")."""
     from pytorchrl.agent.actors import OffPolicyActor
     from pytorchrl.agent.algorithms import DDQN, SAC
     from pytorchrl.agent.env import VecEnv
@@ -62,7 +63,7 @@ def build(algo, seed, steps, hp):
             mini_batch_size=hp["batch_size"], target_update_interval=1, initial_alpha=1.0)
     actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name,
                                                   common_feature_extractor_kwargs={"hidden_sizes": hp["net"]},
-                                                  num_critics=hp.get("n_critics", 2))
+                                                  num_critics=hp.get("n_critics", 2), precision=precision)
     scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory,
                     storage_factory=ReplayBuffer.create_factory(size=hp["buffer_size"]),
                     train_envs_factory=train_envs, num_col_workers=1, num_grad_workers=1)
@@ -70,7 +71,7 @@ def build(algo, seed, steps, hp):
 
 
 def main():
-    args = W.parse_cartpole_args(__doc__, algos=HYPERPARAMETERS)
+    args = W.parse_cartpole_args(__doc__, algos=HYPERPARAMETERS, ours=True)
 
     with PeakRSS() as mem:
         import gymnasium as gym
@@ -84,7 +85,7 @@ def main():
         torch.manual_seed(args.seed)
         np.random.seed(args.seed)
         hp = W.offpolicy_hyperparameters(args)
-        learner = build(args.algo, args.seed, args.steps, hp)
+        learner = build(args.algo, args.seed, args.steps, hp, args.precision)
         algo = learner.update_worker.local_worker.algo
         t_built = time.perf_counter()
 
@@ -119,6 +120,7 @@ def main():
 
     res = {
         "system": "ours", "algo": args.algo, "framework_version": pytorchrl.__version__, "seed": args.seed,
+        "precision": args.precision,
         **W.cartpole_run_fields(args.steps, steps, start=T_START, imported=t_imported, built=t_built,
                                 train=(t0, t1), cpu=(c0, c1), eval_end=t_eval, solve=(solve.steps, solve.seconds),
                                 train_returns=list(solve.returns), eval_returns=returns,

@@ -114,11 +114,12 @@ class SolveTracker:
         self._changed = False
 
 
-def parse_cartpole_args(doc, argv=None, algos=None):
+def parse_cartpole_args(doc, argv=None, algos=None, ours=False):
     """The command line of _ours_ppo.py and _sb3_ppo.py: ppo_cartpole.py runs both with the
     same flags. doc: the worker's docstring (its first line describes it in ``--help``).
     algos: choices of an ``--algo`` option (the off-policy workers: "dqn", "sac"); the
-    default ``--steps`` is then the algorithm's zoo budget."""
+    default ``--steps`` is then the algorithm's zoo budget. ours: the off-policy worker of
+    ours takes ``--precision`` too."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--steps", type=int, default=None if algos else 100_000)
     ap.add_argument("--seed", type=int, default=0)
@@ -127,6 +128,9 @@ def parse_cartpole_args(doc, argv=None, algos=None):
         ap.add_argument("--algo", choices=list(algos), required=True)
         ap.add_argument("--learning-starts", type=int, default=None,
                         help="replace the zoo's learning_starts (short runs that must reach the updates)")
+    if algos and ours:
+        ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="OffPolicyActor precision of the MLP networks (actor.precision)")
     args = ap.parse_args(argv)
     if args.steps is None:
         args.steps = OFFPOLICY_HYPERPARAMETERS[args.algo]["n_timesteps"]

@@ -7,6 +7,8 @@ random, then one update per step), one env, each run in a fresh subprocess:
 
     ours     -> _ours_offpolicy.py with the interpreter where pytorchrl is installed (this one)
     ours-1t  -> the same with PYTORCHRL_UPDATE_THREADS=1 (numpy update on one thread, as SB3)
+    ours-bf16 -> the "ours" worker with --precision bf16 (OffPolicyActor(precision="bf16"): the
+                products between hidden layers in bfloat16 mixed precision; opt-in, not run by default)
     sb3      -> _sb3_offpolicy.py with benchmarks/.venv-peers/bin/python (setup_peers.sh)
 
 For each task, runs are interleaved (ours seed 0, ours-1t seed 0, sb3 seed 0, ours seed 1,
@@ -33,7 +35,9 @@ import _common as C  # noqa: E402
 from _worker_common import OFFPOLICY_HYPERPARAMETERS, OFFPOLICY_SOLVE  # noqa: E402
 
 WORKERS = {"ours": os.path.join(HERE, "_ours_offpolicy.py"), "ours-1t": os.path.join(HERE, "_ours_offpolicy.py"),
-           "sb3": os.path.join(HERE, "_sb3_offpolicy.py")}
+           "ours-bf16": os.path.join(HERE, "_ours_offpolicy.py"), "sb3": os.path.join(HERE, "_sb3_offpolicy.py")}
+#: The actor precision of each of our systems.
+PRECISION = {"ours": "fp32", "ours-1t": "fp32", "ours-bf16": "bf16"}
 TASKS = {"dqn": "DQN on CartPole-v1 (ours: double DQN)", "sac": "SAC on Pendulum-v1",
          "sac-mujoco": "SAC on HalfCheetah-v5 (MuJoCo)"}
 #: The goal of each task: at least this many times SB3's env steps/s at equal or better return
@@ -56,7 +60,8 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: DQN 5k, SAC 1k steps, SAC HalfCheetah 1.5k (learning from 1k), 1 seed, no warm-up")
     ap.add_argument("--systems", default="ours,ours-1t,sb3",
-                    help="comma-separated subset of: ours, ours-1t (PYTORCHRL_UPDATE_THREADS=1), sb3")
+                    help="comma-separated subset of: ours, ours-1t (PYTORCHRL_UPDATE_THREADS=1), ours-bf16 "
+                         "(actor precision bf16), sb3")
     ap.add_argument("--torch-threads", type=int, default=1,
                     help="OMP_NUM_THREADS of every worker (default 1, as ppo_cartpole.py; 0: library default)")
     ap.add_argument("--eval-episodes", type=int, default=10)
@@ -97,6 +102,8 @@ def worker_cmd(system, args, task, seed, steps, eval_episodes):
            "--eval-episodes", str(eval_episodes)]
     if task in args.learning_starts:
         cmd += ["--learning-starts", str(args.learning_starts[task])]
+    if is_ours(system):
+        cmd += ["--precision", PRECISION[system]]
     return cmd
 
 
@@ -112,7 +119,7 @@ def run_one(system, args, task, seed, steps, eval_episodes=None):
     eval_episodes = args.eval_episodes if eval_episodes is None else eval_episodes
     rec = C.run_json_worker(worker_cmd(system, args, task, seed, steps, eval_episodes), worker_env(system, args),
                             args.timeout, args, tag={"task": task})
-    rec.update(system=system, seed=seed)   # "ours-1t" runs the "ours" worker
+    rec.update(system=system, seed=seed)   # "ours-1t" and "ours-bf16" run the "ours" worker
     return rec
 
 
@@ -161,7 +168,8 @@ def system_name(system, meta):
     if system == "sb3":
         return f"Stable-Baselines3 {meta.get('sb3_version') or ''}".strip()
     base = f"pytorchrl {meta.get('ours_version') or ''}".strip()
-    return f"{base} (ours, update threads: library default)" if system == "ours" else f"{base} (ours, 1 update thread)"
+    return base + {"ours": " (ours, update threads: library default)", "ours-1t": " (ours, 1 update thread)",
+                   "ours-bf16": " (ours, bf16 mixed precision, update threads: library default)"}[system]
 
 
 def render_task(task, summary, records, meta):

@@ -267,11 +267,12 @@ def test_actor_precision_reaches_the_image_extractors_of_both_families_and_train
     assert all(v.dtype == torch.float32 for v in after.values())
     assert any(not torch.equal(after[k], v) for k, v in before.items()), "no update happened"
 
-    with pytest.raises(ConfigError, match="actor.precision: bf16 applies to the image feature extractors"):
+    with pytest.raises(ConfigError, match="actor.precision: bf16 applies to the image feature extractors .* "
+                                          "not to PPO's actor.feature_extractor mlp"):
         validate_config(tiny(actor={"feature_extractor": "mlp", "precision": "bf16"}))
     flat = validate_config(tiny(actor={"precision": "bf16"}))     # auto: CartPole's vectors get the mlp
     _, _, action_space, obs_space = build_env_factories(flat)
-    with pytest.raises(ConfigError, match=r"actor.precision: bf16 applies .* \(4,\) get the mlp"):
+    with pytest.raises(ConfigError, match=r"actor.precision: bf16 applies .* PPO's observations \(4,\) get the mlp"):
         build_actor_factory(flat, obs_space, action_space, "PPO")
     with pytest.raises(ValueError, match="cannot change 'actor.precision' while training"):
         resolve_key("actor.precision", {"lr": 1e-3}, {"size": 16})

@@ -367,17 +367,19 @@ def mujoco_loads():
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("algo,steps,updates", [("dqn", 1536, 3 * 128), ("sac", 300, 201), ("sac-mujoco", 300, 201)])
-def test_offpolicy_ours_worker_prints_a_complete_record(algo, steps, updates, tmp_path):
+@pytest.mark.parametrize("algo,steps,updates,precision", [("dqn", 1536, 3 * 128, "fp32"), ("sac", 300, 201, "bf16"),
+                                                            ("sac-mujoco", 300, 201, "fp32")])
+def test_offpolicy_ours_worker_prints_a_complete_record(algo, steps, updates, precision, tmp_path):
     """Our off-policy worker end to end on a tiny budget (no peers venv needed), with one
-    update thread as the orchestrator's "ours-1t" system. HalfCheetah learns from step 100
-    (--learning-starts) to reach its updates."""
+    update thread as the orchestrator's "ours-1t" system (Pendulum as "ours-bf16" too).
+    HalfCheetah learns from step 100 (--learning-starts) to reach its updates."""
     if algo == "sac-mujoco" and not mujoco_loads():
         pytest.skip("MuJoCo's HalfCheetah-v5 cannot load here")
     extra = ["--learning-starts", 100] if algo == "sac-mujoco" else []
     rec = worker_record("_ours_offpolicy.py", ["--algo", algo, "--steps", steps, "--seed", 2, "--eval-episodes", 1,
-                                               *extra], cwd=tmp_path, PYTORCHRL_UPDATE_THREADS="1")
-    assert rec["system"] == "ours" and rec["algo"] == algo and rec["seed"] == 2
+                                               "--precision", precision, *extra], cwd=tmp_path,
+                        PYTORCHRL_UPDATE_THREADS="1")
+    assert rec["system"] == "ours" and rec["algo"] == algo and rec["seed"] == 2 and rec["precision"] == precision
     assert rec["env_steps"] == steps and rec["update_threads_env"] == "1"
     # DQN: stages of 128 updates at 1024, 1280 and 1536 env steps, as SB3 trains after each
     # rollout of 256 once past 1000 (the last stage included). SAC: one update per step from 100.
@@ -415,6 +417,9 @@ def test_offpolicy_report_from_synthetic_records():
     # A quick HalfCheetah run learns from 1,000 steps (the zoo's 10,000 would leave it none).
     assert mod.worker_cmd("sb3", args, "sac-mujoco", 0, 1500, 1)[-2:] == ["--learning-starts", "1000"]
     assert "--learning-starts" not in mod.worker_cmd("ours", args, "sac", 0, 1000, 1)
+    assert mod.worker_cmd("ours-bf16", args, "sac", 0, 1000, 1)[-2:] == ["--precision", "bf16"]
+    assert mod.worker_cmd("ours", args, "sac", 0, 1000, 1)[-2:] == ["--precision", "fp32"]
+    assert "--precision" not in mod.worker_cmd("sb3", args, "sac", 0, 1000, 1)
     assert mod.worker_env("ours-1t", args)["PYTORCHRL_UPDATE_THREADS"] == "1"
     assert "PYTORCHRL_UPDATE_THREADS" not in mod.worker_env("ours", args)
 

@@ -26,13 +26,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400), pytest.mark.usefixture
 SEED = int(os.environ.get("PYTORCHRL_TEST_SEED", "0"))
 
 
-def learner_for(env_id, algo_factory, algo_name, budget, seed=SEED, hidden=(64, 64)):
+def learner_for(env_id, algo_factory, algo_name, budget, seed=SEED, hidden=(64, 64), precision="fp32"):
     torch.manual_seed(seed)
     train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id}, vec_env_size=1,
                                                            seed=seed)
     test, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": env_id}, vec_env_size=1, seed=seed + 100)
     actor_factory = OffPolicyActor.create_factory(obs_space, action_space, algo_name,
-                                                  common_feature_extractor_kwargs={"hidden_sizes": list(hidden)})
+                                                  common_feature_extractor_kwargs={"hidden_sizes": list(hidden)},
+                                                  precision=precision)
     scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory,
                     storage_factory=ReplayBuffer.create_factory(size=100_000), train_envs_factory=train,
                     test_envs_factory=test)

@@ -96,9 +96,10 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
     mlp_kwargs = {"hidden_sizes": list(actor["hidden_sizes"] or ([64, 64] if on_policy else [256, 256])),
                   "activation": actor["activation"] or ("tanh" if on_policy else "relu")}
     image_kwargs = {"precision": actor["precision"]}
-    if name == "mlp" and actor["precision"] != "fp32":
+    if on_policy and name == "mlp" and actor["precision"] != "fp32":
         raise ConfigError("actor.precision", f"{actor['precision']} applies to the image feature extractors "
-                                             f"(cnn, fixup); these observations {obs_space.shape} get the mlp")
+                                             f"(cnn, fixup) and to the off-policy algorithms' MLP networks; "
+                                             f"{algorithm_name}'s observations {obs_space.shape} get the mlp")
     if on_policy:
         if name == "mlp":
             extractor, kwargs = FEATURE_EXTRACTORS["mlp"], mlp_kwargs
@@ -116,7 +117,8 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
         common_feature_extractor_kwargs=mlp_kwargs, num_critics=actor["num_critics"],
         noise_kwargs={"sigma": actor["noise_sigma"]}, dueling=actor["dueling"], restart_model=actor["restart_model"],
         recurrent_net=actor["recurrent_net"], sequence_overlap=actor["sequence_overlap"],
-        recurrent_net_kwargs={"hidden_size": actor["recurrent_hidden_size"]} if actor["recurrent_net"] else None)
+        recurrent_net_kwargs={"hidden_size": actor["recurrent_hidden_size"]} if actor["recurrent_net"] else None,
+        precision=actor["precision"])
 
 
 def is_image_space(space):

@@ -348,11 +348,14 @@ SECTIONS = {
         "feature_extractor": Key("str", "auto", "Network applied to observations: mlp, cnn (Nature DQN), "
                                                 "fixup (IMPALA ResNet); auto: cnn for image observations, "
                                                 "mlp otherwise.", choices=("auto",) + tuple(FEATURE_EXTRACTORS)),
-        "precision": Key("str", "fp32", "Number format of the image feature extractors (cnn, fixup): fp32, or "
-                                        "bf16: their convolutions and linear layers in bfloat16 mixed precision "
-                                        "(float32 weights, optimizer, heads and losses), in training and acting "
-                                        "alike; on a CPU without AVX512-BF16/AMX the run says so once and computes "
-                                        "in fp32. Fixed when the actor is built.", choices=("fp32", "bf16")),
+        "precision": Key("str", "fp32", "Number format of the networks: fp32, or bf16: bfloat16 mixed precision "
+                                        "(float32 weights, optimizer, heads and losses) in the image feature "
+                                        "extractors (cnn, fixup: convolutions and linear layers) and in the MLP "
+                                        "networks of DDQN, DDPG, TD3 and SAC (the products between two hidden "
+                                        "layers, most of their arithmetic), in training and acting alike; PPO/A2C's "
+                                        "small MLP refuses it. On a CPU without AVX512-BF16/AMX the run says so once "
+                                        "and computes in fp32. Fixed when the actor is built.",
+                         choices=("fp32", "bf16")),
         "hidden_sizes": Key("int_list", None, "Width of each hidden layer of the MLP (after the CNN for "
                                               "images); null: [64, 64] for PPO/A2C, [256, 256] for the "
                                               "off-policy algorithms.", low=1),

@@ -343,9 +343,10 @@ def _check_families(config, raw):
             raise ConfigError(f"actor.{key}", f"applies to {family}; {algo} has no use for it")
     if config["learner"]["checkpoint_replay"] and on_policy:
         raise ConfigError("learner.checkpoint_replay", f"{algo} keeps no replay to save (on-policy)")
-    if config["actor"]["feature_extractor"] == "mlp" and config["actor"]["precision"] != "fp32":
+    if on_policy and config["actor"]["feature_extractor"] == "mlp" and config["actor"]["precision"] != "fp32":
         raise ConfigError("actor.precision", f"{config['actor']['precision']} applies to the image feature "
-                                             "extractors (cnn, fixup), not to actor.feature_extractor mlp")
+                                             f"extractors (cnn, fixup) and to the off-policy algorithms' MLP "
+                                             f"networks, not to {algo}'s actor.feature_extractor mlp")
     if config["actor"]["dueling"] and algo != "DDQN":
         raise ConfigError("actor.dueling", f"a dueling Q-network is for DDQN, not {algo}")
     if given.get("noise") is not None and algo not in ("DDPG", "TD3"):

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from pytorchrl.agent.actors.base import Actor, say_once
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, get_activation
+from pytorchrl.agent.actors.feature_extractors.precision import check_precision, compute_dtype
 from pytorchrl.agent.actors.memory_networks import get_memory_network
 from pytorchrl.agent.factory import ComponentFactory
 
@@ -42,6 +43,16 @@ ALGORITHM_NETWORKS = {"DDQN": ("q", None), "DQN": ("q", None), "DDPG": ("qsa", "
                       "TD3": ("qsa", "deterministic"), "SAC": ("qsa", "stochastic")}
 NOISES = (None, "Gauss", "OU", "NoNoise")
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+def _check_mlp_precision(precision, common_feature_extractor):
+    """``precision`` if valid for the actor's networks, else ValueError: bf16 is computed by
+    the default MLP (``EnsembleMLP``) only."""
+    check_precision(precision)
+    if precision != "fp32" and common_feature_extractor is not MLP:
+        raise ValueError(f"precision {precision!r} is computed by the default MLP networks "
+                         f"(common_feature_extractor=MLP), not by {getattr(common_feature_extractor, '__name__', common_feature_extractor)}")
+    return precision
 
 
 #: Algorithms whose actor may have a memory (``recurrent_net``).
@@ -84,10 +95,17 @@ class EnsembleMLP(nn.Module):
         Number of independent networks.
     activation : str or nn.Module class
         Non-linearity after each hidden layer.
+    precision : str
+        "fp32", or "bf16": the products between two hidden layers (the wide ones, most of
+        the arithmetic) read bfloat16 copies of their input and weights and accumulate in
+        float32 (``low_precision_layers``); the first and last layers, the weights, the
+        gradients the optimizer sees and every output stay float32. On a device without
+        native bfloat16 the network says so once and computes in float32.
     """
 
-    def __init__(self, in_size, hidden_sizes, out_size, copies=1, activation=nn.ReLU):
+    def __init__(self, in_size, hidden_sizes, out_size, copies=1, activation=nn.ReLU, precision="fp32"):
         super().__init__()
+        self.precision = check_precision(precision)
         self.copies = int(copies)
         self.act = get_activation(activation)()
         sizes = [int(in_size)] + [int(h) for h in hidden_sizes] + [int(out_size)]
@@ -100,13 +118,25 @@ class EnsembleMLP(nn.Module):
             self.biases.append(nn.Parameter(torch.empty(self.copies, 1, b).uniform_(-bound, bound)))
         self.out_size = int(out_size)
 
+    def low_precision_layers(self, device):
+        """Indexes of the layers computed in bfloat16 on ``device`` (none in fp32, or where
+        the device has no native bfloat16): those between two hidden layers."""
+        if compute_dtype(self.precision, device) is None:
+            return ()
+        return tuple(range(1, len(self.weights) - 1))
+
     def forward(self, x):
         """(copies, B, out_size) for a shared input ``x`` of shape (B, in_size)."""
         n = len(self.weights)
+        low = self.low_precision_layers(x.device)
         h = torch.matmul(x, self.weights[0]) + self.biases[0]
         for i in range(1, n):
             h = self.act(h)
-            h = torch.baddbmm(self.biases[i], h, self.weights[i])
+            if i in low:
+                # bfloat16 product, float32 result: what the numpy update computes too.
+                h = torch.matmul(h.to(torch.bfloat16), self.weights[i].to(torch.bfloat16)).float() + self.biases[i]
+            else:
+                h = torch.baddbmm(self.biases[i], h, self.weights[i])
         return h
 
 
@@ -181,20 +211,30 @@ class OffPolicyActor(Actor):
         range), and for OU ``theta`` (0.15) and ``dt`` (1e-2).
     dueling : bool
         DDQN: split the Q-network's output into a state value and action advantages.
+    precision : str
+        Number format of the MLP networks (critics, Q-network, policy): "fp32", or "bf16":
+        the products between their hidden layers in bfloat16 with float32 accumulation
+        (``EnsembleMLP``), in updates and acting alike, on the numpy and torch paths. It
+        pays on CPUs with AVX512-BF16/AMX and on GPUs, for mini-batches of 128 rows or
+        more (SAC's 256: its updates are mostly such products). Needs the default MLP
+        (``common_feature_extractor=MLP``); an image extractor takes its own ``precision``
+        in ``obs_feature_extractor_kwargs``.
     """
 
     def __init__(self, device, input_space, action_space, algorithm_name="DDQN", noise=None, restart_model=None,
                  sequence_overlap=0.5, recurrent_net=None, recurrent_net_kwargs=None, obs_feature_extractor=None,
                  obs_feature_extractor_kwargs=None, act_feature_extractor=None, act_feature_extractor_kwargs=None,
                  common_feature_extractor=MLP, common_feature_extractor_kwargs=None, num_critics=2,
-                 noise_kwargs=None, dueling=False, recurrent_nets=False):
+                 noise_kwargs=None, dueling=False, recurrent_nets=False, precision="fp32"):
         if algorithm_name not in ALGORITHM_NETWORKS:
             raise ValueError(f"OffPolicyActor serves {sorted(ALGORITHM_NETWORKS)}, not {algorithm_name!r}")
         memory_cls = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
                                    recurrent_net_kwargs)
         if noise not in NOISES:
             raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
+        precision = _check_mlp_precision(precision, common_feature_extractor)
         super().__init__(device, input_space, action_space, algorithm_name)
+        self.precision = precision
         critic_kind, policy_kind = ALGORITHM_NETWORKS[algorithm_name]
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if not self.discrete and not isinstance(action_space, gym.spaces.Box):
@@ -266,11 +306,12 @@ class OffPolicyActor(Actor):
                        obs_feature_extractor=None, obs_feature_extractor_kwargs=None, act_feature_extractor=None,
                        act_feature_extractor_kwargs=None, common_feature_extractor=MLP,
                        common_feature_extractor_kwargs=None, num_critics=2, noise_kwargs=None, dueling=False,
-                       recurrent_nets=False):
+                       recurrent_nets=False, precision="fp32"):
         """Return a picklable ``factory(device)`` building an OffPolicyActor (parameters as in the class)."""
-        # A wrong name or algorithm fails here, not in a worker.
+        # A wrong name, algorithm or precision fails here, not in a worker.
         recurrent_net = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
                                       recurrent_net_kwargs)
+        _check_mlp_precision(precision, common_feature_extractor)
         return ComponentFactory(
             cls, input_space=input_space, action_space=action_space, algorithm_name=algorithm_name, noise=noise,
             restart_model=restart_model, sequence_overlap=sequence_overlap, recurrent_net=recurrent_net,
@@ -280,7 +321,7 @@ class OffPolicyActor(Actor):
             act_feature_extractor_kwargs=dict(act_feature_extractor_kwargs or {}),
             common_feature_extractor=common_feature_extractor,
             common_feature_extractor_kwargs=dict(common_feature_extractor_kwargs or {}), num_critics=num_critics,
-            noise_kwargs=dict(noise_kwargs or {}), dueling=dueling)
+            noise_kwargs=dict(noise_kwargs or {}), dueling=dueling, precision=precision)
 
     # ----------------------------------------------------------------- building
     def _obs_net(self, cls, kwargs):
@@ -294,11 +335,10 @@ class OffPolicyActor(Actor):
             raise ValueError(f"feature extractor {type(net).__name__} must expose num_outputs")
         return int(net.num_outputs)
 
-    @staticmethod
-    def _common_net(cls, kwargs, in_size, out_size, copies):
+    def _common_net(self, cls, kwargs, in_size, out_size, copies):
         if cls is MLP:
             return EnsembleMLP(in_size, kwargs.get("hidden_sizes", [256, 256]), out_size, copies,
-                               kwargs.get("activation", nn.ReLU))
+                               kwargs.get("activation", nn.ReLU), precision=self.precision)
         return _GenericHeads(cls, kwargs, in_size, out_size, copies)
 
     # ------------------------------------------------------------------ networks

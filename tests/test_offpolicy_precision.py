@@ -1,0 +1,236 @@
+"""bfloat16 mixed precision of the off-policy actors' MLP networks
+(``OffPolicyActor(precision="bf16")``, YAML ``actor.precision``): the products between two
+hidden layers read bfloat16 copies and accumulate in float32, on the numpy update, the
+numpy acting and the torch paths alike; weights, gradients and optimizer state stay
+float32; what cannot act is refused; SAC still learns Pendulum with it."""
+
+import copy
+import logging
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import pytorchrl as prl
+from pytorchrl.agent.actors import OffPolicyActor
+from pytorchrl.agent.actors.feature_extractors import precision as precision_module
+from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+from pytorchrl.agent.actors.feature_extractors.precision import native_bf16
+from pytorchrl.agent.actors.off_policy_actor import EnsembleMLP
+from pytorchrl.agent.algorithms import DDQN, SAC, TD3
+from pytorchrl.agent.numpy_engine import NumpyAdam
+from pytorchrl.agent.numpy_offpolicy import NumpyOffPolicyActing
+
+from cli_helpers import tiny
+
+OBS = gym.spaces.Box(-1.0, 1.0, (5,), dtype=np.float32)
+DISCRETE = gym.spaces.Discrete(3)
+BOX = gym.spaces.Box(np.array([-2.0, 0.0], dtype=np.float32), np.array([2.0, 1.0], dtype=np.float32))
+NETS = {"hidden_sizes": [48, 40, 32]}   # two products between hidden layers
+
+needs_bf16 = pytest.mark.skipif(not native_bf16("cpu"), reason="this CPU has no native bfloat16 (AVX512-BF16/AMX)")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _relative(a, b):
+    return float((a - b).norm() / (b.norm() + 1e-12))
+
+
+def _batch(n, seed, discrete):
+    g = torch.Generator().manual_seed(seed)
+    batch = {prl.OBS: torch.rand(n, 5, generator=g) * 2 - 1, prl.OBS2: torch.rand(n, 5, generator=g) * 2 - 1,
+             prl.REW: torch.randn(n, 1, generator=g),
+             prl.DISCOUNT: (torch.rand(n, 1, generator=g) > 0.2).float() * 0.99}
+    if discrete:
+        batch[prl.ACT] = torch.randint(0, 3, (n, 1), generator=g)
+    else:
+        batch[prl.ACT] = torch.rand(n, 2, generator=g) * torch.tensor([4.0, 1.0]) + torch.tensor([-2.0, 0.0])
+    return batch
+
+
+# ----------------------------------------------------------------------- network
+@needs_bf16
+def test_the_products_between_hidden_layers_are_bfloat16_and_the_rest_float32():
+    torch.manual_seed(0)
+    net = EnsembleMLP(5, [48, 40, 32], 3, copies=2, precision="bf16")
+    assert net.low_precision_layers(torch.device("cpu")) == (1, 2)
+    assert EnsembleMLP(5, [48], 3, precision="bf16").low_precision_layers(torch.device("cpu")) == ()
+    assert EnsembleMLP(5, [48, 40], 3).low_precision_layers(torch.device("cpu")) == ()
+    x = torch.rand(7, 5)
+    out = net(x)
+    w, b = list(net.weights), list(net.biases)
+    with torch.no_grad():
+        h = torch.relu(x @ w[0] + b[0])
+        for i in (1, 2):
+            h = torch.relu((h.bfloat16() @ w[i].bfloat16()).float() + b[i])
+        expected = h @ w[3] + b[3]
+        full_net = copy.deepcopy(net)      # the float32 network on the same weights
+        full_net.precision = "fp32"
+        full = full_net(x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.detach(), expected, atol=1e-6, rtol=1e-5)
+    # Not the float32 result, but within bfloat16's rounding of it.
+    assert 1e-4 < _relative(out.detach(), full) < 0.03
+    out.pow(2).sum().backward()
+    assert all(p.grad.dtype == torch.float32 and p.dtype == torch.float32 for p in net.parameters())
+
+
+def test_without_native_bfloat16_the_networks_compute_float32_and_say_so_once(monkeypatch, caplog):
+    monkeypatch.setattr(precision_module, "native_bf16", lambda device_type: False)
+    monkeypatch.setattr("pytorchrl.agent.actors.base._said", set())
+    torch.manual_seed(0)
+    actor = OffPolicyActor("cpu", OBS, BOX, "SAC", common_feature_extractor_kwargs=NETS, precision="bf16")
+    full = OffPolicyActor("cpu", OBS, BOX, "SAC", common_feature_extractor_kwargs=NETS)
+    full.load_state_dict(actor.state_dict())
+    x = torch.rand(6, 5)
+    with caplog.at_level(logging.WARNING, logger="pytorchrl"):
+        assert actor.critics.low_precision_layers(torch.device("cpu")) == ()
+        out = actor.policy_output(x)
+        actor.policy_output(x)
+    assert torch.equal(out, full.policy_output(x))
+    notes = [r.getMessage() for r in caplog.records if "bf16" in r.getMessage()]
+    assert len(notes) == 1 and "computing in fp32" in notes[0]
+
+
+def test_precision_is_checked_and_needs_the_default_mlp():
+    with pytest.raises(ValueError, match="precision must be one of"):
+        OffPolicyActor("cpu", OBS, BOX, "SAC", precision="fp16")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        OffPolicyActor.create_factory(OBS, BOX, "SAC", precision="half")
+
+    class Wide(MLP):
+        pass
+
+    with pytest.raises(ValueError, match="computed by the default MLP networks .* not by Wide"):
+        OffPolicyActor.create_factory(OBS, BOX, "SAC", common_feature_extractor=Wide, precision="bf16")
+    factory = OffPolicyActor.create_factory(OBS, DISCRETE, "DDQN", precision="bf16")
+    actor = factory("cpu")
+    assert actor.precision == "bf16" and actor.critics.precision == "bf16"
+
+
+# ------------------------------------------------------------------------ updates
+def _trio(cls, name, space, **algo_kwargs):
+    """The numpy update in bf16, the torch path in bf16 and the numpy update in fp32, from
+    the same weights."""
+    torch.manual_seed(0)
+    actor = OffPolicyActor("cpu", OBS, space, name, common_feature_extractor_kwargs=NETS, precision="bf16")
+    fast = cls("cpu", actor, None, numpy_update=True, **algo_kwargs)
+    ref = cls("cpu", copy.deepcopy(actor), None, numpy_update=False, **algo_kwargs)
+    full_actor = OffPolicyActor("cpu", OBS, space, name, common_feature_extractor_kwargs=NETS)
+    full_actor.load_state_dict(actor.state_dict())
+    full = cls("cpu", full_actor, None, numpy_update=True, **algo_kwargs)
+    for other in (ref, full):
+        other.target.load_state_dict(fast.target.state_dict())
+        if cls is SAC:
+            other.alpha_module.load_state_dict(fast.alpha_module.state_dict())
+    assert fast.update_engine is not None and ref.update_engine is None and full.update_engine is not None
+    return fast, ref, full
+
+
+def _gradients(algo, batch, seed):
+    torch.manual_seed(seed)
+    algo.compute_gradients(batch, return_grads=False)
+    return [None if p.grad is None else p.grad.clone() for p in algo.trainable_parameters()]
+
+
+@needs_bf16
+@pytest.mark.parametrize("cls,name,space", [(DDQN, "DDQN", DISCRETE), (SAC, "SAC", BOX), (TD3, "TD3", BOX)])
+def test_numpy_update_computes_the_torch_paths_bfloat16_gradients(cls, name, space):
+    fast, ref, full = _trio(cls, name, space)
+    for step in range(3):
+        batch = _batch(160, step, cls is DDQN)
+        g_fast, g_ref, g_full = (_gradients(a, batch, step) for a in (fast, ref, full))
+        differences = []
+        for a, b, c in zip(g_fast, g_ref, g_full):
+            if b is None:
+                assert a is None
+                continue
+            assert a.dtype == torch.float32
+            # numpy and torch compute the same bfloat16 products: equal up to float32 rounding.
+            assert _relative(a, b) < 2e-4
+            differences.append(_relative(a, c))
+        # ... which are not the float32 update's (precision acts), yet close to it.
+        assert 1e-4 < max(differences) < 0.1
+        for algo in (fast, ref, full):
+            algo.apply_gradients()
+        for module in ("actor", "target", "alpha_module"):   # the next step starts from equal weights
+            if hasattr(ref, module):
+                getattr(fast, module).load_state_dict(getattr(ref, module).state_dict())
+                getattr(full, module).load_state_dict(getattr(ref, module).state_dict())
+    assert all(p.dtype == torch.float32 for p in fast.actor.parameters())
+    for opt in fast.optimizers.values():
+        assert isinstance(opt, NumpyAdam)
+        assert all(m.dtype == np.float32 for m in opt.exp_avg + opt.exp_avg_sq)
+
+
+@needs_bf16
+@pytest.mark.parametrize("name,space", [("DDQN", DISCRETE), ("SAC", BOX), ("TD3", BOX)])
+def test_numpy_acting_computes_the_torch_paths_bfloat16_outputs(name, space):
+    torch.manual_seed(1)
+    actor = OffPolicyActor("cpu", OBS, space, name, common_feature_extractor_kwargs=NETS, precision="bf16")
+    actor.warmup.fill_(0.0)
+    assert isinstance(actor.build_fast_acting(), NumpyOffPolicyActing)
+    obs = np.random.default_rng(0).uniform(-1, 1, (64, 5)).astype(np.float32)
+    acting = NumpyOffPolicyActing(actor)
+    with torch.no_grad():
+        net = actor.critics if name == "DDQN" else actor.policy_net
+        expected = net(torch.from_numpy(obs))[0].numpy()
+    np.testing.assert_allclose(acting._forward(obs.copy()), expected, atol=1e-5, rtol=1e-4)
+    a_fast = actor.act(obs, deterministic=True)[0]
+    a_torch = actor._torch_acting(obs, None, True)[0]
+    if name == "DDQN":
+        assert np.mean(a_fast == a_torch) > 0.95   # argmax of equal values up to rounding
+    else:
+        np.testing.assert_allclose(a_fast, a_torch, atol=1e-5, rtol=1e-4)
+
+
+# --------------------------------------------------------------- configuration
+def test_yaml_precision_reaches_the_off_policy_networks_and_trains():
+    from pytorchrl.config import validate_config
+    from pytorchrl.config.build import build_actor_factory, build_env_factories, build_learner
+
+    config = validate_config(dict(tiny(actor={"precision": "bf16"}, learner={"target_steps": 400}),
+                                  algorithm={"name": "DDQN", "start_steps": 100, "update_every": 50,
+                                             "num_updates": 5, "mini_batch_size": 32},
+                                  storage={"name": "ReplayBuffer", "size": 1000}))
+    _, _, action_space, obs_space = build_env_factories(config)
+    actor = build_actor_factory(config, obs_space, action_space, "DDQN")("cpu")
+    assert actor.precision == "bf16" and actor.critics.precision == "bf16"
+    learner = build_learner(config)
+    try:
+        before = {k: v.clone() for k, v in learner.update_worker.get_weights().items()}
+        while not learner.done():
+            learner.step()
+        after = learner.update_worker.get_weights()
+    finally:
+        learner.stop()
+    assert all(v.dtype == torch.float32 for v in after.values() if v.is_floating_point())
+    assert any(not torch.equal(after[k], v) for k, v in before.items() if v.is_floating_point())
+
+
+# ------------------------------------------------------------------- learning
+@needs_bf16
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_sac_in_bf16_solves_pendulum():
+    from test_learning_offpolicy import learner_for, train_until
+
+    budget = 12_000
+    algo_factory, name = SAC.create_factory(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.99, polyak=0.995,
+                                            num_updates=1, update_every=1, start_steps=100, mini_batch_size=256,
+                                            test_every=10 ** 9, num_test_episodes=5)
+    learner = learner_for("Pendulum-v1", algo_factory, name, budget, precision="bf16")
+    try:
+        assert learner.update_worker.local_worker.actor.critics.low_precision_layers(torch.device("cpu")) == (1,)
+        best, steps, history = train_until(learner, -250.0, budget, every=1000, episodes=5)
+        assert best >= -250.0, f"SAC bf16 greedy return {best:.1f} < -250 after {steps} steps: {history[-5:]}"
+    finally:
+        learner.stop()
