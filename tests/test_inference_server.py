@@ -272,7 +272,7 @@ def test_what_a_server_cannot_serve_is_refused():
         Scheme(algo, actor, storage, train, col_policy="server", num_grad_workers=2)
     with pytest.raises(ValueError, match=r"unknown inference_server keys \['batch'\]"):
         Scheme(algo, actor, storage, train, col_policy="server", inference_server={"batch": 8})
-    with pytest.raises(ValueError, match="max_batch must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_batch must be a positive integer, got 0"):
         inference_server_options({"max_batch": 0})
     with pytest.raises(ValueError, match="timeout_ms must be a non-negative number"):
         inference_server_options({"timeout_ms": -1})

@@ -134,7 +134,7 @@ def test_a_paused_server_admits_puts_and_a_stopped_one_ends_every_wait():
 
 @pytest.mark.parametrize("options,words", [
     ({"sizes": 2}, "unknown queues keys ['sizes']"),
-    ({"size": 0}, "size must be an integer >= 1"),
+    ({"size": 0}, "size must be a positive integer"),
     ({"pop": "some"}, "pop must be one of 'one', 'all'"),
     ({"route": "learner", "selection": "random"}, "with route='learner' each gradient worker reads its own"),
     ({"steal": "yes"}, "steal must be true or false"),

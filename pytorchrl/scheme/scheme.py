@@ -178,9 +178,8 @@ class Scheme:
         thresholds.update(col_preemption_thresholds or {})
         for name, v in thresholds.items():
             check_fraction(f"col_preemption_thresholds[{name!r}]", v)
-        for name, n, low in (("num_col_workers", num_col_workers, 1), ("num_grad_workers", num_grad_workers, 0)):
-            if isinstance(n, bool) or not isinstance(n, int) or n < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {n!r}")
+        check_int("num_col_workers", num_col_workers, 1)
+        check_int("num_grad_workers", num_grad_workers, 0)
         collect_only = num_grad_workers == 0
         requested_grad_workers, num_grad_workers = num_grad_workers, max(1, num_grad_workers)
         if decentralized_update_execution and grad_workers_communication != prl.SYNC:

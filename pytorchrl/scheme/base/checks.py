@@ -1,6 +1,8 @@
 """Checks of the scheme's numeric options, shared by ``Scheme`` (which checks everything
 before any worker or Ray starts) and the worker sets (which are public too)."""
 
+import numpy as np
+
 
 def check_int(name, value, low, optional=False):
     """Raise ValueError unless ``value`` is an integer >= ``low`` (a bool is not one).
@@ -10,7 +12,7 @@ def check_int(name, value, low, optional=False):
     name : str
         The option's name, for the message.
     value : object
-        The value given.
+        The value given (a Python or numpy integer).
     low : int
         Smallest valid value (0 or 1).
     optional : bool
@@ -18,7 +20,7 @@ def check_int(name, value, low, optional=False):
     """
     if optional and value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         kind = {0: "a non-negative integer", 1: "a positive integer"}.get(low, f"an integer >= {low}")
         raise ValueError(f"{name} must be {'None or ' if optional else ''}{kind}, got {value!r}")
 

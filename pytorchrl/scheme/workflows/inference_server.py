@@ -25,7 +25,7 @@ import time
 import numpy as np
 import torch
 
-from pytorchrl.scheme.base.checks import check_non_negative, merge_options
+from pytorchrl.scheme.base.checks import check_int, check_non_negative, merge_options
 
 #: Options of ``Scheme(inference_server=...)`` (``scheme.inference_server``) and their defaults.
 INFERENCE_SERVER_DEFAULTS = {"max_batch": 64, "timeout_ms": 2.0, "num_cpus": 0.5}
@@ -51,9 +51,7 @@ def inference_server_options(options):
         An unknown key (naming the valid ones) or a value out of range.
     """
     out = merge_options("inference_server", options, INFERENCE_SERVER_DEFAULTS)
-    mb = out["max_batch"]
-    if isinstance(mb, bool) or not isinstance(mb, (int, np.integer)) or mb < 1:
-        raise ValueError(f"inference_server max_batch must be an integer >= 1, got {mb!r}")
+    check_int("inference_server max_batch", out["max_batch"], 1)
     for name in ("timeout_ms", "num_cpus"):
         check_non_negative(f"inference_server {name}", out[name])
     return out

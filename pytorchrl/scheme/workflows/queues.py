@@ -36,7 +36,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from pytorchrl.scheme.base.checks import check_non_negative, merge_options
+from pytorchrl.scheme.base.checks import check_int, check_non_negative, merge_options
 
 #: Options of ``Scheme(queues=...)`` (``scheme.queues``) and their defaults.
 QUEUE_DEFAULTS = {"size": 4, "pop": "one", "prefetch": True, "selection": "binned", "steal": False,
@@ -71,9 +71,7 @@ def queue_options(options):
         An unknown key (naming the valid ones) or a value out of range.
     """
     out = merge_options("queues", options, QUEUE_DEFAULTS)
-    size = out["size"]
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"queues size must be an integer >= 1, got {size!r}")
+    check_int("queues size", out["size"], 1)
     for key, valid in (("pop", POPS), ("selection", SELECTIONS), ("route", ROUTES)):
         if out[key] not in valid:
             raise ValueError(f"queues {key} must be one of {', '.join(map(repr, valid))}, got {out[key]!r}")
