@@ -99,3 +99,22 @@ def png_size(path):
     assert head[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
     assert head[12:16] == b"IHDR"
     return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def train_checking_float32(config):
+    """Build the Learner of a resolved ``config`` and train it to its budget; assert that
+    every weight is float32 afterwards (mixed precision keeps float32 weights) and that an
+    update changed some."""
+    import torch
+
+    from pytorchrl.config.build import build_learner
+    learner = build_learner(config)
+    try:
+        before = {k: v.clone() for k, v in learner.update_worker.get_weights().items()}
+        while not learner.done():
+            learner.step()
+        after = learner.update_worker.get_weights()
+    finally:
+        learner.stop()
+    assert all(v.dtype == torch.float32 for v in after.values())
+    assert any(not torch.equal(after[k], v) for k, v in before.items()), "no update happened"

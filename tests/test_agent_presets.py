@@ -14,7 +14,7 @@ from pytorchrl.config.agent_presets import AGENT_PRESETS, get_agent_preset
 from pytorchrl.config.build import build_actor_factory, build_env_factories
 from pytorchrl.config.schema import FEATURE_EXTRACTORS
 
-from cli_helpers import REPO, assert_one_line_error, pytorchrl, tiny
+from cli_helpers import REPO, assert_one_line_error, pytorchrl, tiny, train_checking_float32
 
 EXAMPLES = os.path.join(REPO, "examples", "configs")
 
@@ -239,8 +239,6 @@ def test_actor_precision_reaches_the_image_extractors_of_both_families_and_train
     (its observation extractor); bf16 trains a tiny budget with float32 weights; a flat
     observation space (mlp) refuses it; it cannot change while training."""
     pytest.importorskip("ale_py")
-    import torch
-
     from pytorchrl.tools.control import resolve_key
 
     atari = {"family": "atari", "id": "PongNoFrameskip-v4", "frame_stack": 2, "max_episode_steps": 40,
@@ -256,16 +254,7 @@ def test_actor_precision_reaches_the_image_extractors_of_both_families_and_train
     assert [m.precision for m in off_policy.modules() if isinstance(m, FEATURE_EXTRACTORS["cnn"])]
     assert all(m.precision == "bf16" for m in off_policy.modules() if isinstance(m, FEATURE_EXTRACTORS["cnn"]))
 
-    learner = build_learner(config)
-    try:
-        before = {k: v.clone() for k, v in learner.update_worker.get_weights().items()}
-        while not learner.done():
-            learner.step()
-        after = learner.update_worker.get_weights()
-    finally:
-        learner.stop()
-    assert all(v.dtype == torch.float32 for v in after.values())
-    assert any(not torch.equal(after[k], v) for k, v in before.items()), "no update happened"
+    train_checking_float32(config)
 
     with pytest.raises(ConfigError, match="actor.precision: bf16 applies to the image feature extractors .* "
                                           "not to PPO's actor.feature_extractor mlp"):

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-import pytorchrl as prl
 from pytorchrl.agent.actors import OffPolicyActor
 from pytorchrl.agent.actors.feature_extractors import precision as precision_module
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
@@ -22,7 +21,8 @@ from pytorchrl.agent.algorithms import DDQN, SAC, TD3
 from pytorchrl.agent.numpy_engine import NumpyAdam
 from pytorchrl.agent.numpy_offpolicy import NumpyOffPolicyActing
 
-from cli_helpers import tiny
+from cli_helpers import tiny, train_checking_float32
+from test_numpy_offpolicy import _batch
 
 OBS = gym.spaces.Box(-1.0, 1.0, (5,), dtype=np.float32)
 DISCRETE = gym.spaces.Discrete(3)
@@ -42,18 +42,6 @@ def _one_thread():
 
 def _relative(a, b):
     return float((a - b).norm() / (b.norm() + 1e-12))
-
-
-def _batch(n, seed, discrete):
-    g = torch.Generator().manual_seed(seed)
-    batch = {prl.OBS: torch.rand(n, 5, generator=g) * 2 - 1, prl.OBS2: torch.rand(n, 5, generator=g) * 2 - 1,
-             prl.REW: torch.randn(n, 1, generator=g),
-             prl.DISCOUNT: (torch.rand(n, 1, generator=g) > 0.2).float() * 0.99}
-    if discrete:
-        batch[prl.ACT] = torch.randint(0, 3, (n, 1), generator=g)
-    else:
-        batch[prl.ACT] = torch.rand(n, 2, generator=g) * torch.tensor([4.0, 1.0]) + torch.tensor([-2.0, 0.0])
-    return batch
 
 
 # ----------------------------------------------------------------------- network
@@ -195,7 +183,7 @@ def test_numpy_acting_computes_the_torch_paths_bfloat16_outputs(name, space):
 # --------------------------------------------------------------- configuration
 def test_yaml_precision_reaches_the_off_policy_networks_and_trains():
     from pytorchrl.config import validate_config
-    from pytorchrl.config.build import build_actor_factory, build_env_factories, build_learner
+    from pytorchrl.config.build import build_actor_factory, build_env_factories
 
     config = validate_config(dict(tiny(actor={"precision": "bf16"}, learner={"target_steps": 400}),
                                   algorithm={"name": "DDQN", "start_steps": 100, "update_every": 50,
@@ -204,16 +192,7 @@ def test_yaml_precision_reaches_the_off_policy_networks_and_trains():
     _, _, action_space, obs_space = build_env_factories(config)
     actor = build_actor_factory(config, obs_space, action_space, "DDQN")("cpu")
     assert actor.precision == "bf16" and actor.critics.precision == "bf16"
-    learner = build_learner(config)
-    try:
-        before = {k: v.clone() for k, v in learner.update_worker.get_weights().items()}
-        while not learner.done():
-            learner.step()
-        after = learner.update_worker.get_weights()
-    finally:
-        learner.stop()
-    assert all(v.dtype == torch.float32 for v in after.values() if v.is_floating_point())
-    assert any(not torch.equal(after[k], v) for k, v in before.items() if v.is_floating_point())
+    train_checking_float32(config)
 
 
 # ------------------------------------------------------------------- learning
