@@ -51,7 +51,7 @@ def build(algo, seed, steps, hp, precision="fp32"):
             update_every=hp["train_freq"], start_steps=hp["learning_starts"], mini_batch_size=hp["batch_size"],
             target_update_interval=hp["target_update_interval_updates"], max_grad_norm=hp["max_grad_norm"],
             initial_epsilon=hp["exploration_initial_eps"], epsilon_decay=1.0,
-            min_epsilon=hp["exploration_final_eps"], loss="huber")
+            min_epsilon=hp["exploration_final_eps"], loss="huber", double_q=False)   # SB3's DQN targets
         # SB3: linear from 1.0 to 0.04 over the first exploration_fraction of the run's steps.
         schedules.append(Schedule("initial_epsilon", kind="linear", start=hp["exploration_initial_eps"],
                                   end=hp["exploration_final_eps"],
@@ -136,6 +136,7 @@ def main():
     }
     if args.algo == "dqn":
         res["final_epsilon"] = round(float(algo.epsilon), 4)
+        res["double_q"] = algo.double_q
     print(json.dumps(res), flush=True)
 
 

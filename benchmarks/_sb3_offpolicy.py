@@ -35,8 +35,8 @@ def build(algo, seed, hp):
 
     env = make_vec_env(hp["env_id"], n_envs=1, seed=seed, vec_env_cls=DummyVecEnv)
     if algo == "dqn":
-        # Vanilla DQN (max over the target network; ours is double DQN), Huber loss and
-        # max_grad_norm 10 are SB3's defaults; Adam's eps is torch's default 1e-8.
+        # Vanilla DQN (max over the target network; ours: DDQN with double_q=False), Huber
+        # loss and max_grad_norm 10 are SB3's defaults; Adam's eps is torch's default 1e-8.
         return DQN("MlpPolicy", env, learning_rate=hp["lr"], batch_size=hp["batch_size"],
                    buffer_size=hp["buffer_size"], learning_starts=hp["learning_starts"], gamma=hp["gamma"],
                    target_update_interval=hp["target_update_interval_env_steps"], train_freq=hp["train_freq"],

@@ -39,7 +39,8 @@ ZOO_CARTPOLE_DQN = dict(env_id="CartPole-v1", n_timesteps=50_000, lr=2.3e-3, bat
                         learning_starts=1000, gamma=0.99, target_update_interval_env_steps=10,
                         target_update_interval_updates=128, train_freq=256, gradient_steps=128,
                         exploration_fraction=0.16, exploration_initial_eps=1.0, exploration_final_eps=0.04,
-                        net=[256, 256], loss="huber (smooth L1)", max_grad_norm=10.0, adam_eps=1e-8)
+                        net=[256, 256], loss="huber (smooth L1)", max_grad_norm=10.0, adam_eps=1e-8,
+                        targets="max over the target network (DQN; ours: DDQN(double_q=False))")
 
 # rl-baselines3-zoo, hyperparams/sac.yml, Pendulum-v1 (n_timesteps 2e4, learning_rate 1e-3);
 # the rest are SB3's SAC defaults, written out so that our side gets the same values.

@@ -391,6 +391,7 @@ def test_offpolicy_ours_worker_prints_a_complete_record(algo, steps, updates, pr
                                                 "sac-mujoco": "HalfCheetah-v5"}[algo]
     if algo == "dqn":
         assert rec["final_epsilon"] == pytest.approx(0.04) and 1 <= rec["eval_returns"][0] <= 500
+        assert rec["double_q"] is False     # SB3's DQN targets on both sides
     elif algo == "sac":
         assert -2000 < rec["eval_returns"][0] <= 0
     else:   # 1,000 steps of a barely trained cheetah: control costs and some wobbling

@@ -1,4 +1,4 @@
-"""DDQN: double-Q targets, losses and gradients against hand computations on a linear
+"""DDQN: double-Q (and DQN's max) targets, losses and gradients against hand computations on a linear
 Q-network, target-network arithmetic, the epsilon schedule and warm-up, the acting
 weights sent to collectors, and subclasses overriding compute_loss.
 
@@ -63,11 +63,14 @@ def linear_ddqn(**kw):
     return algo
 
 
-def hand_targets(batch=BATCH):
+def hand_targets(batch=BATCH, double_q=True):
     q_all = batch[prl.OBS] @ W_ON + B_ON
     q = np.take_along_axis(q_all, batch[prl.ACT], 1)
-    a_next = (batch[prl.OBS2] @ W_ON + B_ON).argmax(1)[:, None]        # online network picks
-    q_next = np.take_along_axis(batch[prl.OBS2] @ W_TG + B_TG, a_next, 1)  # target network values
+    if double_q:
+        a_next = (batch[prl.OBS2] @ W_ON + B_ON).argmax(1)[:, None]        # online network picks
+        q_next = np.take_along_axis(batch[prl.OBS2] @ W_TG + B_TG, a_next, 1)  # target network values
+    else:
+        q_next = (batch[prl.OBS2] @ W_TG + B_TG).max(1, keepdims=True)     # DQN: the target's maximum
     y = batch[prl.REW] + batch[prl.DISCOUNT] * q_next
     return q, y
 
@@ -80,10 +83,11 @@ def test_the_batch_separates_double_q_from_plain_q():
     assert (on != tg).any()
 
 
+@pytest.mark.parametrize("double_q", [True, False])
 @pytest.mark.parametrize("loss", ["mse", "huber"])
-def test_loss_against_hand_computation(loss):
-    algo = linear_ddqn(loss=loss)
-    q, y = hand_targets()
+def test_loss_against_hand_computation(loss, double_q):
+    algo = linear_ddqn(loss=loss, double_q=double_q)
+    q, y = hand_targets(double_q=double_q)
     td = q - y
     assert (np.abs(td) > 1).any() and (np.abs(td) < 1).any()   # both branches of Huber
     per_sample = td ** 2 if loss == "mse" else np.where(np.abs(td) < 1, 0.5 * td ** 2, np.abs(td) - 0.5)
@@ -94,12 +98,13 @@ def test_loss_against_hand_computation(loss):
     assert prl.TD_ERROR not in info                 # no PER weights: no per-sample errors
 
 
+@pytest.mark.parametrize("double_q", [True, False])
 @pytest.mark.parametrize("loss", ["mse", "huber"])
-def test_gradients_against_hand_computation(loss):
+def test_gradients_against_hand_computation(loss, double_q):
     """compute_gradients (whatever path computes it) gives the gradient of the hand loss:
     d/dW of mean(f(q - y)) with the target held fixed."""
-    algo = linear_ddqn(loss=loss)
-    q, y = hand_targets()
+    algo = linear_ddqn(loss=loss, double_q=double_q)
+    q, y = hand_targets(double_q=double_q)
     td = q - y
     dloss = 2 * td if loss == "mse" else np.clip(td, -1, 1)
     B = len(td)
@@ -381,6 +386,19 @@ def test_a_subclass_overriding_compute_loss_is_used():
 def test_bad_hyperparameters_are_refused(kw, match):
     with pytest.raises(ValueError, match=match):
         make_ddqn(**kw)
+
+
+def test_double_q_is_a_boolean_and_hot_swaps():
+    with pytest.raises(TypeError, match="double_q must be true or false"):
+        make_ddqn(double_q="no")
+    algo = linear_ddqn()
+    batch = tensor_batch()
+    algo.update_algorithm_parameter("double_q", False)
+    _, info = algo.compute_loss(batch)
+    q, y = hand_targets(double_q=False)
+    assert info["Loss"] == pytest.approx(((q - y) ** 2).mean(), rel=1e-5)
+    with pytest.raises(TypeError, match="'double_q' expects bool"):
+        algo.update_algorithm_parameter("double_q", 1)
 
 
 def test_ddqn_needs_a_ddqn_actor():

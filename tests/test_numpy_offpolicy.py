@@ -231,6 +231,8 @@ DDQN_CASES = [
     ({"dueling": True}, {"loss": "mse"}, False),
     ({"common_feature_extractor_kwargs": {"hidden_sizes": [16, 8, 8], "activation": "tanh"}},
      {"loss": "mse", "max_grad_norm": 1.0}, True),
+    ({}, {"loss": "huber", "max_grad_norm": 10.0, "double_q": False}, False),
+    ({"dueling": True}, {"loss": "mse", "double_q": False}, True),
 ]
 
 

@@ -266,8 +266,10 @@ def by_hand(net, batch, detach_before=0):
     return states, q, q_next
 
 
-def test_sequence_targets_and_loss_against_a_hand_computation():
+@pytest.mark.parametrize("double_q", [True, False])
+def test_sequence_targets_and_loss_against_a_hand_computation(double_q):
     algo = tiny_ddqn()
+    algo.double_q = double_q
     batch = hand_batch()
     online, q_on, next_on = by_hand(algo.actor, batch)
     target, _, next_tg = by_hand(algo.target, batch)
@@ -277,9 +279,10 @@ def test_sequence_targets_and_loss_against_a_hand_computation():
             for b in range(2):
                 e = int(batch[prl.BOOTSTRAP_STEP][j, b])
                 o2 = batch[prl.OBS2][e, b][None]
-                a2 = next_on(o2, online[e][b][None]).argmax()
-                expected_target[j, b] = batch[prl.REW][j, b, 0] + batch[prl.DISCOUNT][j, b, 0] * \
-                    next_tg(o2, target[e][b][None])[0, a2]
+                q2 = next_tg(o2, target[e][b][None])[0]
+                # Double Q: the online memory picks the next action; DQN: the target's maximum.
+                value = q2[next_on(o2, online[e][b][None]).argmax()] if double_q else q2.max()
+                expected_target[j, b] = batch[prl.REW][j, b, 0] + batch[prl.DISCOUNT][j, b, 0] * value
                 expected_q[j, b] = q_on(online[1 + j][b][None])[0, batch[prl.ACT][j, b, 0]]
     _, states = algo.actor.memory_unroll(batch[prl.OBS], batch[prl.RHS], batch[prl.DONE], 1)
     np.testing.assert_allclose(algo.sequence_targets(batch, states.detach())[..., 0].numpy(),

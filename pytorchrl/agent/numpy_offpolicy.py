@@ -555,9 +555,10 @@ class NumpyDDQNUpdate(_NumpyUpdate):
     """``DDQN.compute_loss`` and its backward pass in numpy (see the module docstring).
 
     Forward passes of the online network over the observations and the next observations
-    together (one lane) and of the target network over the next observations (the other
-    lane; where the collectors computed the targets, ``targets_on_collector``, the online
-    pass over the observations alone), then the backward pass
+    together (one lane; over the observations alone for DQN's targets, ``double_q=False``)
+    and of the target network over the next observations (the other lane; where the
+    collectors computed the targets, ``targets_on_collector``, the online pass over the
+    observations alone), then the backward pass
     of the taken actions' values (Huber or squared TD error, optionally weighted by
     prioritized replay; dueling heads included), each large layer's weight gradient beside
     the gradient it passes down.
@@ -578,7 +579,7 @@ class NumpyDDQNUpdate(_NumpyUpdate):
         from pytorchrl.agent.algorithms.ddqn import DDQN
         reason = _check_common(algo, DDQN, ("q_values", "_obs_features"),
                                ("compute_loss", "unpack_batch", "weighted_mean", "report_td_errors",
-                                "bellman_targets", "stored_targets", "td_loss"))
+                                "bellman_targets", "next_values", "stored_targets", "td_loss"))
         if reason is not None:
             return None, reason
         actor = algo.actor
@@ -611,7 +612,7 @@ class NumpyDDQNUpdate(_NumpyUpdate):
         if algo.targets_on_collector:   # the collectors computed them (collector-side pre-processing)
             target = _column(algo.stored_targets(batch))
             q_all = self._q(self.net.forward(obs, copy=0, cache=cache))
-        else:
+        elif algo.double_q:
             # Double Q: the online network picks the next actions, the target network values
             # them. The online network's two passes (observations, next observations) are
             # one pass over both (half the operator calls), beside the target's pass.
@@ -621,6 +622,12 @@ class NumpyDDQNUpdate(_NumpyUpdate):
             q_all = q_both[:n]
             target = rew + disc * q_target[rows, q_both[n:].argmax(axis=1)][:, None]
             cache = [h[:n] for h in cache]      # the backward pass is the observations' only
+        else:
+            # DQN's targets: the target network's maximum (no online pass over obs2).
+            q_all, q_target = self.lanes.run(
+                lambda: self._q(self.net.forward(obs, copy=0, cache=cache)),
+                lambda: self._q(self.target.forward(obs2, copy=0)))
+            target = rew + disc * q_target.max(axis=1, keepdims=True)
         q = q_all[rows, act][:, None]
         td = q - target
         if algo.loss == "huber":

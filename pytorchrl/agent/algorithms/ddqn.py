@@ -1,4 +1,5 @@
-"""Double DQN (van Hasselt et al., 2016): Q-learning with a target network and double-Q targets."""
+"""Double DQN (van Hasselt et al., 2016): Q-learning with a target network and double-Q
+targets (or DQN's max targets, ``double_q=False``)."""
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,8 @@ class DDQN(OffPolicyAlgorithm):
     """Deep Q-learning with double-Q targets.
 
     The target of a transition is ``r + discount * Q_target(s', argmax_a Q(s', a))``: the
-    online network picks the next action, the target network values it. Acting is
+    online network picks the next action, the target network values it (with
+    ``double_q=False``, DQN's ``r + discount * max_a Q_target(s', a)``). Acting is
     epsilon-greedy; epsilon starts at ``initial_epsilon`` and is multiplied by
     ``epsilon_decay`` after every update, down to ``min_epsilon`` (it travels to the
     collectors with the Q-network's weights). A linear schedule over environment steps is
@@ -53,6 +55,10 @@ class DDQN(OffPolicyAlgorithm):
         Q(s, a) to the stored targets and computes none. A transition's target is
         therefore as old as the weights that collected it. False (default): targets are
         computed on the learner at every update. Fixed at construction.
+    double_q : bool
+        Double-Q targets (true: the online network picks the next action) or DQN's targets
+        (false: the target network's maximum, as Stable-Baselines3's DQN; they overestimate
+        more, and an update skips the online network's pass over the next observations).
     """
 
     name = "DDQN"
@@ -70,7 +76,7 @@ class DDQN(OffPolicyAlgorithm):
     def __init__(self, device, actor, envs=None, lr=1e-4, eps=1e-8, gamma=0.99, polyak=0.995, num_updates=50,
                  update_every=50, start_steps=20000, mini_batch_size=64, target_update_interval=1,
                  max_grad_norm=None, test_every=10, num_test_episodes=5, initial_epsilon=1.0, epsilon_decay=0.999,
-                 min_epsilon=0.05, loss="mse", numpy_update=True, targets_on_collector=False):
+                 min_epsilon=0.05, loss="mse", numpy_update=True, targets_on_collector=False, double_q=True):
         super().__init__(device, actor, envs, gamma=gamma, polyak=polyak, num_updates=num_updates,
                          update_every=update_every, start_steps=start_steps, mini_batch_size=mini_batch_size,
                          target_update_interval=target_update_interval, max_grad_norm=max_grad_norm,
@@ -87,6 +93,7 @@ class DDQN(OffPolicyAlgorithm):
             raise TypeError(f"DDQN hyperparameter targets_on_collector must be true or false, "
                             f"got {targets_on_collector!r}")
         self.targets_on_collector = targets_on_collector
+        self.double_q = double_q
         if targets_on_collector and actor.is_recurrent:
             raise ValueError("DDQN(targets_on_collector=True) computes targets of single transitions; a recurrent "
                              "actor trains on sequences (set targets_on_collector to false)")
@@ -110,6 +117,8 @@ class DDQN(OffPolicyAlgorithm):
                 raise ValueError(f"DDQN hyperparameter {name} must be in [0, 1], got {getattr(self, name)}")
         if self.loss not in LOSSES:
             raise ValueError(f"DDQN hyperparameter loss must be one of {LOSSES}, got {self.loss!r}")
+        if not isinstance(self.double_q, bool):
+            raise TypeError(f"DDQN hyperparameter double_q must be true or false, got {self.double_q!r}")
         if self.lr < 0:
             raise ValueError(f"DDQN hyperparameter lr must be >= 0, got {self.lr}")
 
@@ -131,10 +140,19 @@ class DDQN(OffPolicyAlgorithm):
 
     @torch.no_grad()
     def bellman_targets(self, rew, obs2, discount):
-        """Double-Q targets ``rew + discount * Q_target(obs2, argmax_a Q(obs2, a))`` (B, 1) of
-        tensors on this algorithm's device (``discount``: gamma^n, 0 after termination)."""
-        next_act = self.actor.q_values(obs2)[0].argmax(1, keepdim=True)
-        return rew + discount * self.target.q_values(obs2)[0].gather(1, next_act)
+        """Targets (B, 1) of tensors on this algorithm's device (``discount``: gamma^n, 0
+        after termination): double-Q ``rew + discount * Q_target(obs2, argmax_a Q(obs2, a))``,
+        or ``rew + discount * max_a Q_target(obs2, a)`` without ``double_q``."""
+        return rew + discount * self.next_values(self.target.q_values(obs2)[0],
+                                                 lambda: self.actor.q_values(obs2)[0])
+
+    def next_values(self, q_target, q_online):
+        """Value (N, 1) of the next observations from the target network's Q-values
+        ``q_target`` (N, actions): at the online network's greedy actions (``q_online``, a
+        callable returning its Q-values, called only for double-Q targets), or the maximum."""
+        if not self.double_q:
+            return q_target.max(1, keepdim=True)[0]
+        return q_target.gather(1, q_online().argmax(1, keepdim=True))
 
     def preprocess_rollout(self, data):
         """With ``targets_on_collector``: add the rollout's Bellman targets (``prl.TARGET``,
@@ -204,9 +222,10 @@ class DDQN(OffPolicyAlgorithm):
 
     @torch.no_grad()
     def sequence_targets(self, batch, states):
-        """Double-Q targets (T, B, 1) of the training steps of a sequence mini-batch.
+        """Targets (T, B, 1) of the training steps of a sequence mini-batch.
 
-        Step t's target is ``REW[t] + DISCOUNT[t] * Q_target(s', argmax_a Q(s', a))`` where
+        Step t's target is ``REW[t] + DISCOUNT[t] * Q_target(s', argmax_a Q(s', a))`` (with
+        ``double_q``; else ``max_a Q_target(s', a)``) where
         s' is ``OBS2`` of the step ``BOOTSTRAP_STEP[t]`` = e (the last of its n-step window,
         never past an episode end) and each network reads s' from its own memory's state
         after step e: ``states`` (T, B, state size) for the online network (after each
@@ -219,8 +238,8 @@ class DDQN(OffPolicyAlgorithm):
         cols = torch.arange(B, device=boot.device).expand(T, B)
         next_obs = obs2[boot, cols].reshape(T * B, *obs2.shape[2:])
         pos = boot - burn_in
-        q_next = self.actor.memory_step(next_obs, states[pos, cols].reshape(T * B, -1))[0][0]
-        next_act = q_next.argmax(1, keepdim=True)
         _, target_states = self.target.memory_unroll(obs, rhs, done, burn_in)
         q_target = self.target.memory_step(next_obs, target_states[pos, cols].reshape(T * B, -1))[0][0]
-        return batch[REW] + batch[DISCOUNT] * q_target.gather(1, next_act).reshape(T, B, 1)
+        values = self.next_values(
+            q_target, lambda: self.actor.memory_step(next_obs, states[pos, cols].reshape(T * B, -1))[0][0])
+        return batch[REW] + batch[DISCOUNT] * values.reshape(T, B, 1)
