@@ -211,7 +211,7 @@ class DDQN(OffPolicyAlgorithm):
         prioritized replay are (B * T,), sequence after sequence.
         """
         obs, done, rhs = batch[OBS], batch[DONE], batch[RHS]
-        act, rew, discount, weights = batch[ACT], batch[REW], batch[DISCOUNT], batch.get(WEIGHT)
+        act, weights = batch[ACT], batch.get(WEIGHT)
         T, B = act.shape[:2]
         burn_in = obs.shape[0] - T
         out, states = self.actor.memory_unroll(obs, rhs, done, burn_in)
