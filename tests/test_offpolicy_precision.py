@@ -88,6 +88,16 @@ def test_without_native_bfloat16_the_networks_compute_float32_and_say_so_once(mo
     assert len(notes) == 1 and "computing in fp32" in notes[0]
 
 
+def test_bf16_on_networks_without_hidden_products_says_so(monkeypatch, caplog):
+    monkeypatch.setattr("pytorchrl.agent.actors.base._said", set())
+    with caplog.at_level(logging.WARNING, logger="pytorchrl"):
+        actor = OffPolicyActor("cpu", OBS, DISCRETE, "DDQN", common_feature_extractor_kwargs={"hidden_sizes": [64]},
+                               precision="bf16")
+    assert actor.critics.low_precision_layers(torch.device("cpu")) == ()
+    notes = [r.getMessage() for r in caplog.records if "no product between two hidden layers" in r.getMessage()]
+    assert len(notes) == 1 and "computing in fp32" in notes[0]
+
+
 def test_precision_is_checked_and_needs_the_default_mlp():
     with pytest.raises(ValueError, match="precision must be one of"):
         OffPolicyActor("cpu", OBS, BOX, "SAC", precision="fp16")

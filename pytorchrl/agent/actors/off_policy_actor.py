@@ -109,6 +109,10 @@ class EnsembleMLP(nn.Module):
         self.copies = int(copies)
         self.act = get_activation(activation)()
         sizes = [int(in_size)] + [int(h) for h in hidden_sizes] + [int(out_size)]
+        if precision != "fp32" and len(sizes) < 4:
+            say_once(("precision without hidden products", tuple(sizes)),
+                     f"precision {precision}: an MLP of hidden sizes {list(hidden_sizes)} has no product between "
+                     f"two hidden layers, computing in fp32 (bf16 needs two hidden layers or more)")
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for a, b in zip(sizes[:-1], sizes[1:]):
