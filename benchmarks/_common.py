@@ -202,9 +202,10 @@ def add_side_by_side_args(ap, timeout):
     ap.add_argument("--no-warmup", action="store_true", help="skip the untimed short run of each interpreter")
     ap.add_argument("--timeout", type=float, default=timeout, help="seconds allowed to one worker run")
     ap.add_argument("--out-dir", default=RESULTS_DIR)
-    ap.add_argument("--report", metavar="JSONL", default=None,
+    ap.add_argument("--report", metavar="JSONL", nargs="+", default=None,
                     help="run nothing: print the report of a results file of this script (also of a run that "
-                         "was stopped part-way: the runs recorded so far)")
+                         "was stopped part-way: the runs recorded so far); several files: their runs together "
+                         "(e.g. a run of more seeds with --first-seed), each run counted once")
     add_source_args(ap)
     add_load_args(ap)
 
@@ -548,9 +549,14 @@ def write_markdown(jsonl, meta, table):
 
 def header_lines(meta):
     src = meta.get("source") or {}
-    return (f"`{meta['command']}`  \n{meta['date_utc']}; {source_line(src) if src else 'code: unknown'}  \n"
-            f"machine: {meta.get('nproc')} CPUs ({meta.get('cpu_model')}), {meta.get('mem_total_GiB')} GiB, "
-            f"Python {meta.get('python')}; load average at start {meta.get('loadavg_at_start')}")
+    lines = (f"`{meta['command']}`  \n{meta['date_utc']}; {source_line(src) if src else 'code: unknown'}  \n"
+             f"machine: {meta.get('nproc')} CPUs ({meta.get('cpu_model')}), {meta.get('mem_total_GiB')} GiB, "
+             f"Python {meta.get('python')}; load average at start {meta.get('loadavg_at_start')}")
+    for other in meta.get("merged", ()):
+        other_src = other.get("source") or {}
+        lines += (f"  \nwith the runs of `{other['command']}`  \n{other['date_utc']}; "
+                  f"{source_line(other_src) if other_src else 'code: unknown'}")
+    return lines
 
 
 def save_diff(jsonl, source):
@@ -680,12 +686,29 @@ def goal_verdict(system, ratio, target, ours_return, peer_return, digits=1):
             f"{'ok' if ok_return else 'lower'})")
 
 
-def read_results(path):
-    """(meta record, run records) of a results file (.jsonl), also of a run stopped part-way."""
-    with open(path) as f:
-        lines = [json.loads(ln) for ln in f if ln.strip()]
-    meta = next(r for r in lines if r.get("record") == "meta")
-    return meta, [r for r in lines if "record" not in r]
+def read_results(paths):
+    """(meta record, run records) of a results file (.jsonl), also of a run stopped part-way.
+
+    ``paths``: one path, or several (a list): their runs together, under the first file's
+    meta record, which lists the others' under ``merged``. A run (task, system, seed) found
+    in two files raises ValueError: it would be counted twice."""
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    meta, records, seen = None, [], {}
+    for path in paths:
+        with open(path) as f:
+            lines = [json.loads(ln) for ln in f if ln.strip()]
+        file_meta = next(r for r in lines if r.get("record") == "meta")
+        if meta is None:
+            meta = dict(file_meta, merged=[])
+        else:
+            meta["merged"].append(file_meta)
+        for rec in (r for r in lines if "record" not in r):
+            key = (rec.get("task"), rec.get("system"), rec.get("seed"))
+            if key in seen:
+                raise ValueError(f"run {key} is in both {seen[key]} and {path}")
+            seen[key] = path
+            records.append(rec)
+    return meta, records
 
 
 # ------------------------------------------------------------------------- format

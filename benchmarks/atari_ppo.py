@@ -46,6 +46,9 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=ATARI_DEFAULT_STEPS,
                     help="env steps per run (default %(default)s: 1M frames at frame skip 4)")
     ap.add_argument("--seeds", type=int, default=2, help="seeds per system (default 2)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds run: first-seed .. first-seed + seeds - 1 (default 0; more seeds for an earlier "
+                         "run, whose report then takes both files: --report A.jsonl B.jsonl)")
     ap.add_argument("--systems", default="ours,ours-bf16,sb3", help="comma-separated subset of: ours, ours-bf16, sb3")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 4,096 steps, 1 seed, 1 greedy game of at most 300 steps, no warm-up")
@@ -182,7 +185,8 @@ def render(summary, records, meta):
 
 
 def report_from(path):
-    """The report of a results file (``--report``), whether or not the run finished."""
+    """The report of a results file (``--report``), whether or not the run finished; of
+    several files (a list) together."""
     meta, records = C.read_results(path)
     meta = dict(meta, seeds=len({r["seed"] for r in records}) or meta["seeds"])
     return C.header_lines(meta) + "\n\n" + render(summarize(records), records, meta)
@@ -196,7 +200,8 @@ def run(args):
     C.check_interpreters("atari_ppo", args.systems, lambda s: python_of(s, args), lambda s: worker_env(s, args),
                          is_ours, ours_imports="pytorchrl, gymnasium, ale_py",
                          peers_imports="stable_baselines3, gymnasium, ale_py, cv2")
-    extra = {"game": args.game, "steps": args.steps, "seeds": args.seeds, "systems": args.systems,
+    extra = {"game": args.game, "steps": args.steps, "seeds": args.seeds, "first_seed": args.first_seed,
+             "systems": args.systems,
              "torch_threads_env": args.torch_threads, "eval_episodes": args.eval_episodes,
              "eval_max_steps": args.eval_max_steps, "hyperparameters": ZOO_ATARI_PPO,
              **C.side_versions(args, args.systems, is_ours, lambda s: worker_env(s, args),
@@ -207,7 +212,7 @@ def run(args):
         C.warm_up("atari_ppo", args.systems, is_ours, lambda system: run_one(system, args, 0, 1024, eval_episodes=0))
 
     records = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for system in args.systems:
             rec = run_one(system, args, seed, args.steps)
             records.append(rec)

@@ -548,6 +548,27 @@ def test_atari_report_of_a_partial_run(tmp_path):
     assert "1 seed(s) per system" in text and "| ours-bf16 | **2.40x** |" in text and "ours-bf16: MET" in text
 
 
+def test_atari_report_of_runs_in_two_files(tmp_path):
+    """More seeds for an earlier run (--first-seed) are reported with it (--report A B);
+    a run found in both files is refused, not counted twice."""
+    mod = _load_bench("atari_ppo")
+    assert mod.parse_args(["--seeds", "2", "--first-seed", "2"]).first_seed == 2
+    records = _atari_records()[:6]
+    paths = []
+    for i, (command, recs) in enumerate([("atari_ppo.py --seeds 1", records[:3]),
+                                         ("atari_ppo.py --seeds 1 --first-seed 1", records[3:])]):
+        meta = {"record": "meta", "command": command, "date_utc": f"2026-01-0{i + 1}T00:00:00+00:00",
+                "game": "BreakoutNoFrameskip-v4", "steps": 250_000, "seeds": 1, "torch_threads_env": 1,
+                "eval_max_steps": 4500}
+        paths.append(tmp_path / f"atari_ppo_{i}.jsonl")
+        paths[-1].write_text("\n".join(json.dumps(r) for r in [meta] + recs) + "\n")
+    text = mod.report_from([str(p) for p in paths])
+    assert "2 seed(s) per system" in text and "| ours-bf16 | **2.19x** | 2.40x, 2.00x |" in text
+    assert "with the runs of `atari_ppo.py --seeds 1 --first-seed 1`" in text
+    with pytest.raises(ValueError, match="is in both"):
+        mod.report_from([str(paths[0]), str(paths[0])])
+
+
 def test_cnn_update_bench_measures_each_configuration():
     """cnn_update.py's measuring function on one update and two acting steps per
     configuration, and its table."""
