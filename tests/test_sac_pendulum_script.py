@@ -32,8 +32,10 @@ def run_script(tmp_path, *args, **extra_env):
 
 def test_sac_script_learns_pendulum_in_one_process(tmp_path):
     # A swung-up, balanced pendulum scores about -150 per episode; random play about -1200.
-    # Seed 1 scored -168 after 6,000 steps (43 s on 2 cores).
-    _, score = run_script(tmp_path, "--num-env-steps", 6000, "--num-test-episodes", 5, "--seed", 1)
+    # The script seeds only its environments (as pytorchrl's scripts do), so the networks'
+    # initial weights differ between runs: at 6,000 steps one run in about six still failed to
+    # swing up from some start (-412); at 8,000 steps four runs scored -174 to -175 (~55 s).
+    _, score = run_script(tmp_path, "--num-env-steps", 8000, "--num-test-episodes", 5, "--seed", 1)
     assert score >= -250, score
 
 
@@ -41,12 +43,12 @@ def test_sac_script_learns_pendulum_with_two_collection_workers(tmp_path):
     """Two synchronous collectors (Ray actors), the script's defaults otherwise: each
     collector's step grants one update, so a round of two transitions trains twice, one
     update per environment step as in one process. Seed 1 scored -142 after 6,000 steps
-    (81 s on 2 cores)."""
-    _, score = run_script(tmp_path, "--num-env-steps", 6000, "--num-col-workers", 2, "--num-test-episodes", 5,
+    (81 s on 2 cores); the budget is 8,000 steps for the margin the one-process test needs."""
+    _, score = run_script(tmp_path, "--num-env-steps", 8000, "--num-col-workers", 2, "--num-test-episodes", 5,
                                "--seed", 1)
     assert score >= -250, score
-    # Each collector stepped its half: 3,000 steps, 15 whole episodes of 200 in its log.
+    # Each collector stepped its half: 4,000 steps, 20 whole episodes of 200 in its log.
     for collector in (1, 2):
         with open(tmp_path / "run" / f"train_monitor_g0_c{collector}.csv") as f:
             rows = list(csv.DictReader(f))
-        assert len(rows) == 15 and all(row["l"] == "200" for row in rows), (collector, rows[-1:])
+        assert len(rows) == 20 and all(row["l"] == "200" for row in rows), (collector, rows[-1:])
