@@ -548,14 +548,14 @@ def write_markdown(jsonl, meta, table):
 
 
 def header_lines(meta):
-    src = meta.get("source") or {}
-    lines = (f"`{meta['command']}`  \n{meta['date_utc']}; {source_line(src) if src else 'code: unknown'}  \n"
+    def run_line(m):
+        return f"`{m['command']}`  \n{m['date_utc']}; {source_line(m['source']) if m.get('source') else 'code: unknown'}"
+
+    lines = (f"{run_line(meta)}  \n"
              f"machine: {meta.get('nproc')} CPUs ({meta.get('cpu_model')}), {meta.get('mem_total_GiB')} GiB, "
              f"Python {meta.get('python')}; load average at start {meta.get('loadavg_at_start')}")
     for other in meta.get("merged", ()):
-        other_src = other.get("source") or {}
-        lines += (f"  \nwith the runs of `{other['command']}`  \n{other['date_utc']}; "
-                  f"{source_line(other_src) if other_src else 'code: unknown'}")
+        lines += f"  \nwith the runs of {run_line(other)}"
     return lines
 
 
