@@ -79,7 +79,7 @@ def main():
         import torch
 
         import pytorchrl
-        from pytorchrl.agent.numpy_offpolicy import update_threads
+        from pytorchrl.agent.accel.threads import update_threads
         t_imported = time.perf_counter()
 
         torch.manual_seed(args.seed)

@@ -219,7 +219,7 @@ def test_bf16_without_native_support_says_so_once_and_computes_fp32(monkeypatch,
     """A CPU without AVX512-BF16/AMX would emulate bfloat16 more slowly than float32: the
     extractor computes in float32 (bit for bit the fp32 extractor) and says so once."""
     monkeypatch.setattr(precision_module, "native_bf16", lambda device_type: False)
-    monkeypatch.setattr("pytorchrl.agent.actors.base._said", set())
+    monkeypatch.setattr("pytorchrl.agent.notices._said", set())
     torch.manual_seed(0)
     full = small(CNN)
     mixed = twin(CNN, full, precision="bf16")

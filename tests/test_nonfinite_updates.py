@@ -23,7 +23,7 @@ from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.algorithms import PPO, SAC
 from pytorchrl.agent.algorithms.base import clip_grad_norm, grad_norm, grads_finite
 from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.numpy_engine import NumpyAdam
+from pytorchrl.agent.accel.adam import NumpyAdam
 from pytorchrl.agent.storages import GAEBuffer
 from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner, NonFiniteUpdatesError

@@ -16,7 +16,7 @@ from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.algorithms import PPO, SAC
 from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.numpy_engine import NumpyAdam
+from pytorchrl.agent.accel.adam import NumpyAdam
 from pytorchrl.agent.storages import GAEBuffer, ReplayBuffer
 from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.envs import make_gym_env

@@ -1,8 +1,8 @@
 """bfloat16 mixed precision of the off-policy actors' MLP networks
 (``OffPolicyActor(precision="bf16")``, YAML ``actor.precision``): the products between two
-hidden layers read bfloat16 copies and accumulate in float32, on the numpy update, the
-numpy acting and the torch paths alike; weights, gradients and optimizer state stay
-float32; what cannot act is refused; SAC still learns Pendulum with it."""
+hidden layers read bfloat16 copies and accumulate in float32 (the numpy update and acting
+compute the same products: cases of tests/test_accel_parity.py); weights, gradients and
+optimizer state stay float32; what cannot act is refused; SAC still learns Pendulum with it."""
 
 import copy
 import logging
@@ -16,13 +16,10 @@ from pytorchrl.agent.actors import OffPolicyActor
 from pytorchrl.agent.actors.feature_extractors import precision as precision_module
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.actors.feature_extractors.precision import native_bf16
-from pytorchrl.agent.actors.off_policy_actor import EnsembleMLP
-from pytorchrl.agent.algorithms import DDQN, SAC, TD3
-from pytorchrl.agent.numpy_engine import NumpyAdam
-from pytorchrl.agent.numpy_offpolicy import NumpyOffPolicyActing
+from pytorchrl.agent.actors.feature_extractors.ensemble import EnsembleMLP
+from pytorchrl.agent.algorithms import SAC
 
 from cli_helpers import tiny, train_checking_float32
-from test_numpy_offpolicy import _batch
 
 OBS = gym.spaces.Box(-1.0, 1.0, (5,), dtype=np.float32)
 DISCRETE = gym.spaces.Discrete(3)
@@ -73,7 +70,7 @@ def test_the_products_between_hidden_layers_are_bfloat16_and_the_rest_float32():
 
 def test_without_native_bfloat16_the_networks_compute_float32_and_say_so_once(monkeypatch, caplog):
     monkeypatch.setattr(precision_module, "native_bf16", lambda device_type: False)
-    monkeypatch.setattr("pytorchrl.agent.actors.base._said", set())
+    monkeypatch.setattr("pytorchrl.agent.notices._said", set())
     torch.manual_seed(0)
     actor = OffPolicyActor("cpu", OBS, BOX, "SAC", common_feature_extractor_kwargs=NETS, precision="bf16")
     full = OffPolicyActor("cpu", OBS, BOX, "SAC", common_feature_extractor_kwargs=NETS)
@@ -89,7 +86,7 @@ def test_without_native_bfloat16_the_networks_compute_float32_and_say_so_once(mo
 
 
 def test_bf16_on_networks_without_hidden_products_says_so(monkeypatch, caplog):
-    monkeypatch.setattr("pytorchrl.agent.actors.base._said", set())
+    monkeypatch.setattr("pytorchrl.agent.notices._said", set())
     with caplog.at_level(logging.WARNING, logger="pytorchrl"):
         actor = OffPolicyActor("cpu", OBS, DISCRETE, "DDQN", common_feature_extractor_kwargs={"hidden_sizes": [64]},
                                precision="bf16")
@@ -112,82 +109,6 @@ def test_precision_is_checked_and_needs_the_default_mlp():
     factory = OffPolicyActor.create_factory(OBS, DISCRETE, "DDQN", precision="bf16")
     actor = factory("cpu")
     assert actor.precision == "bf16" and actor.critics.precision == "bf16"
-
-
-# ------------------------------------------------------------------------ updates
-def _trio(cls, name, space, **algo_kwargs):
-    """The numpy update in bf16, the torch path in bf16 and the numpy update in fp32, from
-    the same weights."""
-    torch.manual_seed(0)
-    actor = OffPolicyActor("cpu", OBS, space, name, common_feature_extractor_kwargs=NETS, precision="bf16")
-    fast = cls("cpu", actor, None, numpy_update=True, **algo_kwargs)
-    ref = cls("cpu", copy.deepcopy(actor), None, numpy_update=False, **algo_kwargs)
-    full_actor = OffPolicyActor("cpu", OBS, space, name, common_feature_extractor_kwargs=NETS)
-    full_actor.load_state_dict(actor.state_dict())
-    full = cls("cpu", full_actor, None, numpy_update=True, **algo_kwargs)
-    for other in (ref, full):
-        other.target.load_state_dict(fast.target.state_dict())
-        if cls is SAC:
-            other.alpha_module.load_state_dict(fast.alpha_module.state_dict())
-    assert fast.update_engine is not None and ref.update_engine is None and full.update_engine is not None
-    return fast, ref, full
-
-
-def _gradients(algo, batch, seed):
-    torch.manual_seed(seed)
-    algo.compute_gradients(batch, return_grads=False)
-    return [None if p.grad is None else p.grad.clone() for p in algo.trainable_parameters()]
-
-
-@needs_bf16
-@pytest.mark.parametrize("cls,name,space", [(DDQN, "DDQN", DISCRETE), (SAC, "SAC", BOX), (TD3, "TD3", BOX)])
-def test_numpy_update_computes_the_torch_paths_bfloat16_gradients(cls, name, space):
-    fast, ref, full = _trio(cls, name, space)
-    for step in range(3):
-        batch = _batch(160, step, cls is DDQN)
-        g_fast, g_ref, g_full = (_gradients(a, batch, step) for a in (fast, ref, full))
-        differences = []
-        for a, b, c in zip(g_fast, g_ref, g_full):
-            if b is None:
-                assert a is None
-                continue
-            assert a.dtype == torch.float32
-            # numpy and torch compute the same bfloat16 products: equal up to float32 rounding.
-            assert _relative(a, b) < 2e-4
-            differences.append(_relative(a, c))
-        # ... which are not the float32 update's (precision acts), yet close to it.
-        assert 1e-4 < max(differences) < 0.1
-        for algo in (fast, ref, full):
-            algo.apply_gradients()
-        for module in ("actor", "target", "alpha_module"):   # the next step starts from equal weights
-            if hasattr(ref, module):
-                getattr(fast, module).load_state_dict(getattr(ref, module).state_dict())
-                getattr(full, module).load_state_dict(getattr(ref, module).state_dict())
-    assert all(p.dtype == torch.float32 for p in fast.actor.parameters())
-    for opt in fast.optimizers.values():
-        assert isinstance(opt, NumpyAdam)
-        assert all(m.dtype == np.float32 for m in opt.exp_avg + opt.exp_avg_sq)
-
-
-@needs_bf16
-@pytest.mark.parametrize("name,space", [("DDQN", DISCRETE), ("SAC", BOX), ("TD3", BOX)])
-def test_numpy_acting_computes_the_torch_paths_bfloat16_outputs(name, space):
-    torch.manual_seed(1)
-    actor = OffPolicyActor("cpu", OBS, space, name, common_feature_extractor_kwargs=NETS, precision="bf16")
-    actor.warmup.fill_(0.0)
-    assert isinstance(actor.build_fast_acting(), NumpyOffPolicyActing)
-    obs = np.random.default_rng(0).uniform(-1, 1, (64, 5)).astype(np.float32)
-    acting = NumpyOffPolicyActing(actor)
-    with torch.no_grad():
-        net = actor.critics if name == "DDQN" else actor.policy_net
-        expected = net(torch.from_numpy(obs))[0].numpy()
-    np.testing.assert_allclose(acting._forward(obs.copy()), expected, atol=1e-5, rtol=1e-4)
-    a_fast = actor.act(obs, deterministic=True)[0]
-    a_torch = actor._torch_acting(obs, None, True)[0]
-    if name == "DDQN":
-        assert np.mean(a_fast == a_torch) > 0.95   # argmax of equal values up to rounding
-    else:
-        np.testing.assert_allclose(a_fast, a_torch, atol=1e-5, rtol=1e-4)
 
 
 # --------------------------------------------------------------- configuration

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import pytorchrl as prl
 from pytorchrl import cli
 from pytorchrl.agent.actors import OffPolicyActor
-from pytorchrl.agent.actors.base import _said
+from pytorchrl.agent.notices import _said
 from pytorchrl.agent.algorithms import DDQN
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import NStepReplayBuffer, PERBuffer, RecurrentReplayBuffer, ReplayBuffer

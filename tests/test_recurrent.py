@@ -205,10 +205,10 @@ def test_numpy_fast_paths_step_aside_and_say_so_once(caplog):
                 worker.algo.compute_gradients(batch)
     messages = [r.getMessage() for r in caplog.records]
     assert [m for m in messages if "numpy acting not used" in m] == \
-        ["MemoryActor: numpy acting not used (recurrent actor (numpy acts with feed-forward networks)); "
+        ["MemoryActor: numpy acting not used (recurrent actor (numpy runs feed-forward networks)); "
          "acting in torch"]
     assert [m for m in messages if "numpy update not used" in m] == \
-        ["MemoryPPO: numpy update not used (recurrent actor (numpy updates feed-forward networks)); updating in torch"]
+        ["MemoryPPO: numpy update not used (recurrent actor (numpy runs feed-forward networks)); updating in torch"]
 
 
 # ------------------------------------------------------------------ checkpoints

@@ -82,7 +82,8 @@ RESOURCE_KEYS = tuple(n for n in inspect.signature(Worker.as_remote).parameters 
 PARAMETER_RANGES = {
     "lr": dict(low=0.0), "eps": dict(low=0.0, low_inclusive=False), "gamma": dict(low=0.0, high=1.0),
     "num_epochs": dict(low=1), "num_mini_batch": dict(low=1), "mini_batch_size": dict(low=1),
-    "clip_param": dict(low=0.0), "entropy_coef": dict(low=0.0), "value_loss_coef": dict(low=0.0),
+    "clip_param": dict(low=0.0), "kl_coef": dict(low=0.0), "entropy_coef": dict(low=0.0),
+    "value_loss_coef": dict(low=0.0),
     "max_grad_norm": dict(low=0.0), "test_every": dict(low=1), "num_test_episodes": dict(low=1),
     "size": dict(low=1), "gae_lambda": dict(low=0.0, high=1.0), "vec_env_size": dict(low=1),
     "vtrace_lambda": dict(low=0.0, high=1.0), "clip_rho_threshold": dict(low=0.0, low_inclusive=False),

@@ -6,62 +6,23 @@ its storage, which keeps the ones the algorithm declared (``Algorithm.acting_ext
 log-probability and value for PPO, nothing for DQN). Recurrent actors carry ``state``
 between steps; the collector resets it where an episode ended (``reset_state``).
 
-How ``act`` computes is chosen once per actor, algorithm and device (``build_acting``):
-a numpy program for small CPU networks where one exists, else the torch path
-``act_torch``. When a fast path does not apply the actor says why, once, in the log.
+How ``act`` computes is chosen once per actor and device (``build_fast_acting``): the
+"acting" fast path its class declares (``pytorchrl.agent.accel``: a numpy program for
+small CPU networks) where it applies, else the torch path ``act_torch``. When a fast path
+does not apply the actor says why, once, in the log.
 """
-
-import logging
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-logger = logging.getLogger("pytorchrl")
-_said = set()
-
-
-def say_once(key, message):
-    """Log ``message`` at warning level the first time ``key`` is seen in this process.
-
-    Used for fast paths that do not apply (the torch path is used instead): a user who
-    expects the fast path learns why once, and the training log is not flooded.
-
-    Parameters
-    ----------
-    key : hashable
-        Identity of the notice (e.g. ``("numpy acting", "MyActor")``).
-    message : str
-        What to say.
-    """
-    if key not in _said:
-        _said.add(key)
-        logger.warning(message)
-
-
-def overrides(obj, base, *names):
-    """Names among ``names`` that ``type(obj)`` defines differently from class ``base``.
-
-    Fast paths compute what ``base``'s methods compute; a subclass that overrides one of
-    them must be honoured by taking the generic path.
-
-    Parameters
-    ----------
-    obj : object
-        Instance whose class is inspected.
-    base : type
-        The class whose methods the fast path reproduces.
-    *names : str
-        Method names to compare.
-    """
-    return [n for n in names if getattr(type(obj), n, None) is not getattr(base, n, None)]
-
+from pytorchrl.agent import accel
 
 class Actor(nn.Module):
     """Base class of actors: networks that pick actions for a batch of observations.
 
-    Subclasses implement ``act_torch``; they may offer a faster acting program by
-    overriding ``build_fast_acting``, and narrow what collectors receive with
+    Subclasses implement ``act_torch``; they may declare a faster acting program with
+    ``accel.accelerated`` (kind "acting"), and narrow what collectors receive with
     ``acting_state_dict``.
 
     Parameters
@@ -197,12 +158,12 @@ class Actor(nn.Module):
         return getattr(self, "_routed", None)
 
     def build_fast_acting(self):
-        """A faster callable with ``act``'s signature for this actor and device, or None.
+        """A faster callable with ``act``'s signature for this actor and device, or None:
+        the "acting" fast path the class declares, when it applies (else said once).
 
-        Called once, on the first ``act``; saying why no fast path applies (``say_once``)
-        is the subclass's part.
+        Called once, on the first ``act``.
         """
-        return None
+        return accel.build(self, "acting")
 
     def _torch_acting(self, obs, state, deterministic):
         # A recurrent memory's state enters act_torch as a tensor and leaves as numpy again:

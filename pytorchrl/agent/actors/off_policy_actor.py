@@ -31,18 +31,23 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pytorchrl.agent.actors.base import Actor, say_once
-from pytorchrl.agent.actors.feature_extractors.mlp import MLP, get_activation
-from pytorchrl.agent.actors.feature_extractors.precision import check_precision, compute_dtype
+from pytorchrl.agent.accel import Accelerator, accelerated
+from pytorchrl.agent.accel.losses import q_learning, sac
+from pytorchrl.agent.accel.off_policy import NumpyOffPolicyActing
+from pytorchrl.agent.accel.xp import TORCH
+from pytorchrl.agent.actors.base import Actor
+from pytorchrl.agent.actors.feature_extractors.ensemble import EnsembleMLP
+from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+from pytorchrl.agent.actors.feature_extractors.precision import check_precision
 from pytorchrl.agent.actors.memory_networks import get_memory_network
 from pytorchrl.agent.factory import ComponentFactory
+from pytorchrl.agent.notices import say_once
 
 #: Algorithms served, with the critics (Q-networks) each uses: "q" maps an observation to a
 #: value per action, "qsa" maps an (observation, action) pair to one value.
 ALGORITHM_NETWORKS = {"DDQN": ("q", None), "DQN": ("q", None), "DDPG": ("qsa", "deterministic"),
                       "TD3": ("qsa", "deterministic"), "SAC": ("qsa", "stochastic")}
 NOISES = (None, "Gauss", "OU", "NoNoise")
-LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
 def _check_mlp_precision(precision, common_feature_extractor):
@@ -79,71 +84,6 @@ def _memory_class(algorithm_name, recurrent_net, recurrent_nets=False, sequence_
     return get_memory_network(recurrent_net)
 
 
-class EnsembleMLP(nn.Module):
-    """``copies`` independent MLPs over the same input, computed with one batched matrix
-    product per layer.
-
-    Parameters
-    ----------
-    in_size : int
-        Input size.
-    hidden_sizes : sequence of int
-        Width of each hidden layer.
-    out_size : int
-        Output size of each copy.
-    copies : int
-        Number of independent networks.
-    activation : str or nn.Module class
-        Non-linearity after each hidden layer.
-    precision : str
-        "fp32", or "bf16": the products between two hidden layers (the wide ones, most of
-        the arithmetic) read bfloat16 copies of their input and weights and accumulate in
-        float32 (``low_precision_layers``); the first and last layers, the weights, the
-        gradients the optimizer sees and every output stay float32. On a device without
-        native bfloat16 the network says so once and computes in float32.
-    """
-
-    def __init__(self, in_size, hidden_sizes, out_size, copies=1, activation=nn.ReLU, precision="fp32"):
-        super().__init__()
-        self.precision = check_precision(precision)
-        self.copies = int(copies)
-        self.act = get_activation(activation)()
-        sizes = [int(in_size)] + [int(h) for h in hidden_sizes] + [int(out_size)]
-        if precision != "fp32" and len(sizes) < 4:
-            say_once(("precision without hidden products", tuple(sizes)),
-                     f"precision {precision}: an MLP of hidden sizes {list(hidden_sizes)} has no product between "
-                     f"two hidden layers, computing in fp32 (bf16 needs two hidden layers or more)")
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for a, b in zip(sizes[:-1], sizes[1:]):
-            # nn.Linear's default initialisation, copy by copy.
-            bound = 1.0 / math.sqrt(a)
-            self.weights.append(nn.Parameter(torch.empty(self.copies, a, b).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(self.copies, 1, b).uniform_(-bound, bound)))
-        self.out_size = int(out_size)
-
-    def low_precision_layers(self, device):
-        """Indexes of the layers computed in bfloat16 on ``device`` (none in fp32, or where
-        the device has no native bfloat16): those between two hidden layers."""
-        if compute_dtype(self.precision, device) is None:
-            return ()
-        return tuple(range(1, len(self.weights) - 1))
-
-    def forward(self, x):
-        """(copies, B, out_size) for a shared input ``x`` of shape (B, in_size)."""
-        n = len(self.weights)
-        low = self.low_precision_layers(x.device)
-        h = torch.matmul(x, self.weights[0]) + self.biases[0]
-        for i in range(1, n):
-            h = self.act(h)
-            if i in low:
-                # bfloat16 product, float32 result: what the numpy update computes too.
-                h = torch.matmul(h.to(torch.bfloat16), self.weights[i].to(torch.bfloat16)).float() + self.biases[i]
-            else:
-                h = torch.baddbmm(self.biases[i], h, self.weights[i])
-        return h
-
-
 class _Scaled(nn.Module):
     """Maps actions in [-1, 1] to the bounds of a Box space and back (no parameters)."""
 
@@ -161,6 +101,9 @@ class _Scaled(nn.Module):
         return (a - self.center) / self.scale
 
 
+@accelerated(Accelerator("acting", "numpy acting", NumpyOffPolicyActing.build,
+                         ("act_torch", "q_values", "q_head", "policy_output", "sample_policy", "deterministic_policy",
+                          "_obs_features", "_random_actions"), fallback="acting in torch"))
 class OffPolicyActor(Actor):
     """Networks of an off-policy algorithm (see the module docstring).
 
@@ -367,10 +310,7 @@ class OffPolicyActor(Actor):
             a = action if self.critic_act_net is None else self.critic_act_net(action)
             x = torch.cat([x, a], dim=1)
         q = self.critics(x)
-        if self.dueling:
-            value, adv = q[..., :1], q[..., 1:]
-            q = value + adv - adv.mean(dim=-1, keepdim=True)
-        return q
+        return q_learning.dueling_q(TORCH, q) if self.dueling else q
 
     # -------------------------------------------------------------------- memory
     def memory_step(self, obs, state=None):
@@ -437,16 +377,10 @@ class OffPolicyActor(Actor):
             probs = log_probs.exp()
             action = log_probs.argmax(-1, keepdim=True) if deterministic else torch.multinomial(probs, 1)
             return action, log_probs, probs
-        mean, log_std = out.chunk(2, dim=-1)
-        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        mean = out[:, :self.act_dim]
         if deterministic:
             return torch.tanh(mean), None, None
-        std = log_std.exp()
-        u = mean + std * torch.randn_like(mean)
-        a = torch.tanh(u)
-        # log N(u) - sum log(1 - tanh(u)^2), the latter written stably.
-        logp = (-0.5 * ((u - mean) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1, keepdim=True)
-        logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1, keepdim=True)
+        a, logp, _ = sac.squashed_gaussian(TORCH, out, torch.randn_like(mean))
         return a, logp, None
 
     def deterministic_policy(self, obs):
@@ -476,17 +410,6 @@ class OffPolicyActor(Actor):
     @property
     def is_recurrent(self):
         return self.memory is not None
-
-    def build_fast_acting(self):
-        """The numpy acting program (``NumpyOffPolicyActing``: warm-up, epsilon-greedy,
-        squashed Gaussian or categorical sample, deterministic action with noise) when it
-        computes what ``act_torch`` does for this actor; None (said once) otherwise."""
-        from pytorchrl.agent.numpy_offpolicy import NumpyOffPolicyActing
-        acting, reason = NumpyOffPolicyActing.build(self)
-        if acting is None:
-            say_once(("numpy acting", type(self).__name__, reason),
-                     f"{type(self).__name__}: numpy acting not used ({reason}); acting in torch")
-        return acting
 
     def act_torch(self, obs, state=None, deterministic=False):
         n = obs.shape[0]
@@ -558,4 +481,4 @@ class _GenericHeads(nn.Module):
         return torch.stack([h(b(x)) for b, h in zip(self.bodies, self.heads)])
 
 
-__all__ = ["OffPolicyActor", "EnsembleMLP"]
+__all__ = ["OffPolicyActor"]

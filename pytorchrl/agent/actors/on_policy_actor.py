@@ -6,11 +6,12 @@ import torch
 import torch.nn as nn
 
 from pytorchrl import ACT, LOGP, VAL
-from pytorchrl.agent.actors.base import Actor, say_once
+from pytorchrl.agent.accel import Accelerator, accelerated
+from pytorchrl.agent.accel.on_policy import NumpyPolicy
+from pytorchrl.agent.actors.base import Actor
 from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, ParallelMLP
 from pytorchrl.agent.actors.memory_networks import get_memory_network
-from pytorchrl.agent.numpy_engine import NumpyPolicy
 from pytorchrl.agent.factory import ComponentFactory
 
 
@@ -33,6 +34,8 @@ def default_feature_extractor(input_space):
     return MLP
 
 
+@accelerated(Accelerator("acting", "numpy acting", NumpyPolicy.build,
+                         ("act_torch", "get_action", "get_value", "_features"), fallback="acting in torch"))
 class OnPolicyActor(Actor):
     """Policy and value function for on-policy algorithms.
 
@@ -251,15 +254,6 @@ class OnPolicyActor(Actor):
             pf, vf, state = self._memory_step(obs, state)
             action, env_action, logp, value = self._heads(pf, vf, deterministic)
         return env_action, {ACT: action, LOGP: logp, VAL: value}, state
-
-    def build_fast_acting(self):
-        """The numpy acting program (``NumpyPolicy``) when it computes exactly what
-        ``act_torch`` does for this actor; None (said once) otherwise."""
-        policy, reason = NumpyPolicy.build(self)
-        if policy is None:
-            say_once(("numpy acting", type(self).__name__, reason),
-                     f"{type(self).__name__}: numpy acting not used ({reason}); acting in torch")
-        return policy
 
     def get_value(self, obs, state=None):
         """Value estimate (B, 1) of a batch of observations (``state``: the recurrent state

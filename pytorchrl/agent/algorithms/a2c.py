@@ -1,8 +1,11 @@
 """Advantage Actor-Critic (synchronous A2C; Mnih et al., 2016)."""
 
-from pytorchrl.agent.algorithms.on_policy import OnPolicyAlgorithm
+from pytorchrl.agent.accel import accelerated
+from pytorchrl.agent.accel.losses.actor_critic import a2c_policy_loss
+from pytorchrl.agent.algorithms.on_policy import OnPolicyAlgorithm, actor_critic_accelerators
 
 
+@accelerated(*actor_critic_accelerators())
 class A2C(OnPolicyAlgorithm):
     """A2C: one gradient step per rollout on the advantage-weighted log-likelihood.
 
@@ -23,8 +26,6 @@ class A2C(OnPolicyAlgorithm):
                          test_every=test_every, num_test_episodes=num_test_episodes,
                          numpy_update=numpy_update)
 
-    def policy_loss(self, logp, old_logp, adv):
-        return -(logp * adv).mean(), {}
-
-
-A2C.fused_policy_loss = A2C.policy_loss
+    def policy_objective(self, xp, logp, old_logp, adv, grad=False):
+        """The policy gradient loss (``losses.actor_critic.a2c_policy_loss``)."""
+        return a2c_policy_loss(xp, logp, old_logp, adv, grad=grad)

@@ -7,6 +7,9 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
+from pytorchrl.agent import accel
+from pytorchrl.agent.accel.adam import NumpyAdam
+from pytorchrl.agent.accel.private_torch import all_finite, foreach_mul_, foreach_norms
 from pytorchrl.agent.factory import ComponentFactory
 
 
@@ -66,6 +69,13 @@ class Algorithm(ABC):
         self._params = None
         self._groups = None
 
+    #: Attributes derived from the others on first use (fast paths, which hold numpy views
+    #: of the parameters): a copy (deepcopy, pickle) builds its own.
+    derived_attributes = ("_update_engine", "_fused_loss")
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k not in self.derived_attributes}
+
     # ------------------------------------------------------------ parameters
     def parameter_groups(self):
         """Dict group name -> list of parameters, one optimizer per group (in order)."""
@@ -114,8 +124,11 @@ class Algorithm(ABC):
         return next(iter(opts.values()))
 
     def make_optimizer(self, group, params):
-        """Build the optimizer of parameter group ``group`` (Adam with the group's learning
-        rate and, when the algorithm has one, its ``eps``)."""
+        """Build the optimizer of parameter group ``group``: Adam with the group's learning
+        rate and, when the algorithm has one, its ``eps`` (``NumpyAdam``, the same
+        arithmetic without torch's dispatch, when the numpy update runs)."""
+        if self.update_engine is not None:
+            return NumpyAdam(params, self, lr_attr=self.group_lr[group])
         return make_adam(params, lr=getattr(self, self.group_lr[group]), eps=getattr(self, "eps", 1e-8))
 
     def _sync_optimizers(self):
@@ -142,9 +155,12 @@ class Algorithm(ABC):
 
     def build_update_engine(self):
         """A callable ``engine(batch) -> info`` filling every trainable parameter's ``.grad``
-        exactly as ``compute_loss`` + backward would, or None (torch path). Subclasses that
-        have one say why (once) when it does not apply."""
-        return None
+        exactly as ``compute_loss`` + backward would, or None (torch path): the "update"
+        fast path the class declares (``pytorchrl.agent.accel``) when ``numpy_update`` is
+        set and it applies (else said once)."""
+        if not getattr(self, "numpy_update", False):
+            return None
+        return accel.build(self, "update")
 
     # ----------------------------------------------------------------- factories
     @classmethod
@@ -465,39 +481,22 @@ def grad_norm(grads):
             total = float(np.sqrt(sum(float(np.vdot(a, a)) for a in (x.astype(np.float64) for x in arrays))))
         return total
     # One synchronisation with the device per update, which clipping needed anyway.
-    total = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+    total = float(torch.linalg.vector_norm(torch.stack(foreach_norms(grads))))
     if not math.isfinite(total) and all(bool(torch.isfinite(g).all()) for g in grads):
         total = float(torch.linalg.vector_norm(torch.stack([g.double().norm() for g in grads])))
     return total
 
 
-_FLAGS = {}
-
-
 def grads_finite(grads):
-    """True when no tensor of ``grads`` holds a NaN or an infinity.
-
-    One fused pass over all of them (the check of torch's gradient scaler, with a scale of
-    1): a few microseconds where a norm per tensor costs one Python round trip each.
+    """True when no tensor of ``grads`` holds a NaN or an infinity (one fused pass over all
+    of them where torch offers it: ``private_torch.all_finite``).
 
     Parameters
     ----------
     grads : list of tensors
         Gradients of one device (an empty list is finite).
     """
-    if not grads:
-        return True
-    device = grads[0].device
-    flags = _FLAGS.get(device)
-    if flags is None:
-        flags = _FLAGS[device] = (torch.zeros(1, device=device), torch.ones(1, device=device))
-    found, one = flags
-    found.zero_()
-    try:
-        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, one)
-    except (AttributeError, RuntimeError, TypeError):   # a torch or dtype without it
-        return all(bool(torch.isfinite(g).all()) for g in grads)
-    return not bool(found.item())
+    return all_finite(grads)
 
 
 def scale_grads(grads, coef):
@@ -517,7 +516,7 @@ def scale_grads(grads, coef):
             a = g.detach().numpy()
             a *= coef
     else:
-        torch._foreach_mul_(grads, coef)
+        foreach_mul_(grads, coef)
 
 
 def clip_grad_norm(parameters, max_norm):

@@ -2,15 +2,19 @@
 targets (or DQN's max targets, ``double_q=False``)."""
 
 import torch
-import torch.nn.functional as F
 
 from pytorchrl import ACT, BOOTSTRAP_STEP, DISCOUNT, DONE, OBS, OBS2, REW, RHS, TARGET, WEIGHT
-from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm
-from pytorchrl.agent.numpy_offpolicy import NumpyDDQNUpdate
+from pytorchrl.agent.accel import accelerated
+from pytorchrl.agent.accel.losses import q_learning
+from pytorchrl.agent.accel.off_policy import NumpyDDQNUpdate
+from pytorchrl.agent.accel.xp import TORCH
+from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm, numpy_update
 
 LOSSES = ("mse", "huber")
 
 
+@accelerated(numpy_update(NumpyDDQNUpdate.build, ("bellman_targets", "next_values", "stored_targets", "td_loss"),
+                          ("q_values", "q_head")))
 class DDQN(OffPolicyAlgorithm):
     """Deep Q-learning with double-Q targets.
 
@@ -62,7 +66,6 @@ class DDQN(OffPolicyAlgorithm):
     """
 
     name = "DDQN"
-    numpy_engine = NumpyDDQNUpdate
     fixed_hyperparameters = OffPolicyAlgorithm.fixed_hyperparameters + ("targets_on_collector",)
 
     @property
@@ -150,9 +153,7 @@ class DDQN(OffPolicyAlgorithm):
         """Value (N, 1) of the next observations from the target network's Q-values
         ``q_target`` (N, actions): at the online network's greedy actions (``q_online``, a
         callable returning its Q-values, called only for double-Q targets), or the maximum."""
-        if not self.double_q:
-            return q_target.max(1, keepdim=True)[0]
-        return q_target.gather(1, q_online().argmax(1, keepdim=True))
+        return q_learning.next_values(TORCH, q_target, q_online() if self.double_q else None)
 
     def preprocess_rollout(self, data):
         """With ``targets_on_collector``: add the rollout's Bellman targets (``prl.TARGET``,
@@ -191,12 +192,7 @@ class DDQN(OffPolicyAlgorithm):
         """``(loss, info, td)``: the (importance-weighted) mean squared or Huber error of the
         Q-values ``q`` against ``target`` (same shapes, ``weights`` (B, 1) broadcast over
         the other dimensions), its statistics and the TD errors ``q - target``."""
-        td = q - target
-        if self.loss == "huber":
-            per_sample = F.smooth_l1_loss(q, target, reduction="none")
-        else:
-            per_sample = td.pow(2)
-        loss = self.weighted_mean(per_sample, weights)
+        loss, td, _ = q_learning.td_loss(TORCH, q, target, weights, self.loss, grad=False)
         info = {"Loss": float(loss.detach()), "QMean": float(q.detach().mean()), "Epsilon": self.epsilon}
         return loss, info, td
 

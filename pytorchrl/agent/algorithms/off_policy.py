@@ -5,9 +5,28 @@ import copy
 import torch
 
 from pytorchrl import ACT, DISCOUNT, OBS, OBS2, REW, TD_ERROR, WEIGHT
-from pytorchrl.agent.actors.base import say_once
+from pytorchrl.agent import accel
+from pytorchrl.agent.accel.private_torch import foreach_copy_, foreach_lerp_
+from pytorchrl.agent.actors.off_policy_actor import OffPolicyActor
 from pytorchrl.agent.algorithms.base import Algorithm
-from pytorchrl.agent.numpy_engine import NumpyAdam
+
+
+def numpy_update(build, reproduces, actor_reproduces):
+    """The numpy update an off-policy algorithm declares (``accel.accelerated``).
+
+    Parameters
+    ----------
+    build : callable
+        ``build(algo) -> (engine, reason)`` (``accel.off_policy``).
+    reproduces : tuple of str
+        The algorithm's methods the update computes.
+    actor_reproduces : tuple of str
+        ``OffPolicyActor``'s methods it computes.
+    """
+    return accel.Accelerator("update", "numpy update", build,
+                             ("compute_loss", "unpack_batch", "report_td_errors") + tuple(reproduces),
+                             actor_class=OffPolicyActor, actor_reproduces=("_obs_features",) + tuple(actor_reproduces),
+                             fallback="updating in torch")
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -55,8 +74,7 @@ class OffPolicyAlgorithm(Algorithm):
     on_policy = False
     acting_extras = ()
     fixed_hyperparameters = ("numpy_update",)
-    #: Class of the numpy update (``build(algo) -> (engine, reason)``), None: torch only.
-    numpy_engine = None
+    derived_attributes = Algorithm.derived_attributes + ("_target_tensors",)
 
     def __init__(self, device, actor, envs=None, gamma=0.99, polyak=0.995, num_updates=1, update_every=1,
                  start_steps=1000, mini_batch_size=256, target_update_interval=1, max_grad_norm=None,
@@ -82,11 +100,6 @@ class OffPolicyAlgorithm(Algorithm):
     def learner_modules(self):
         return {"target": self.target}
 
-    def __getstate__(self):
-        # The numpy update and the target lists hold views of the parameters: a copy
-        # (deepcopy, pickle) builds its own on first use.
-        return {k: v for k, v in self.__dict__.items() if k not in ("_update_engine", "_target_tensors")}
-
     def check_hyperparameters(self):
         for name in ("num_updates", "update_every", "mini_batch_size", "target_update_interval", "test_every",
                      "num_test_episodes"):
@@ -100,25 +113,6 @@ class OffPolicyAlgorithm(Algorithm):
             raise ValueError(f"{self.name} hyperparameter polyak must be in [0, 1], got {self.polyak}")
 
     # --------------------------------------------------------------- updates
-    def make_optimizer(self, group, params):
-        """``NumpyAdam`` when the numpy update runs (same arithmetic, no torch dispatch),
-        else torch's Adam (``Algorithm.make_optimizer``)."""
-        if self.update_engine is not None:
-            return NumpyAdam(params, self, lr_attr=self.group_lr[group])
-        return super().make_optimizer(group, params)
-
-    def build_update_engine(self):
-        """The numpy update (``numpy_engine``) when ``numpy_update`` is set and it computes
-        exactly this algorithm's loss for this actor and device (else said once)."""
-        if not self.numpy_update or self.numpy_engine is None:
-            return None
-        engine, reason = self.numpy_engine.build(self)
-        if engine is None:
-            say_once(("numpy update", type(self).__name__, reason),
-                     f"{type(self).__name__}: numpy update not used ({reason}); updating in torch")
-            return None
-        return engine
-
     def after_update(self):
         self.actor.warmup.fill_(0.0)
         if self.updates_applied % self.target_update_interval == 0:
@@ -137,20 +131,15 @@ class OffPolicyAlgorithm(Algorithm):
                                             for online, target in self.target_pairs()]
         for src, dst in pairs:
             if self.polyak == 0.0:
-                torch._foreach_copy_(dst, src)
+                foreach_copy_(dst, src)
             else:
-                torch._foreach_lerp_(dst, src, 1.0 - self.polyak)
+                foreach_lerp_(dst, src, 1.0 - self.polyak)
 
     # ----------------------------------------------------------------- batches
     @staticmethod
     def unpack_batch(batch):
         """(obs, act, rew, obs2, discount, weights or None) of a replay mini-batch."""
         return batch[OBS], batch[ACT], batch[REW], batch[OBS2], batch[DISCOUNT], batch.get(WEIGHT)
-
-    @staticmethod
-    def weighted_mean(x, weights):
-        """Mean of ``x`` (B, 1), weighted by importance-sampling ``weights`` when given."""
-        return (x * weights).mean() if weights is not None else x.mean()
 
     @staticmethod
     def report_td_errors(info, td, weights):

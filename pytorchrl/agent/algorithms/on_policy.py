@@ -3,11 +3,12 @@
 import torch
 
 from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, RHS, VAL
-from pytorchrl.agent.actors.base import say_once
-from pytorchrl.agent.actors.distributions import CategoricalHead
-from pytorchrl.agent.algorithms.base import Algorithm, make_adam
-from pytorchrl.agent.algorithms.fused_loss import categorical_actor_critic_loss
-from pytorchrl.agent.numpy_engine import NumpyActorCriticUpdate, NumpyAdam, limit_blas_threads
+from pytorchrl.agent import accel
+from pytorchrl.agent.accel.losses.actor_critic import normalize_advantages, reference_actor_critic
+from pytorchrl.agent.accel.on_policy import FusedCategoricalLoss, NumpyActorCriticUpdate
+from pytorchrl.agent.accel.xp import TORCH
+from pytorchrl.agent.actors.on_policy_actor import OnPolicyActor
+from pytorchrl.agent.algorithms.base import Algorithm
 
 
 def sequence_args(batch):
@@ -18,11 +19,30 @@ def sequence_args(batch):
     return {"rhs": batch[RHS], "done": batch[DONE]}
 
 
+def actor_critic_accelerators():
+    """The fast paths an on-policy algorithm declares (``accel.accelerated``): the numpy
+    update of categorical MLP actor-critics on the CPU and the fused torch loss of the
+    other categorical actors. Both compute ``policy_objective`` with the value and entropy
+    terms of ``compute_loss``, from ``OnPolicyActor``'s networks."""
+    reproduces = ("compute_loss", "policy_loss", "policy_objective")
+    return (accel.Accelerator("update", "numpy update", NumpyActorCriticUpdate.build, reproduces,
+                              actor_class=OnPolicyActor,
+                              actor_reproduces=("logits_and_value", "evaluate_actions", "_features"),
+                              fallback="updating in torch"),
+            accel.Accelerator("loss", "fused loss", FusedCategoricalLoss.build, reproduces,
+                              actor_class=OnPolicyActor, actor_reproduces=("logits_and_value", "evaluate_actions"),
+                              fallback="computing the loss operator by operator"))
+
+
 class OnPolicyAlgorithm(Algorithm):
     """Actor-critic algorithm trained on advantage-weighted log-probabilities.
 
-    Subclasses define ``policy_loss``; this class adds the value and entropy terms, builds
-    the optimizer and exposes the hyperparameters every on-policy algorithm shares.
+    Subclasses define ``policy_objective`` (the policy loss, written once over an array
+    namespace: its value and its gradient with respect to the log-probabilities); this
+    class adds the value and entropy terms, builds the optimizer and exposes the
+    hyperparameters every on-policy algorithm shares. Subclasses declaring
+    ``actor_critic_accelerators`` (PPO, A2C) get the numpy update and the fused loss while
+    they override none of ``compute_loss``, ``policy_loss`` and ``policy_objective``.
     Collectors store the log-probability and value of every step (``acting_extras``) and
     bootstrap rollouts with the value of their last observation (``bootstrap``).
 
@@ -62,9 +82,6 @@ class OnPolicyAlgorithm(Algorithm):
 
     fixed_hyperparameters = ("numpy_update",)
     acting_extras = (LOGP, VAL)
-    #: The policy loss computed by the fused and numpy paths (a subclass's own
-    #: ``policy_loss`` takes the reference autograd path instead).
-    fused_policy_loss = None
 
     def __init__(self, device, actor, envs=None, lr=3e-4, eps=1e-5, gamma=0.99, num_epochs=4,
                  num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
@@ -86,28 +103,6 @@ class OnPolicyAlgorithm(Algorithm):
         self.numpy_update = bool(numpy_update)
         self.check_hyperparameters()
 
-    def make_optimizer(self, group, params):
-        if self.update_engine is not None:
-            return NumpyAdam(params, self)
-        return make_adam(params, lr=self.lr, eps=self.eps)
-
-    def build_update_engine(self):
-        """The numpy update (``NumpyActorCriticUpdate``) when ``numpy_update`` is set and it
-        computes exactly this algorithm's loss for this actor and device (else said once)."""
-        if not self.numpy_update:
-            return None
-        engine, reason = NumpyActorCriticUpdate.build(self)
-        if engine is None:
-            say_once(("numpy update", type(self).__name__, reason),
-                     f"{type(self).__name__}: numpy update not used ({reason}); updating in torch")
-            return None
-        limit_blas_threads()
-        return engine
-
-    def fused_loss_applies(self):
-        """True when ``policy_loss`` is the one the fused and numpy losses compute."""
-        return type(self).fused_policy_loss is not None and type(self).policy_loss is type(self).fused_policy_loss
-
     def bootstrap(self, obs, state=None):
         """Value estimates (N, 1) of ``obs`` (numpy), through the actor's acting program
         (``state``: recurrent state of the rows, for recurrent actors)."""
@@ -123,24 +118,38 @@ class OnPolicyAlgorithm(Algorithm):
                 raise TypeError(f"{self.name} hyperparameter {name} must be a number or None, got {value!r}")
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ValueError(f"{self.name} hyperparameter mini_batch_size must be >= 1, got {self.mini_batch_size}")
-        for name in ("lr", "gamma", "entropy_coef", "value_loss_coef", "clip_param"):
+        for name in ("lr", "gamma", "entropy_coef", "value_loss_coef", "clip_param", "kl_coef"):
             if getattr(self, name, 0.0) < 0:
                 raise ValueError(f"{self.name} hyperparameter {name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"{self.name} hyperparameter gamma must be in [0, 1], got {self.gamma}")
 
-    def policy_loss(self, logp, old_logp, adv):
-        """Return (policy loss, info dict of 0-d tensors) for one mini-batch."""
+    def policy_objective(self, xp, logp, old_logp, adv, grad=False):
+        """The policy loss of a mini-batch, written once for every path.
+
+        Parameters
+        ----------
+        xp : namespace
+            ``accel.xp.TORCH`` (the reference path under autograd, the fused loss) or
+            ``accel.xp.NUMPY`` (the numpy update).
+        logp, old_logp, adv : array (N, 1)
+            Log-probabilities of the actions under the current and the behaviour policy,
+            and the advantages.
+        grad : bool
+            Also return the gradient with respect to ``logp``.
+
+        Returns
+        -------
+        (loss, stats, g_logp): the 0-d loss, a dict of 0-d statistics (outside any
+        gradient) and d loss / d logp (N, 1) or None.
+        """
         raise NotImplementedError
 
-    #: Hyperparameter holding the clipping range of the fused and numpy losses (None:
-    #: A2C's unclipped loss).
-    fused_clip_param = None
-
-    @property
-    def fused_clip(self):
-        """Clipping range of the fused and numpy losses (None: unclipped)."""
-        return None if self.fused_clip_param is None else getattr(self, self.fused_clip_param)
+    def policy_loss(self, logp, old_logp, adv):
+        """Return (policy loss, info dict of 0-d tensors) for one mini-batch: the reference
+        torch path of ``policy_objective``."""
+        loss, stats, _ = self.policy_objective(TORCH, logp, old_logp, adv)
+        return loss, stats
 
     #: Range of PPO's value clipping (None: the value loss is not clipped).
     value_clip = None
@@ -155,34 +164,32 @@ class OnPolicyAlgorithm(Algorithm):
             actors) also holds RHS, the state (B, ...) before its first step; its OBS and
             DONE are then (T, B, ...) and the other entries (T * B, ...), time first.
         fused : bool
-            Use the one-node fused loss for categorical policies (same values and
-            gradients, fewer operators); False always takes the reference autograd path.
+            Use the fused loss of categorical policies when it applies (one autograd node:
+            the same values and gradients, fewer operators); False always takes the
+            reference autograd path.
         """
         adv = batch[ADV]
-        if self.normalize_advantages and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        if fused and self.fused_loss_applies() and type(self.actor.dist) is CategoricalHead:
+        if self.normalize_advantages:
+            adv = normalize_advantages(TORCH, adv)
+        fused_loss = self.fused_loss if fused else None
+        if fused_loss is not None:
             logits, value = self.actor.logits_and_value(batch[OBS], **sequence_args(batch))
-            loss, info = categorical_actor_critic_loss(
-                logits, value, batch[ACT], batch[LOGP], adv, batch[RET], self.fused_clip,
-                self.value_loss_coef, self.entropy_coef, batch.get(VAL), self.value_clip)
+            loss, info = fused_loss(logits, value, batch, adv)
         else:
-            loss, info = self._reference_loss(batch, adv)
+            logp, entropy, value = self.actor.evaluate_actions(batch[OBS], batch[ACT],
+                                                               entropy_grad=self.entropy_coef != 0.0,
+                                                               **sequence_args(batch))
+            loss, info = reference_actor_critic(logp, entropy, value, batch[LOGP], adv, batch[RET], batch.get(VAL),
+                                                self.policy_loss, self.value_clip, self.value_loss_coef,
+                                                self.entropy_coef)
         # One conversion for all the reported scalars instead of one per scalar.
         return loss, dict(zip(info, torch.stack(list(info.values())).tolist()))
 
-    def _reference_loss(self, batch, adv):
-        logp, entropy, value = self.actor.evaluate_actions(batch[OBS], batch[ACT],
-                                                           entropy_grad=self.entropy_coef != 0.0,
-                                                           **sequence_args(batch))
-        pi_loss, info = self.policy_loss(logp, batch[LOGP], adv)
-        if self.value_clip is None:
-            value_loss = 0.5 * (batch[RET] - value).pow(2).mean()
-        else:
-            clipped = batch[VAL] + (value - batch[VAL]).clamp(-self.value_clip, self.value_clip)
-            value_loss = 0.5 * torch.max((value - batch[RET]).pow(2), (clipped - batch[RET]).pow(2)).mean()
-        entropy = entropy.mean()
-        loss = pi_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
-        info = {"PolicyLoss": pi_loss.detach(), "ValueLoss": value_loss.detach(), "Entropy": entropy.detach(),
-                "Loss": loss.detach(), **{k: v.detach() for k, v in info.items()}}
-        return loss, info
+    @property
+    def fused_loss(self):
+        """The fused loss (``accel.on_policy.FusedCategoricalLoss``) when it applies to this
+        algorithm and actor, else None (said once). Chosen on first use."""
+        loss = self.__dict__.get("_fused_loss")
+        if loss is None:
+            loss = self._fused_loss = accel.build(self, "loss") or False
+        return loss or None

@@ -5,8 +5,11 @@ import math
 import torch
 import torch.nn as nn
 
-from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm
-from pytorchrl.agent.numpy_offpolicy import NumpySACUpdate
+from pytorchrl.agent.accel import accelerated
+from pytorchrl.agent.accel.losses import q_learning, sac
+from pytorchrl.agent.accel.off_policy import NumpySACUpdate
+from pytorchrl.agent.accel.xp import TORCH
+from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm, numpy_update
 
 
 class _LogAlpha(nn.Module):
@@ -17,6 +20,7 @@ class _LogAlpha(nn.Module):
         self.log_alpha = nn.Parameter(torch.tensor(float(value)))
 
 
+@accelerated(numpy_update(NumpySACUpdate.build, (), ("q_values", "q_head", "policy_output", "sample_policy")))
 class SAC(OffPolicyAlgorithm):
     """Soft Actor-Critic: a stochastic policy trained against the minimum of ``num_critics``
     critics, with an entropy bonus whose weight alpha is tuned so that the policy's entropy
@@ -49,7 +53,6 @@ class SAC(OffPolicyAlgorithm):
     """
 
     name = "SAC"
-    numpy_engine = NumpySACUpdate
     group_lr = {"q": "lr_q", "pi": "lr_pi", "alpha": "lr_alpha"}
 
     def __init__(self, device, actor, envs=None, lr_q=3e-4, lr_pi=3e-4, lr_alpha=3e-4, gamma=0.99, polyak=0.995,
@@ -126,17 +129,12 @@ class SAC(OffPolicyAlgorithm):
             a = actor.scaler.from_env(act)
             with torch.no_grad():
                 a2, logp2, _ = actor.sample_policy(obs2)
-                q2 = target.q_values(obs2, a2).min(0).values
-                y = rew + discount * (q2 - alpha * logp2)
+                y = sac.soft_target(rew, discount, target.q_values(obs2, a2).min(0).values, logp2, alpha)
             q = actor.q_values(obs, a)
             a_pi, logp_pi, _ = actor.sample_policy(obs)
-            q_pi = actor.q_values(obs, a_pi).min(0).values
-            pi_loss = (alpha * logp_pi - q_pi).mean()
-            entropy = -logp_pi.detach()
-            alpha_loss = (log_alpha * (entropy - self.target_entropy)).mean()
-        td = q - y.unsqueeze(0)
-        per_critic = td.pow(2)
-        q_loss = 0.5 * sum(self.weighted_mean(per_critic[i], weights) for i in range(per_critic.shape[0]))
+            pi_loss, alpha_loss, entropy, _ = sac.policy_and_alpha_losses(
+                TORCH, actor.q_values(obs, a_pi), logp_pi, log_alpha, alpha, self.target_entropy, grad=False)
+        q_loss, td, _ = q_learning.critic_loss(TORCH, q, y, weights, scale=0.5, grad=False)
         info = {"LossQ": float(q_loss.detach()), "LossPi": float(pi_loss.detach()),
                 "LossAlpha": float(alpha_loss.detach()), "Alpha": float(alpha), "QMean": float(q.detach().mean()),
                 "Entropy": float(entropy.mean())}

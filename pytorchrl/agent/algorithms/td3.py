@@ -2,10 +2,18 @@
 
 import torch
 
-from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm
-from pytorchrl.agent.numpy_offpolicy import NumpyTD3Update
+from pytorchrl.agent.accel import accelerated
+from pytorchrl.agent.accel.losses import deterministic, q_learning
+from pytorchrl.agent.accel.off_policy import NumpyTD3Update
+from pytorchrl.agent.accel.xp import TORCH
+from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm, numpy_update
+
+#: What the numpy update of DDPG and TD3 computes besides the common replay methods.
+_REPRODUCES = ("policy_step", "next_actions")
+_ACTOR_REPRODUCES = ("q_values", "q_head", "policy_output", "deterministic_policy")
 
 
+@accelerated(numpy_update(NumpyTD3Update.build, _REPRODUCES, _ACTOR_REPRODUCES))
 class DDPG(OffPolicyAlgorithm):
     """DDPG: a deterministic policy trained to maximise a critic Q(s, a), both with target
     networks; exploration noise is the actor's (``noise``: Gauss or OU).
@@ -28,7 +36,6 @@ class DDPG(OffPolicyAlgorithm):
     """
 
     name = "DDPG"
-    numpy_engine = NumpyTD3Update
     group_lr = {"q": "lr_q", "pi": "lr_pi"}
     #: Policy updates happen every ``target_update_interval`` updates (TD3's delay), or every update.
     delayed_policy = False
@@ -78,18 +85,19 @@ class DDPG(OffPolicyAlgorithm):
             q2 = self.target.q_values(obs2, self.next_actions(obs2)).min(0).values
             y = rew + discount * q2
         q = actor.q_values(obs, a)
-        td = q - y.unsqueeze(0)
-        q_loss = sum(self.weighted_mean(td[i].pow(2), weights) for i in range(td.shape[0]))
+        q_loss, td, _ = q_learning.critic_loss(TORCH, q, y, weights, grad=False)
         losses = {"q": q_loss}
         info = {"LossQ": float(q_loss.detach()), "QMean": float(q.detach().mean())}
         if self.policy_step():
-            pi_loss = -actor.q_values(obs, actor.deterministic_policy(obs))[0].mean()
+            pi_loss, _ = deterministic.policy_loss(TORCH, actor.q_values(obs, actor.deterministic_policy(obs))[0],
+                                                   grad=False)
             losses["pi"] = pi_loss
             info["LossPi"] = float(pi_loss.detach())
         self.report_td_errors(info, td.detach().abs().mean(0), weights)
         return losses, info
 
 
+@accelerated(numpy_update(NumpyTD3Update.build_smoothed, _REPRODUCES, _ACTOR_REPRODUCES))
 class TD3(DDPG):
     """TD3: DDPG with ``num_critics`` critics (their minimum is the target), target policy
     smoothing, and the policy and targets updated every ``target_update_interval`` updates
@@ -131,8 +139,7 @@ class TD3(DDPG):
 
     def next_actions(self, obs2):
         a2 = self.target.deterministic_policy(obs2)
-        noise = (torch.randn_like(a2) * self.target_noise).clamp(-self.noise_clip, self.noise_clip)
-        return (a2 + noise).clamp(-1.0, 1.0)
+        return deterministic.smoothed_actions(TORCH, a2, torch.randn_like(a2), self.target_noise, self.noise_clip)
 
 
 __all__ = ["DDPG", "TD3"]

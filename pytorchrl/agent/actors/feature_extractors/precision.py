@@ -17,10 +17,12 @@ import functools
 
 import torch
 
-from pytorchrl.agent.actors.base import say_once
+from pytorchrl.agent.accel.private_torch import cpu_has_native_bf16
+from pytorchrl.agent.notices import say_once
 
 #: Accepted values of ``precision`` and what each computes in.
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
+
 
 def check_precision(precision):
     """Return ``precision`` if it is one of ``PRECISIONS``, else raise ValueError."""
@@ -36,14 +38,7 @@ def native_bf16(device_type):
     than float32), a GPU that supports bfloat16."""
     if device_type == "cuda":
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    if device_type != "cpu":
-        return False
-    cpu = getattr(torch, "cpu", None)
-    checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    checks = [check for check in checks if check is not None]
-    if checks:
-        return any(bool(check()) for check in checks)
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())   # an older torch: the closest check
+    return device_type == "cpu" and cpu_has_native_bf16()
 
 
 def compute_dtype(precision, device):

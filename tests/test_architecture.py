@@ -1,0 +1,150 @@
+"""The shape of the package (DESIGN.md sections 2 and 6): no import circles, dependencies
+pointing one way (``cli/config -> learner -> scheme -> agent``), and an accelerator layer
+that imports no algorithm and no actor class.
+
+The import graph is read from the sources (module-level and function-level imports). An
+import of ``a.b.c`` from outside package ``a.b`` also runs ``a/b/__init__.py``, so it
+counts as an import of ``a.b`` too: a package whose ``__init__`` imports modules that
+import back from outside is a circle Python only survives by import order.
+"""
+
+import ast
+import os
+
+import pytorchrl
+
+ROOT = os.path.dirname(os.path.abspath(pytorchrl.__file__))
+
+
+def _modules():
+    mods = {}
+    base = os.path.dirname(ROOT)
+    for folder, _, files in os.walk(ROOT):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                module = os.path.relpath(path, base)[:-3].replace(os.sep, ".")
+                mods[module[:-len(".__init__")] if module.endswith(".__init__") else module] = path
+    return mods
+
+
+def _inside(module, package):
+    return module == package or module.startswith(package + ".")
+
+
+def import_graph():
+    """Dict module -> set of the library's modules it imports (see the module docstring)."""
+    mods = _modules()
+
+    def resolve(name):
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in mods.items():
+        package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Import):
+                targets.update(filter(None, (resolve(a.name) for a in node.names)))
+            elif isinstance(node, ast.ImportFrom):
+                source = node.module or ""
+                if node.level:
+                    parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    source = ".".join(parts + ([source] if source else []))
+                for alias in node.names:
+                    full = f"{source}.{alias.name}"
+                    target = full if full in mods else resolve(source)
+                    if target:
+                        targets.add(target)
+        edges = set()
+        for target in targets:
+            edges.add(target)
+            parent = target.rpartition(".")[0]
+            while parent:
+                if parent in mods and not _inside(module, parent):
+                    edges.add(parent)
+                parent = parent.rpartition(".")[0]
+        edges.discard(module)
+        graph[module] = edges
+    return graph
+
+
+def circles(graph):
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_package_has_no_import_circles():
+    assert circles(import_graph()) == []
+
+
+def test_the_checker_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+
+
+#: Layers, lowest first: a module imports its own layer's modules and lower ones only.
+LAYERS = [
+    ("pytorchrl", "pytorchrl.checkpoint", "pytorchrl.schedules"),
+    ("pytorchrl.agent", "pytorchrl.envs"),
+    ("pytorchrl.scheme",),
+    ("pytorchrl.learner",),
+    ("pytorchrl.config", "pytorchrl.tools", "pytorchrl.utils"),
+    ("pytorchrl.cli",),
+]
+
+
+def _layer(module):
+    best = None
+    for rank, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if _inside(module, prefix) and (best is None or len(prefix) > len(best[1])):
+                best = (rank, prefix)
+    return best[0]
+
+
+def test_dependencies_point_one_way():
+    upward = [(m, t) for m, targets in import_graph().items() for t in targets if _layer(t) > _layer(m)]
+    assert upward == []
+
+
+def test_the_accelerator_imports_no_algorithm_and_no_actor_class():
+    allowed = ("pytorchrl.agent.accel", "pytorchrl.agent.notices", "pytorchrl.agent.actors.feature_extractors",
+               "pytorchrl.agent.actors.distributions")
+    graph = import_graph()
+    accel = {m: t for m, t in graph.items() if _inside(m, "pytorchrl.agent.accel")}
+    assert "pytorchrl.agent.accel.on_policy" in accel and "pytorchrl.agent.accel.off_policy" in accel
+    outside = {(m, t) for m, targets in accel.items() for t in targets
+               if t not in ("pytorchrl", "pytorchrl.agent", "pytorchrl.agent.actors")
+               and not any(_inside(t, a) for a in allowed)}
+    assert outside == set()
+    # The actors package may be passed through only because its __init__ loads no actor class.
+    assert graph["pytorchrl.agent.actors"] == set()
