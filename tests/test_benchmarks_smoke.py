@@ -116,7 +116,7 @@ def test_quick_flag():
 
 
 def test_machine_load_probe():
-    mod = _load_bench("ppo_cartpole/run.py")
+    mod = _bench_module("harness.machine")
     busy_total = mod.cpu_jiffies()
     if busy_total is None:
         pytest.skip("no /proc/stat")

@@ -31,10 +31,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.dirname(HERE) not in sys.path:   # benchmarks/: the harness and workerlib packages
     sys.path.insert(0, os.path.dirname(HERE))
 from harness.report import closing_notes, fmt, fmt_share, goal_verdict, md_table, speedup  # noqa: E402
-from harness.results import append_jsonl, finish_results, header_lines, read_results, start_results  # noqa: E402
+from harness.results import finish_results, header_lines, read_results, start_results  # noqa: E402
 from harness.stats import median, paired_ratios  # noqa: E402
 from harness.subprocesses import (add_side_by_side_args, check_interpreters, ours_env, peers_env,  # noqa: E402
-                                  report_or_run, run_json_worker, side_versions, warm_up)
+                                  report_or_run, run_in_turn, run_json_worker, side_versions, warm_up)
 from workerlib.common import ATARI_DEFAULT_GAME, ATARI_DEFAULT_STEPS, ZOO_ATARI_PPO  # noqa: E402
 
 WORKERS = {"ours": os.path.join(HERE, "worker_ours.py"), "ours-bf16": os.path.join(HERE, "worker_ours.py"),
@@ -215,20 +215,15 @@ def run(args):
     if not args.no_warmup:   # the game's ROM comes into the file cache too
         warm_up("atari_ppo", args.systems, is_ours, lambda system: run_one(system, args, 0, 1024, eval_episodes=0))
 
-    records = []
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        for system in args.systems:
-            rec = run_one(system, args, seed, args.steps)
-            records.append(rec)
-            append_jsonl(jsonl, rec)
-            if "error" in rec:
-                print(f"  {system:9s} seed {seed}: FAILED ({rec['error']})\n{rec.get('stderr_tail', '')}", flush=True)
-                continue
-            print(f"  {system:9s} seed {seed}: {rec['env_steps_per_s']:>6,.0f} steps/s "
-                  f"({fmt(rec.get('env_steps_per_cpu_s'))} per CPU-s)  learn {rec['learn_wall_s']:7.1f} s  "
-                  f"return {fmt(rec.get(RETURN_KEY), 1)} ({rec.get('train_games')} games)  "
-                  f"eval {fmt(rec.get('eval_mean'), 1)}  peak {fmt(rec.get('peak_rss_tree_MB'))} MB  "
-                  f"(others used {fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+    runs = [(seed, system) for seed in range(args.first_seed, args.first_seed + args.seeds) for system in args.systems]
+    records = run_in_turn(
+        jsonl, runs, lambda run: run_one(run[1], args, run[0], args.steps),
+        label=lambda run: f"{run[1]:9s} seed {run[0]}",
+        progress=lambda rec: f"{rec['env_steps_per_s']:>6,.0f} steps/s "
+                             f"({fmt(rec.get('env_steps_per_cpu_s'))} per CPU-s)  "
+                             f"learn {rec['learn_wall_s']:7.1f} s  return {fmt(rec.get(RETURN_KEY), 1)} "
+                             f"({rec.get('train_games')} games)  eval {fmt(rec.get('eval_mean'), 1)}  "
+                             f"peak {fmt(rec.get('peak_rss_tree_MB'))} MB")
     summary = summarize(records)
     return finish_results(jsonl, meta, records, summary, render(summary, records, meta))
 

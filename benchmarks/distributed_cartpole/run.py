@@ -33,9 +33,9 @@ from harness.machine import add_load_args  # noqa: E402
 from harness.paths import DEFAULT_PEERS_PYTHON, RESULTS_DIR  # noqa: E402
 from harness.provenance import add_source_args, prepared_source, versions  # noqa: E402
 from harness.report import closing_notes, fmt, fmt_share, md_table  # noqa: E402
-from harness.results import append_jsonl, finish_results, start_results  # noqa: E402
+from harness.results import finish_results, start_results  # noqa: E402
 from harness.stats import median  # noqa: E402
-from harness.subprocesses import ours_env, peers_env, run_json_worker  # noqa: E402
+from harness.subprocesses import ours_env, peers_env, run_in_turn, run_json_worker  # noqa: E402
 
 WORKERS = {"ours": os.path.join(HERE, "worker_ours.py"), "rllib": os.path.join(HERE, "worker_rllib.py")}
 GOAL_SPEED = 5.0          # ours >= 5x RLlib's env steps/s
@@ -221,22 +221,14 @@ def run(args):
             if "error" in r:
                 sys.exit(f"distributed_cartpole: warm-up of {system} failed: {r['error']}\n{r.get('stderr_tail', '')}")
 
-    records = []
-    for envs in args.envs:
-        for seed in range(args.seeds):
-            for system in args.systems:
-                rec = run_one(system, args, seed, args.steps, envs)
-                records.append(rec)
-                append_jsonl(jsonl, rec)
-                if "error" in rec:
-                    print(f"  {system:5s} envs {envs} seed {seed}: FAILED ({rec['error']})\n{rec.get('stderr_tail', '')}",
-                          flush=True)
-                else:
-                    print(f"  {system:5s} envs {envs} seed {seed}: {rec['env_steps_per_s']:>8,.0f} steps/s  first sample "
-                          f"{fmt(rec.get('first_sample_from_launch_s'), 1)} s  train {rec['train_wall_s']:6.1f} s  "
-                          f"total {rec['total_wall_s']:6.1f} s  eval {rec['eval_mean']:6.1f}  peak "
-                          f"{fmt(rec.get('peak_rss_tree_MB'))} MB  (others used "
-                          f"{fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+    runs = [(envs, seed, system) for envs in args.envs for seed in range(args.seeds) for system in args.systems]
+    records = run_in_turn(
+        jsonl, runs, lambda run: run_one(run[2], args, run[1], args.steps, run[0]),
+        label=lambda run: f"{run[2]:5s} envs {run[0]} seed {run[1]}",
+        progress=lambda rec: f"{rec['env_steps_per_s']:>8,.0f} steps/s  first sample "
+                             f"{fmt(rec.get('first_sample_from_launch_s'), 1)} s  train {rec['train_wall_s']:6.1f} s  "
+                             f"total {rec['total_wall_s']:6.1f} s  eval {rec['eval_mean']:6.1f}  "
+                             f"peak {fmt(rec.get('peak_rss_tree_MB'))} MB")
     summary = summarize(records)
     return finish_results(jsonl, meta, records, {f"{s}/{e}": v for (s, e), v in summary.items()},
                           render(summary, records, meta))

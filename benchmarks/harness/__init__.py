@@ -6,13 +6,14 @@
 - ``provenance``: the code under test (working-tree snapshot, HEAD export, diff hash), the
   versions an interpreter imports, a run's ``meta`` record;
 - ``subprocesses``: running workers in subprocesses (their environments, one run's record,
-  interpreter checks, warm-up, the side-by-side orchestrators' options and ``main``);
+  runs in turn with a progress line each, interpreter checks, warm-up, the side-by-side
+  orchestrators' options and ``main``);
 - ``results``: results files (``.jsonl``, ``.md``, the measured diff), also read back;
 - ``stats``: medians and paired ratios of run records;
 - ``report``: formatting of the reports (numbers, tables, verdicts, closing notes);
 - ``inprocess``: benchmarks that measure several configurations in one process and one Ray
   instance (re-run in a child that imports the measured code);
-- ``schemes``: the scheme benchmarks' measuring loop.
+- ``schemes``: cheap learners' factories and the scheme benchmarks' measuring loop.
 
 Scripts import it with ``benchmarks/`` on ``sys.path`` (each task's script puts it there).
 The modules import the standard library only at the top (psutil when present), so that any

@@ -16,9 +16,7 @@ import sys
 from .machine import add_load_args, maybe_wait_idle, others_share
 from .paths import RESULTS_DIR
 from .provenance import add_source_args, prepared_source, source_from_env
-from .report import fmt_share
-from .results import append_jsonl
-from .subprocesses import reexec_in_source
+from .subprocesses import reexec_in_source, run_in_turn
 
 IN_SOURCE_FLAG = "--_in-source"
 
@@ -107,21 +105,18 @@ def measure_passes(jsonl, configs, repeats, measure, error_fields, label, progre
     stripped on a failed run's line) then ``FAILED`` and the error, or ``progress(record)``
     and the CPU share other processes used during the run.
     """
-    records = []
-    for rep, cfg in interleaved(configs, repeats):
+    def run_one(run):
+        rep, cfg = run
         try:
             rec = measure(cfg)
         except Exception as exc:  # a failing layout is a result: record it and go on
             rec = dict(error_fields(cfg), error=f"{type(exc).__name__}: {exc}"[:2000])
         rec["pass"] = rep
-        records.append(rec)
-        append_jsonl(jsonl, rec)
-        if "error" in rec:
-            print(f"  pass {rep} {label(cfg).rstrip()}: FAILED {rec['error']}", flush=True)
-        else:
-            print(f"  pass {rep} {label(cfg)}: {progress(rec)}  "
-                  f"(others used {fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
-    return records
+        return rec
+
+    return run_in_turn(jsonl, interleaved(configs, repeats), run_one,
+                       label=lambda run: f"pass {run[0]} {label(run[1])}", progress=progress,
+                       failure=lambda rec: f"FAILED {rec['error']}")
 
 
 def torch_versions():
@@ -136,6 +131,13 @@ def torch_versions():
             "pytorchrl_path": os.path.dirname(pytorchrl.__file__)}
 
 
+def add_series_args(ap):
+    """Add to the parser ``ap`` the options ``run_series_on_local_ray`` reads: ``--json`` and
+    the machine's load (``add_load_args``)."""
+    ap.add_argument("--json", action="store_true", help="print one JSON record per configuration too")
+    add_load_args(ap)
+
+
 def run_series_on_local_ray(args, values, measure, render):
     """Measure each value in turn on one local Ray instance (2 CPUs, started here unless one
     is running) and print the rendered table; returns the records.
@@ -143,8 +145,8 @@ def run_series_on_local_ray(args, values, measure, render):
     Parameters
     ----------
     args : argparse.Namespace
-        The script's arguments (``add_load_args``'s options; ``json``: also print each
-        record as a JSON line when it is measured).
+        The script's arguments (``add_series_args``'s options: ``json``, also print each
+        record as a JSON line when it is measured; --wait-idle).
     values : iterable
         What is varied between runs (one record each).
     measure : callable

@@ -29,6 +29,17 @@ def md_table(headers, rows, align=None):
     return "\n".join(lines)
 
 
+def series_table(headers, rows, load_share=None):
+    """The table of a series measured on one Ray instance (``inprocess.run_series_on_local_ray``):
+    ``headers`` (the column names) and ``rows`` (lists of cells), every column left-aligned,
+    then, when ``load_share`` (0-1) is given, the share of the machine's CPU that other
+    processes used just before the runs."""
+    table = md_table(headers, rows, align="l" * len(headers))
+    if load_share is not None:
+        table += f"\n\nOther processes used {100 * load_share:.0f}% of the machine's CPU just before the runs."
+    return table
+
+
 def load_warning(shares, limit=0.15):
     """A sentence warning that other processes used the CPU, or '' if they hardly did.
     shares: the runs' ``others_cpu_share_during`` (None: not measured); limit: the share above

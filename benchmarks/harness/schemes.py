@@ -1,6 +1,7 @@
-"""The measuring loop of the scheme benchmarks (scaling_latency, straggler,
-compression_images): a cheap PPO learner's factories, and one Scheme built, warmed up, timed
-over Learner steps and stopped."""
+"""The learners the scheme benchmarks train and their measuring loop: a cheap PPO learner's
+factories (scaling_latency, straggler, compression_images), a DDQN learner's on CartPole
+(replay_server, seed_inference), and one Scheme built, warmed up, timed over Learner steps
+and stopped."""
 
 import statistics
 import time
@@ -33,6 +34,27 @@ def ppo_factories(env_fn, env_kwargs, vec_env_size, rollout, hidden=(32, 32), sh
                                          shared_policy_value_network=shared)
     storage = GAEBuffer.create_factory(size=rollout, gae_lambda=0.95)
     return dict(algo_factory=algo, actor_factory=actor, storage_factory=storage, train_envs_factory=train)
+
+
+def ddqn_cartpole_factories(vec_env_size, **ddqn_kwargs):
+    """Scheme keyword arguments for a DDQN learner on CartPole-v1 (a 64x64 Q-network, a replay
+    buffer of 100,000 transitions, lr 1e-3, a target copy every 100 updates, no test
+    episodes), as the replay-server and SEED benchmarks train it.
+
+    vec_env_size: environments per collector; ddqn_kwargs: more of ``DDQN.create_factory``'s
+    (``update_every``, ``mini_batch_size``, ...)."""
+    from pytorchrl.agent.actors import OffPolicyActor
+    from pytorchrl.agent.algorithms import DDQN
+    from pytorchrl.agent.env import VecEnv
+    from pytorchrl.agent.storages import ReplayBuffer
+    from pytorchrl.envs import make_gym_env
+    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"},
+                                                           vec_env_size=vec_env_size, seed=0)
+    algo_factory, name = DDQN.create_factory(lr=1e-3, target_update_interval=100, test_every=10 ** 9, **ddqn_kwargs)
+    actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name,
+                                                  common_feature_extractor_kwargs={"hidden_sizes": [64, 64]})
+    return dict(algo_factory=algo_factory, actor_factory=actor_factory,
+                storage_factory=ReplayBuffer.create_factory(size=100_000), train_envs_factory=train)
 
 
 def measure_scheme(factories, scheme_kwargs, warmup_steps, measure_samples=0, args=None, seed=0, min_rounds=0):

@@ -13,6 +13,8 @@ import time
 from .machine import LoadProbe, add_load_args, maybe_wait_idle
 from .paths import DEFAULT_PEERS_PYTHON, REPO, RESULTS_DIR
 from .provenance import add_source_args, command_line, prepared_source, versions
+from .report import fmt_share
+from .results import append_jsonl
 
 
 def add_side_by_side_args(ap, timeout):
@@ -114,6 +116,35 @@ def run_json_worker(cmd, env, timeout, args=None, tag=None):
     rec.update(json.loads(lines[-1]))
     rec.update(launch_time=launch, process_wall_s=round(wall, 3), command=" ".join(cmd), **probe.report(), **idle)
     return rec
+
+
+def worker_failure(rec):
+    """How a progress line tells a failed worker run (``rec``: its record): the error, then the
+    worker's last output."""
+    return f"FAILED ({rec['error']})\n{rec.get('stderr_tail', '')}"
+
+
+def run_in_turn(jsonl, runs, run_one, label, progress, failure=worker_failure):
+    """Run the runs one after the other; returns their records, each appended to the results
+    file ``jsonl`` as soon as it is in.
+
+    runs: what to run, in the order to run it (interleaved systems, e.g. (seed, system)
+    pairs); run_one(run): the run's record (e.g. ``run_json_worker``'s), with ``error`` when
+    it failed. One line is printed per run: ``label(run)`` (padded to line the runs up;
+    stripped on a failed run's line) then ``failure(record)`` for a failed run, else
+    ``progress(record)`` and the CPU share other processes used during the run.
+    """
+    records = []
+    for run in runs:
+        rec = run_one(run)
+        records.append(rec)
+        append_jsonl(jsonl, rec)
+        if "error" in rec:
+            print(f"  {label(run).rstrip()}: {failure(rec)}", flush=True)
+        else:
+            print(f"  {label(run)}: {progress(rec)}  "
+                  f"(others used {fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+    return records
 
 
 def check_interpreters(name, systems, python_of, env_of, is_ours, ours_imports="pytorchrl, gymnasium",

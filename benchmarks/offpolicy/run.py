@@ -34,10 +34,10 @@ if os.path.dirname(HERE) not in sys.path:   # benchmarks/: the harness and worke
     sys.path.insert(0, os.path.dirname(HERE))
 from harness import subprocesses  # noqa: E402
 from harness.report import closing_notes, fmt, fmt_share, goal_verdict, md_table, speedup  # noqa: E402
-from harness.results import append_jsonl, finish_results, header_lines, read_results, start_results  # noqa: E402
+from harness.results import finish_results, header_lines, read_results, start_results  # noqa: E402
 from harness.stats import median, paired_ratios  # noqa: E402
 from harness.subprocesses import (add_side_by_side_args, ours_env, peers_env, report_or_run,  # noqa: E402
-                                  run_json_worker, side_versions, warm_up)
+                                  run_in_turn, run_json_worker, side_versions, warm_up)
 from workerlib.common import OFFPOLICY_HYPERPARAMETERS, OFFPOLICY_SOLVE  # noqa: E402
 
 WORKERS = {"ours": os.path.join(HERE, "worker_ours.py"), "ours-1t": os.path.join(HERE, "worker_ours.py"),
@@ -272,23 +272,16 @@ def run(args):
     if not args.no_warmup:
         warm_up("offpolicy", args.systems, is_ours, lambda system: run_one(system, args, "dqn", 0, 1500, 1))
 
-    records = []
-    for task in args.tasks:
-        for seed in range(args.seeds):
-            for system in args.systems:
-                rec = run_one(system, args, task, seed, args.steps[task])
-                records.append(rec)
-                append_jsonl(jsonl, rec)
-                if "error" in rec:
-                    print(f"  {task} {system:7s} seed {seed}: FAILED ({rec['error']})\n{rec.get('stderr_tail', '')}",
-                          flush=True)
-                    continue
-                solve = ("not solved" if rec["solve_wall_s"] is None else
-                         f"solved at {rec['solve_env_steps']:,} steps / {rec['solve_wall_s']:.1f} s")
-                print(f"  {task} {system:7s} seed {seed}: {rec['env_steps_per_s']:>7,.0f} steps/s "
-                      f"({fmt(rec.get('env_steps_per_cpu_s'))} per CPU-s)  learn {rec['learn_wall_s']:6.1f} s  "
-                      f"eval {rec['eval_mean']:7.1f}  {solve}  peak {fmt(rec.get('peak_rss_tree_MB'))} MB  "
-                      f"(others used {fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+    def progress(rec):
+        solve = ("not solved" if rec["solve_wall_s"] is None else
+                 f"solved at {rec['solve_env_steps']:,} steps / {rec['solve_wall_s']:.1f} s")
+        return (f"{rec['env_steps_per_s']:>7,.0f} steps/s ({fmt(rec.get('env_steps_per_cpu_s'))} per CPU-s)  "
+                f"learn {rec['learn_wall_s']:6.1f} s  eval {rec['eval_mean']:7.1f}  {solve}  "
+                f"peak {fmt(rec.get('peak_rss_tree_MB'))} MB")
+
+    runs = [(task, seed, system) for task in args.tasks for seed in range(args.seeds) for system in args.systems]
+    records = run_in_turn(jsonl, runs, lambda run: run_one(run[2], args, run[0], run[1], args.steps[run[0]]),
+                          label=lambda run: f"{run[0]} {run[2]:7s} seed {run[1]}", progress=progress)
     summary = summarize(records)
     return finish_results(jsonl, meta, records, {f"{t}/{s}": v for (t, s), v in summary.items()},
                           render(summary, records, meta))

@@ -34,12 +34,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.dirname(HERE) not in sys.path:   # benchmarks/: the harness and workerlib packages
     sys.path.insert(0, os.path.dirname(HERE))
-from harness import machine  # noqa: E402
-from harness.machine import children_cpu_s, cpu_jiffies, others_share  # noqa: E402,F401  (others_share: the tests)
+from harness import stats, subprocesses  # noqa: E402
+from harness.machine import children_cpu_s, cpu_jiffies, maybe_wait_idle  # noqa: E402
 from harness.paths import DEFAULT_PEERS_PYTHON, REPO, RESULTS_DIR  # noqa: E402
 from harness.provenance import export_head  # noqa: E402
-from harness.report import fmt, fmt_share  # noqa: E402
+from harness.report import fmt, fmt_share, speedup  # noqa: E402
 from harness.stats import median  # noqa: E402
+from harness.subprocesses import warm_up  # noqa: E402
 
 WORKERS = {"ours": os.path.join(HERE, "worker_ours.py"), "sb3": os.path.join(HERE, "worker_sb3.py")}
 TARGET_RATIO = 3.0
@@ -90,17 +91,12 @@ def python_for(system, args):
 
 
 def check_interpreters(args):
-    """Fail early, with the fix, when an interpreter cannot run its worker."""
-    checks = {"ours": "import pytorchrl, gymnasium", "sb3": "import stable_baselines3, gymnasium"}
+    """Fail early, with the fix, when an interpreter cannot run its worker; warn when one has
+    no psutil (``args``: the script's arguments)."""
+    subprocesses.check_interpreters("ppo_cartpole", args.systems, lambda s: python_for(s, args),
+                                    lambda s: worker_env(s, args), lambda s: s == "ours")
     for system in args.systems:
         py = python_for(system, args)
-        if not os.path.exists(py):
-            hint = " (run benchmarks/setup_peers.sh first)" if system == "sb3" else ""
-            sys.exit(f"ppo_cartpole: interpreter for {system} not found: {py}{hint}")
-        r = subprocess.run([py, "-c", checks[system]], capture_output=True, text=True, env=worker_env(system, args))
-        if r.returncode != 0:
-            hint = " (run benchmarks/setup_peers.sh)" if system == "sb3" else " (pip install -e . in that env)"
-            sys.exit(f"ppo_cartpole: {py} cannot run the {system} worker{hint}:\n{r.stderr.strip()[-800:]}")
         if subprocess.run([py, "-c", "import psutil"], capture_output=True).returncode != 0:
             print(f"ppo_cartpole: warning: no psutil in {py}: peak memory of {system} falls back to the "
                   "main process's getrusage high-water mark", file=sys.stderr)
@@ -117,20 +113,11 @@ def worker_env(system, args):
     return env
 
 
-def wait_idle(args):
-    """Wait until the machine is quiet enough (see --wait-idle); return (share, seconds waited)."""
-    return machine.wait_idle(args.wait_idle, args.wait_max)
-
-
 def run_worker(system, seed, steps, args, eval_episodes=10):
     """Run one worker; return its JSON record plus what the orchestrator measured."""
     cmd = [python_for(system, args), WORKERS[system], "--steps", str(steps), "--seed", str(seed),
            "--eval-episodes", str(eval_episodes)]
-    idle_info = {}
-    if args.wait_idle is not None:
-        share, waited = wait_idle(args)
-        idle_info = {"others_cpu_share_before": None if share is None else round(share, 3),
-                     "waited_for_idle_s": round(waited, 1)}
+    idle_info = maybe_wait_idle(args)
     load_before = os.getloadavg()
     jiffies_before, child_cpu_before = cpu_jiffies(), children_cpu_s()
     t = time.perf_counter()
@@ -194,10 +181,9 @@ def summarize(records, systems):
 
 
 def paired_ratios(records):
-    """ours/SB3 env steps/s of the runs with the same seed (run back to back)."""
-    by = {(r["system"], r["seed"]): r for r in records if "error" not in r}
-    return [by[("ours", s)]["env_steps_per_s"] / by[("sb3", s)]["env_steps_per_s"]
-            for (system, s) in sorted(by) if system == "ours" and ("sb3", s) in by]
+    """ours/SB3 env steps/s of the runs with the same seed (run back to back), among the run
+    ``records``."""
+    return stats.paired_ratios(records, "ours", "sb3", "env_steps_per_s")
 
 
 def render(summary, records, meta):
@@ -221,18 +207,13 @@ def render(summary, records, meta):
         cpu_ratio = (f"{o['env_steps_per_cpu_s'] / b['env_steps_per_cpu_s']:.2f}x"
                      if o["env_steps_per_cpu_s"] and b["env_steps_per_cpu_s"] else "–")
 
-        def speedup(key):
-            if o[key] in (None, float("inf")) or b[key] in (None, float("inf")):
-                return "–"
-            return f"{b[key] / o[key]:.2f}x"
-
         lines += ["", "| ratio ours / SB3 | value |", "| --- | ---: |",
                   f"| **env steps/s (median ours / median SB3)** | **{ratio:.2f}x** |",
                   f"| env steps/s, per seed (paired runs) | {', '.join(f'{p:.2f}x' for p in pairs) or '–'} |",
                   f"| env steps per CPU-second (less sensitive to other load on the machine) | {cpu_ratio} |",
-                  f"| learn wall speed-up (SB3 / ours) | {speedup('learn_wall_s')} |",
-                  f"| total wall speed-up (SB3 / ours) | {speedup('total_wall_s')} |",
-                  f"| time-to-solve speed-up (SB3 / ours) | {speedup('solve_wall_s')} |",
+                  f"| learn wall speed-up (SB3 / ours) | {speedup(o, b, 'learn_wall_s')} |",
+                  f"| total wall speed-up (SB3 / ours) | {speedup(o, b, 'total_wall_s')} |",
+                  f"| time-to-solve speed-up (SB3 / ours) | {speedup(o, b, 'solve_wall_s')} |",
                   f"| greedy eval, median ours − median SB3 | {o['eval_mean'] - b['eval_mean']:+.1f} |"]
         ok_speed = ratio >= TARGET_RATIO
         ok_return = o["eval_mean"] >= b["eval_mean"]
@@ -321,29 +302,20 @@ def run(args):
 
     with open(jsonl, "w") as f:
         f.write(json.dumps(meta) + "\n")
-    if not args.no_warmup:
-        # Untimed: brings each interpreter's libraries into the file cache.
-        for system in args.systems:
-            r = run_worker(system, 0, 2048, args, eval_episodes=1)
-            if "error" in r:
-                sys.exit(f"ppo_cartpole: warm-up of {system} failed: {r['error']}\n{r.get('stderr_tail', '')}")
+    if not args.no_warmup:   # untimed: brings each interpreter's libraries into the file cache
+        warm_up("ppo_cartpole", args.systems, lambda s: s == "ours",
+                lambda system: run_worker(system, 0, 2048, args, eval_episodes=1))
 
-    records = []
-    for seed in range(args.seeds):
-        for system in args.systems:
-            rec = run_worker(system, seed, args.steps, args)
-            records.append(rec)
-            with open(jsonl, "a") as f:
-                f.write(json.dumps(rec) + "\n")
-            if "error" in rec:
-                print(f"  {system:4s} seed {seed}: FAILED ({rec['error']})\n{rec.get('stderr_tail', '')}", flush=True)
-            else:
-                solve = "not solved" if rec["solve_wall_s"] is None else \
-                    f"solved at {rec['solve_env_steps']:,} steps / {rec['solve_wall_s']:.1f} s"
-                print(f"  {system:4s} seed {seed}: {rec['env_steps_per_s']:>8,.0f} steps/s  learn "
-                      f"{rec['learn_wall_s']:6.1f} s  total {rec['total_wall_s']:6.1f} s  eval "
-                      f"{rec['eval_mean']:6.1f}  {solve}  peak {rec['peak_rss_tree_MB']:.0f} MB  "
-                      f"(others used {fmt_share(rec.get('others_cpu_share_during'))} of the CPU)", flush=True)
+    def progress(rec):
+        solve = "not solved" if rec["solve_wall_s"] is None else \
+            f"solved at {rec['solve_env_steps']:,} steps / {rec['solve_wall_s']:.1f} s"
+        return (f"{rec['env_steps_per_s']:>8,.0f} steps/s  learn {rec['learn_wall_s']:6.1f} s  total "
+                f"{rec['total_wall_s']:6.1f} s  eval {rec['eval_mean']:6.1f}  {solve}  "
+                f"peak {rec['peak_rss_tree_MB']:.0f} MB")
+
+    runs = [(seed, system) for seed in range(args.seeds) for system in args.systems]
+    records = subprocesses.run_in_turn(jsonl, runs, lambda run: run_worker(run[1], run[0], args.steps, args),
+                                       label=lambda run: f"{run[1]:4s} seed {run[0]}", progress=progress)
 
     summary = summarize(records, args.systems)
     table = render(summary, records, meta)

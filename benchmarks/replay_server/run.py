@@ -32,8 +32,8 @@ BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if BENCH not in sys.path:   # the harness and workerlib packages
     sys.path.insert(0, BENCH)
 sys.path.insert(0, os.path.dirname(BENCH))   # pytorchrl from this checkout, also where it is not installed
-from harness import inprocess  # noqa: E402
-from harness.machine import add_load_args  # noqa: E402
+from harness import inprocess, schemes  # noqa: E402
+from harness.report import series_table  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -48,8 +48,7 @@ def parse_args(argv=None):
                     help="rate limiter's error buffer (default: the mini-batch plus one insert's samples)")
     ap.add_argument("--cpus-per-collector", type=float, default=0.25)
     ap.add_argument("--quick", action="store_true", help="spi 4 only, 2000 steps")
-    ap.add_argument("--json", action="store_true", help="print one JSON record per configuration too")
-    add_load_args(ap)
+    inprocess.add_series_args(ap)
     args = ap.parse_args(argv)
     if args.quick:
         args.spi, args.steps = "4", 2000
@@ -67,25 +66,13 @@ def measure(spi, args):
     """Train one configuration; returns its record (a dict)."""
     import torch
     import pytorchrl as prl
-    from pytorchrl.agent.actors import OffPolicyActor
-    from pytorchrl.agent.algorithms import DDQN
-    from pytorchrl.agent.env import VecEnv
-    from pytorchrl.agent.storages import ReplayBuffer
-    from pytorchrl.envs import make_gym_env
     from pytorchrl.learner import Learner
     from pytorchrl.scheme import Scheme
 
     torch.manual_seed(0)
-    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1,
-                                                           seed=0)
-    algo_factory, name = DDQN.create_factory(lr=1e-3, update_every=args.rollout, mini_batch_size=args.batch,
-                                             target_update_interval=100, test_every=10 ** 9)
-    actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name,
-                                                  common_feature_extractor_kwargs={"hidden_sizes": [64, 64]})
+    factories = schemes.ddqn_cartpole_factories(1, update_every=args.rollout, mini_batch_size=args.batch)
     eb = error_buffer(args, spi)
-    scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory,
-                    storage_factory=ReplayBuffer.create_factory(size=100_000), train_envs_factory=train,
-                    num_col_workers=args.collectors, col_workers_communication=prl.ASYNC,
+    scheme = Scheme(**factories, num_col_workers=args.collectors, col_workers_communication=prl.ASYNC,
                     col_workers_resources={"num_cpus": args.cpus_per_collector}, data_path="replay_server",
                     replay_server={"min_size_to_sample": args.min_size, "samples_per_insert": spi,
                                    "error_buffer": eb, "num_cpus": 0.25})
@@ -111,17 +98,13 @@ def measure(spi, args):
 
 def render(records, load_share=None):
     """Markdown table of the records."""
-    lines = ["| samples/insert | collectors | env steps | updates | inserts/s | samples/s | measured ratio | "
-             "samples - target (error buffer) | insert waits s | sample waits s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in records:
-        lines.append(f"| {r['spi']:g} | {r['collectors']} | {r['env_steps']} | {r['updates']} | "
-                     f"{r['inserts_per_s']:.0f} | {r['samples_per_s']:.0f} | {r['measured_ratio']:.3f} | "
-                     f"{r['deviation']:+.0f} ({r['error_buffer']:g}) | {r['insert_blocked_s']:.1f} | "
-                     f"{r['sample_blocked_s']:.1f} |")
-    if load_share is not None:
-        lines.append(f"\nOther processes used {100 * load_share:.0f}% of the machine's CPU just before the runs.")
-    return "\n".join(lines)
+    headers = ["samples/insert", "collectors", "env steps", "updates", "inserts/s", "samples/s", "measured ratio",
+               "samples - target (error buffer)", "insert waits s", "sample waits s"]
+    rows = [[f"{r['spi']:g}", r["collectors"], r["env_steps"], r["updates"], f"{r['inserts_per_s']:.0f}",
+             f"{r['samples_per_s']:.0f}", f"{r['measured_ratio']:.3f}",
+             f"{r['deviation']:+.0f} ({r['error_buffer']:g})", f"{r['insert_blocked_s']:.1f}",
+             f"{r['sample_blocked_s']:.1f}"] for r in records]
+    return series_table(headers, rows, load_share)
 
 
 def run(argv=None):

@@ -35,8 +35,8 @@ BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if BENCH not in sys.path:   # the harness and workerlib packages
     sys.path.insert(0, BENCH)
 sys.path.insert(0, os.path.dirname(BENCH))   # pytorchrl from this checkout, also where it is not installed
-from harness import inprocess  # noqa: E402
-from harness.machine import add_load_args  # noqa: E402
+from harness import inprocess, schemes  # noqa: E402
+from harness.report import series_table  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -49,8 +49,7 @@ def parse_args(argv=None):
     ap.add_argument("--timeout-ms", type=float, default=10.0, help="inference_server.timeout_ms (default 10)")
     ap.add_argument("--cpus-per-collector", type=float, default=0.125)
     ap.add_argument("--quick", action="store_true", help="4 envs per collector only, 3000 steps")
-    ap.add_argument("--json", action="store_true", help="print one JSON record per configuration too")
-    add_load_args(ap)
+    inprocess.add_series_args(ap)
     args = ap.parse_args(argv)
     if args.quick:
         args.envs, args.steps = "4", 3000
@@ -62,24 +61,13 @@ def measure(envs, args):
     """Train one configuration; returns its record (a dict)."""
     import torch
     import pytorchrl as prl
-    from pytorchrl.agent.actors import OffPolicyActor
-    from pytorchrl.agent.algorithms import DDQN
-    from pytorchrl.agent.env import VecEnv
-    from pytorchrl.agent.storages import ReplayBuffer
-    from pytorchrl.envs import make_gym_env
     from pytorchrl.learner import Learner
     from pytorchrl.scheme import Scheme
 
     torch.manual_seed(0)
-    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"},
-                                                           vec_env_size=envs, seed=0)
-    algo_factory, name = DDQN.create_factory(lr=1e-3, update_every=args.rollout, num_updates=8, mini_batch_size=64,
-                                             start_steps=500, target_update_interval=100, test_every=10 ** 9)
-    actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name,
-                                                  common_feature_extractor_kwargs={"hidden_sizes": [64, 64]})
-    scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory,
-                    storage_factory=ReplayBuffer.create_factory(size=100_000), train_envs_factory=train,
-                    num_col_workers=args.collectors, col_workers_communication=prl.ASYNC,
+    factories = schemes.ddqn_cartpole_factories(envs, update_every=args.rollout, num_updates=8, mini_batch_size=64,
+                                                start_steps=500)
+    scheme = Scheme(**factories, num_col_workers=args.collectors, col_workers_communication=prl.ASYNC,
                     col_workers_resources={"num_cpus": args.cpus_per_collector}, col_requests_in_flight=2,
                     col_policy="server",
                     inference_server={"max_batch": args.max_batch, "timeout_ms": args.timeout_ms, "num_cpus": 0.25})
@@ -106,17 +94,12 @@ def measure(envs, args):
 
 def render(records, load_share=None):
     """Markdown table of the records."""
-    lines = ["| collectors x envs | max_batch / timeout ms | env steps | updates | mean batch (obs) | "
-             "requests per batch | largest batch | env steps/s | inference calls/s | mean wait ms |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in records:
-        lines.append(f"| {r['collectors']} x {r['envs']} | {r['max_batch']} / {r['timeout_ms']:g} | "
-                     f"{r['env_steps']} | {r['updates']} | {r['mean_batch']:.1f} | {r['requests_per_batch']:.2f} | "
-                     f"{r['max_batch_seen']} | {r['env_steps_per_s']:.0f} | {r['calls_per_s']:.0f} | "
-                     f"{r['mean_wait_ms']:.1f} |")
-    if load_share is not None:
-        lines.append(f"\nOther processes used {100 * load_share:.0f}% of the machine's CPU just before the runs.")
-    return "\n".join(lines)
+    headers = ["collectors x envs", "max_batch / timeout ms", "env steps", "updates", "mean batch (obs)",
+               "requests per batch", "largest batch", "env steps/s", "inference calls/s", "mean wait ms"]
+    rows = [[f"{r['collectors']} x {r['envs']}", f"{r['max_batch']} / {r['timeout_ms']:g}", r["env_steps"],
+             r["updates"], f"{r['mean_batch']:.1f}", f"{r['requests_per_batch']:.2f}", r["max_batch_seen"],
+             f"{r['env_steps_per_s']:.0f}", f"{r['calls_per_s']:.0f}", f"{r['mean_wait_ms']:.1f}"] for r in records]
+    return series_table(headers, rows, load_share)
 
 
 def run(argv=None):
