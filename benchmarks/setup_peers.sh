@@ -39,7 +39,7 @@ import torch, stable_baselines3, gymnasium, psutil
 assert torch.__version__.split("+")[0] == torch_v, torch.__version__
 assert torch.version.cuda is None, "CUDA build of torch"
 assert stable_baselines3.__version__ == sb3_v, stable_baselines3.__version__
-import ale_py, cv2, mujoco  # noqa: F401  (atari_ppo.py, offpolicy.py --tasks sac-mujoco)
+import ale_py, cv2, mujoco  # noqa: F401  (atari_ppo/run.py, offpolicy/run.py --tasks sac-mujoco)
 assert ale_py.__version__ == ale_v, ale_py.__version__
 assert mujoco.__version__ == mujoco_v, mujoco.__version__
 gymnasium.make("HalfCheetah-v5").close()   # gymnasium's MuJoCo tasks load with this mujoco

@@ -20,17 +20,25 @@ FIELDS = {
 }
 
 
-def _load_bench(name):
-    """A benchmark script as a fresh module; helper modules (``_envs``...) imported by name,
-    as the scripts import them."""
+def _load_bench(path):
+    """The benchmark script ``benchmarks/<path>`` (e.g. ``"ppo_cartpole/run.py"``) as a fresh
+    module, with benchmarks/ on ``sys.path`` as the scripts put it (the ``harness`` and
+    ``workerlib`` packages)."""
     if BENCH not in sys.path:
         sys.path.insert(0, BENCH)
-    if name.startswith("_"):
-        return importlib.import_module(name)
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
+    spec = importlib.util.spec_from_file_location("bench_" + path[:-len(".py")].replace("/", "_"),
+                                                  os.path.join(BENCH, path))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _bench_module(name):
+    """A module of the benchmarks' packages (e.g. ``"workerlib.envs"``), imported by name as the
+    scripts import it."""
+    if BENCH not in sys.path:
+        sys.path.insert(0, BENCH)
+    return importlib.import_module(name)
 
 
 def worker_record(script, argv, cwd=REPO, **env):
@@ -59,7 +67,7 @@ def assert_rate_matches_wall(rec, wall_key):
 
 @pytest.mark.timeout(300)
 def test_ours_worker_prints_a_complete_record():
-    rec = worker_record("_ours_ppo.py", ["--steps", 3000, "--seed", 1, "--eval-episodes", 2])
+    rec = worker_record("ppo_cartpole/worker_ours.py", ["--steps", 3000, "--seed", 1, "--eval-episodes", 2])
     for key in ("solve_env_steps", "solve_wall_s"):   # None unless solved (not in 3000 steps)
         assert key in rec
     assert rec["system"] == "ours" and rec["seed"] == 1
@@ -75,13 +83,14 @@ def test_ours_worker_prints_a_complete_record():
 
 
 def test_sb3_worker_shares_the_hyperparameters():
-    """Both workers train with the same hyperparameters (importing _sb3_ppo needs no SB3:
-    it imports the library in main())."""
-    assert _load_bench("_ours_ppo").HYPERPARAMETERS == _load_bench("_sb3_ppo").HYPERPARAMETERS
+    """Both workers train with the same hyperparameters (importing ppo_cartpole/worker_sb3.py
+    needs no SB3: it imports the library in main())."""
+    assert _load_bench("ppo_cartpole/worker_ours.py").HYPERPARAMETERS == \
+        _load_bench("ppo_cartpole/worker_sb3.py").HYPERPARAMETERS
 
 
 def test_report_from_synthetic_records():
-    mod = _load_bench("ppo_cartpole")
+    mod = _load_bench("ppo_cartpole/run.py")
 
     def rec(system, seed, fps, ev, solve):
         return {"system": system, "seed": seed, "env_steps": 100_096, "env_steps_per_s": fps,
@@ -102,12 +111,12 @@ def test_report_from_synthetic_records():
 
 
 def test_quick_flag():
-    args = _load_bench("ppo_cartpole").parse_args(["--quick"])
+    args = _load_bench("ppo_cartpole/run.py").parse_args(["--quick"])
     assert (args.seeds, args.steps, args.no_warmup) == (1, 10_000, True)
 
 
 def test_machine_load_probe():
-    mod = _load_bench("ppo_cartpole")
+    mod = _bench_module("harness.machine")
     busy_total = mod.cpu_jiffies()
     if busy_total is None:
         pytest.skip("no /proc/stat")
@@ -122,21 +131,22 @@ def test_machine_load_probe():
 # the benchmark functions join an initialised Ray instead of starting one.
 @pytest.fixture(scope="module")
 def bench_ray(ray_session):
-    _load_bench("_envs").register_with_ray()   # env functions reach the Ray workers by value
+    _bench_module("workerlib.envs").register_with_ray()   # env functions reach the Ray workers by value
     return ray_session
 
 
 def test_rllib_worker_shares_the_hyperparameters():
-    """Both workers train with the same hyperparameters (importing _rllib_ppo needs no RLlib)."""
-    hp = _load_bench("_ours_dist_ppo").HYPERPARAMETERS
-    assert hp == _load_bench("_rllib_ppo").HYPERPARAMETERS
+    """Both workers train with the same hyperparameters (importing
+    distributed_cartpole/worker_rllib.py needs no RLlib)."""
+    hp = _load_bench("distributed_cartpole/worker_ours.py").HYPERPARAMETERS
+    assert hp == _load_bench("distributed_cartpole/worker_rllib.py").HYPERPARAMETERS
     assert (hp["train_batch_size"], hp["minibatch_size"], hp["num_epochs"], hp["lr"]) == (4000, 128, 6, 3e-4)
 
 
 @pytest.mark.timeout(300)
 def test_distributed_cartpole_ours_record(bench_ray):
     import time
-    mod = _load_bench("_ours_dist_ppo")
+    mod = _load_bench("distributed_cartpole/worker_ours.py")
     args = mod.parse_args(["--steps", "4000", "--envs-per-collector", "8", "--cpus-per-collector", "0.25",
                            "--eval-episodes", "1", "--seed", "3"])
     t0 = time.time()
@@ -152,7 +162,7 @@ def test_distributed_cartpole_ours_record(bench_ray):
 
 
 def test_distributed_cartpole_report():
-    mod = _load_bench("distributed_cartpole")
+    mod = _load_bench("distributed_cartpole/run.py")
 
     def rec(system, seed, envs, fps, first, ev):
         return {"system": system, "seed": seed, "envs_per_collector": envs, "env_steps": 100_000,
@@ -177,7 +187,7 @@ def test_distributed_cartpole_report():
 
 @pytest.mark.timeout(300)
 def test_scaling_latency_measures_sync_and_async(bench_ray):
-    mod = _load_bench("scaling_latency")
+    mod = _load_bench("scaling_latency/run.py")
     args = mod.parse_args(["--rounds", "2", "--warmup", "1", "--rollout", "16"])
     assert args.mode_list == ["sync", "async", "async-q2"]
     records = []
@@ -199,9 +209,9 @@ def test_scaling_latency_measures_sync_and_async(bench_ray):
 
 
 def test_replay_server_bench_reports_rates_and_ratio(bench_ray):
-    """benchmarks/replay_server.py on a tiny budget: rates, and a measured ratio held within
+    """benchmarks/replay_server/run.py on a tiny budget: rates, and a measured ratio held within
     the error buffer."""
-    mod = _load_bench("replay_server")
+    mod = _load_bench("replay_server/run.py")
     args = mod.parse_args(["--spi", "2", "--steps", "400", "--min-size", "100", "--rollout", "16", "--batch", "16"])
     r = mod.measure(2.0, args)
     assert r["env_steps"] >= 400 and r["updates"] > 0
@@ -212,8 +222,8 @@ def test_replay_server_bench_reports_rates_and_ratio(bench_ray):
 
 
 def test_seed_inference_bench_reports_batches_and_rates(bench_ray):
-    """benchmarks/seed_inference.py on a tiny budget: batch sizes and rates of the server."""
-    mod = _load_bench("seed_inference")
+    """benchmarks/seed_inference/run.py on a tiny budget: batch sizes and rates of the server."""
+    mod = _load_bench("seed_inference/run.py")
     args = mod.parse_args(["--collectors", "2", "--envs", "2", "--steps", "600", "--rollout", "16",
                            "--cpus-per-collector", "0.25"])
     r = mod.measure(2, args)
@@ -226,7 +236,7 @@ def test_seed_inference_bench_reports_batches_and_rates(bench_ray):
 
 @pytest.mark.timeout(300)
 def test_straggler_is_cut_with_preemption(bench_ray):
-    mod = _load_bench("straggler")
+    mod = _load_bench("straggler/run.py")
     args = mod.parse_args(["--collectors", "2", "--rollout", "32", "--rounds", "2", "--warmup", "1",
                            "--cpus-per-collector", "0.25"])
     assert args.slow_worker == 2
@@ -245,7 +255,7 @@ def test_straggler_is_cut_with_preemption(bench_ray):
 
 @pytest.mark.timeout(300)
 def test_compression_images_counts_bytes(bench_ray):
-    mod = _load_bench("compression_images")
+    mod = _load_bench("compression_images/run.py")
     args = mod.parse_args(["--envs", "1", "--rollout", "8", "--rounds", "1", "--warmup", "1", "--hidden", "8",
                            "--cpus-per-collector", "0.25"])
     records = [dict(mod.measure(mode, args), **{"pass": 0}) for mode in (False, "auto")]
@@ -259,16 +269,16 @@ def test_compression_images_counts_bytes(bench_ray):
     assert '| "auto" |' in table
 
 
-def test_common_snapshot_and_load_probe():
-    C = _load_bench("_common")
-    dest, facts = C.snapshot_tree()
+def test_harness_snapshot_and_load_probe():
+    provenance, machine = _bench_module("harness.provenance"), _bench_module("harness.machine")
+    dest, facts = provenance.snapshot_tree()
     try:
         assert os.path.isfile(os.path.join(dest, "pytorchrl", "__init__.py"))
         assert facts["git_commit"] and facts["git_dirty"] in (True, False)
     finally:
         import shutil
         shutil.rmtree(dest, ignore_errors=True)
-    with C.LoadProbe() as probe:
+    with machine.LoadProbe() as probe:
         sum(i * i for i in range(200_000))
     rep = probe.report()
     # The figures are measured CPU time: only their form is an invariant (a short workload
@@ -287,7 +297,7 @@ def test_soak_survives_kills_and_reaches_its_target(tmp_path):
     is no soak)."""
     import signal
     out = tmp_path / "results"
-    cmd = [sys.executable, os.path.join(BENCH, "soak.py"), "--minutes", "0.5", "--kill-every", "15",
+    cmd = [sys.executable, os.path.join(BENCH, "soak", "run.py"), "--minutes", "0.5", "--kill-every", "15",
            "--max-overrun", "3", "--sample-every", "1", "--live-tree", "--out-dir", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=REPO, start_new_session=True)
@@ -296,7 +306,7 @@ def test_soak_survives_kills_and_reaches_its_target(tmp_path):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGTERM)   # the script stops its learner and Ray on SIGTERM
         stdout, _ = proc.communicate(timeout=30)
-        pytest.fail(f"soak.py did not finish:\n{stdout[-3000:]}")
+        pytest.fail(f"soak/run.py did not finish:\n{stdout[-3000:]}")
     assert proc.returncode == 0, stdout[-3000:]
     records = [json.loads(ln) for f in out.glob("soak_*.jsonl") for ln in f.read_text().splitlines()]
     summary = next(r for r in records if r.get("record") == "summary")
@@ -316,7 +326,7 @@ def test_soak_survives_kills_and_reaches_its_target(tmp_path):
 
 
 def test_soak_memory_summary_and_report():
-    mod = _load_bench("soak")
+    mod = _load_bench("soak/run.py")
     args = mod.parse_args([])
     assert (args.duration_s, args.kill_every, args.calibrate, args.window, args.warmup) == (600, 120, 30, 60, 120)
     assert args.max_worker_restarts == 5        # 10 kills at most before the 1200 s deadline, in turn
@@ -356,7 +366,7 @@ def test_soak_memory_summary_and_report():
     assert "**NOT MET** (driver + workers RSS grew +" in table
 
 
-# --------------------------------------------------- off-policy benchmark (offpolicy.py)
+# ----------------------------------------------- off-policy benchmark (offpolicy/run.py)
 def mujoco_loads():
     try:
         import gymnasium
@@ -376,7 +386,7 @@ def test_offpolicy_ours_worker_prints_a_complete_record(algo, steps, updates, pr
     if algo == "sac-mujoco" and not mujoco_loads():
         pytest.skip("MuJoCo's HalfCheetah-v5 cannot load here")
     extra = ["--learning-starts", 100] if algo == "sac-mujoco" else []
-    rec = worker_record("_ours_offpolicy.py", ["--algo", algo, "--steps", steps, "--seed", 2, "--eval-episodes", 1,
+    rec = worker_record("offpolicy/worker_ours.py", ["--algo", algo, "--steps", steps, "--seed", 2, "--eval-episodes", 1,
                                                "--precision", precision, *extra], cwd=tmp_path,
                         PYTORCHRL_UPDATE_THREADS="1")
     assert rec["system"] == "ours" and rec["algo"] == algo and rec["seed"] == 2 and rec["precision"] == precision
@@ -399,10 +409,10 @@ def test_offpolicy_ours_worker_prints_a_complete_record(algo, steps, updates, pr
 
 
 def test_offpolicy_workers_share_the_hyperparameters():
-    """Both off-policy workers train with the same hyperparameters (importing _sb3_offpolicy
-    needs no SB3: it imports the library in main())."""
-    hp = _load_bench("_ours_offpolicy").HYPERPARAMETERS
-    assert hp == _load_bench("_sb3_offpolicy").HYPERPARAMETERS
+    """Both off-policy workers train with the same hyperparameters (importing
+    offpolicy/worker_sb3.py needs no SB3: it imports the library in main())."""
+    hp = _load_bench("offpolicy/worker_ours.py").HYPERPARAMETERS
+    assert hp == _load_bench("offpolicy/worker_sb3.py").HYPERPARAMETERS
     assert (hp["dqn"]["train_freq"], hp["dqn"]["gradient_steps"], hp["dqn"]["target_update_interval_updates"]) == \
         (256, 128, 128)
     assert (hp["sac"]["lr"], hp["sac"]["batch_size"], hp["sac"]["learning_starts"]) == (1e-3, 256, 100)
@@ -411,7 +421,7 @@ def test_offpolicy_workers_share_the_hyperparameters():
 
 
 def test_offpolicy_report_from_synthetic_records():
-    mod = _load_bench("offpolicy")
+    mod = _load_bench("offpolicy/run.py")
     args = mod.parse_args(["--quick", "--systems", "ours,sb3"])
     assert (args.seeds, args.steps, args.systems, args.tasks) == (
         1, {"dqn": 5000, "sac": 1000, "sac-mujoco": 1500}, ["ours", "sb3"], ["dqn", "sac"])
@@ -447,7 +457,7 @@ def test_offpolicy_report_from_synthetic_records():
 
 def test_offpolicy_report_of_a_partial_run(tmp_path):
     """--report renders the runs recorded so far (a run stopped before its summary)."""
-    mod = _load_bench("offpolicy")
+    mod = _load_bench("offpolicy/run.py")
     meta = {"record": "meta", "command": "offpolicy.py", "date_utc": "2026-01-01T00:00:00+00:00",
             "steps": {"dqn": 50_000, "sac": 20_000}, "seeds": 3, "tasks": ["dqn", "sac"]}
     runs = [{"task": "dqn", "system": system, "seed": 0, "env_steps": 50_176, "updates": 24_704,
@@ -461,7 +471,7 @@ def test_offpolicy_report_of_a_partial_run(tmp_path):
     assert "SAC on Pendulum" not in text and "1 seed(s) per system" in text
 
 
-# ----------------------------------------------------- Atari PPO (atari_ppo.py, issue 9)
+# ------------------------------------------------- Atari PPO (atari_ppo/run.py, issue 9)
 @pytest.mark.timeout(300)
 def test_atari_ours_worker_prints_a_complete_record(tmp_path):
     """Our Atari PPO worker (bf16 actor) end to end on two rollouts of Breakout: the record
@@ -469,7 +479,7 @@ def test_atari_ours_worker_prints_a_complete_record(tmp_path):
     the real games' scores read from the episode log (a random Breakout game lasts some 170
     steps: about ten end in 8 x 256 steps)."""
     pytest.importorskip("ale_py")
-    rec = worker_record("_ours_atari_ppo.py", ["--steps", 2048, "--seed", 1, "--precision", "bf16",
+    rec = worker_record("atari_ppo/worker_ours.py", ["--steps", 2048, "--seed", 1, "--precision", "bf16",
                                                "--eval-episodes", 1, "--eval-max-steps", 60], cwd=tmp_path)
     assert rec["system"] == "ours-bf16" and rec["precision"] == "bf16" and rec["game"] == "BreakoutNoFrameskip-v4"
     # Two rollouts (8 envs x 128 steps), each trained on in full: 4 epochs x 4 mini-batches of 256.
@@ -485,10 +495,10 @@ def test_atari_ours_worker_prints_a_complete_record(tmp_path):
 
 
 def test_atari_workers_share_the_hyperparameters():
-    """Both Atari workers train with the same hyperparameters (importing _sb3_atari_ppo needs
-    no SB3) and the same command line."""
-    hp = _load_bench("_ours_atari_ppo").HYPERPARAMETERS
-    sb3 = _load_bench("_sb3_atari_ppo")
+    """Both Atari workers train with the same hyperparameters (importing
+    atari_ppo/worker_sb3.py needs no SB3) and the same command line."""
+    hp = _load_bench("atari_ppo/worker_ours.py").HYPERPARAMETERS
+    sb3 = _load_bench("atari_ppo/worker_sb3.py")
     assert hp == sb3.HYPERPARAMETERS
     assert (hp["n_envs"], hp["n_steps"], hp["n_epochs"], hp["batch_size"], hp["lr"], hp["clip"]) == \
         (8, 128, 4, 256, 2.5e-4, 0.1)
@@ -497,10 +507,10 @@ def test_atari_workers_share_the_hyperparameters():
     assert sb3.wrapper_kwargs()["terminal_on_life_loss"] and sb3.wrapper_kwargs()["clip_reward"]
     assert not sb3.wrapper_kwargs(training=False)["terminal_on_life_loss"]
     assert not sb3.wrapper_kwargs(training=False)["clip_reward"]
-    ours = _load_bench("_ours_atari_ppo").env_kwargs("PongNoFrameskip-v4", 3)
+    ours = _load_bench("atari_ppo/worker_ours.py").env_kwargs("PongNoFrameskip-v4", 3)
     assert ours == {"env_id": "PongNoFrameskip-v4", "seed": 3, "frame_stack": 4, "episodic_life": True,
                     "clip_rewards": True, "max_episode_steps": None}
-    mod = _load_bench("atari_ppo")
+    mod = _load_bench("atari_ppo/run.py")
     args = mod.parse_args(["--quick"])
     assert (args.steps, args.seeds, args.eval_episodes, args.systems) == (4096, 1, 1, ["ours", "ours-bf16", "sb3"])
     assert mod.worker_cmd("ours-bf16", args, 0, 4096, 1)[-2:] == ["--precision", "bf16"]
@@ -521,7 +531,7 @@ def _atari_records():
 
 
 def test_atari_report_from_synthetic_records():
-    mod = _load_bench("atari_ppo")
+    mod = _load_bench("atari_ppo/run.py")
     records = _atari_records()
     summary = mod.summarize(records)
     assert summary["ours-bf16"]["env_steps_per_s"] == 460 and summary["sb3"]["runs"] == 2
@@ -538,7 +548,7 @@ def test_atari_report_from_synthetic_records():
 
 def test_atari_report_of_a_partial_run(tmp_path):
     """--report renders the runs recorded so far (a run stopped before its summary)."""
-    mod = _load_bench("atari_ppo")
+    mod = _load_bench("atari_ppo/run.py")
     meta = {"record": "meta", "command": "atari_ppo.py", "date_utc": "2026-01-01T00:00:00+00:00",
             "game": "BreakoutNoFrameskip-v4", "steps": 250_000, "seeds": 2, "torch_threads_env": 1,
             "eval_max_steps": 4500}
@@ -551,7 +561,7 @@ def test_atari_report_of_a_partial_run(tmp_path):
 def test_atari_report_of_runs_in_two_files(tmp_path):
     """More seeds for an earlier run (--first-seed) are reported with it (--report A B);
     a run found in both files is refused, not counted twice."""
-    mod = _load_bench("atari_ppo")
+    mod = _load_bench("atari_ppo/run.py")
     assert mod.parse_args(["--seeds", "2", "--first-seed", "2"]).first_seed == 2
     records = _atari_records()[:6]
     paths = []
@@ -570,9 +580,9 @@ def test_atari_report_of_runs_in_two_files(tmp_path):
 
 
 def test_cnn_update_bench_measures_each_configuration():
-    """cnn_update.py's measuring function on one update and two acting steps per
+    """cnn_update/run.py's measuring function on one update and two acting steps per
     configuration, and its table."""
-    mod = _load_bench("cnn_update")
+    mod = _load_bench("cnn_update/run.py")
     args = mod.parse_args(["--quick"])
     args.updates, args.acts = 1, 2
     records = [dict(mod.measure((cfg, 1), args), **{"pass": 0}) for cfg in mod.CONFIGS]
@@ -587,7 +597,7 @@ def test_cnn_update_bench_measures_each_configuration():
 
 # -------------------------------------------------- EXARL workflows side by side (issue 10)
 def test_workflows_benchmark_discovers_every_exarl_config_and_reports_them():
-    mod = _load_bench("workflows")
+    mod = _load_bench("workflows/run.py")
     configs = mod.discover()
     exarl = os.path.join(REPO, "examples", "configs", "exarl")
     assert sorted(configs) == sorted(f[:-5] for f in os.listdir(exarl) if f.endswith(".yaml"))

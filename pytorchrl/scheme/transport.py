@@ -174,7 +174,7 @@ class WeightBroadcast:
     the task itself, while a put costs an object-store round trip on the sending side and
     a fetch on every receiving side. On CartPole-sized actors with 8 asynchronous
     collectors on 2 cores that round trip cost 10-15 % of the env steps/s
-    (benchmarks/scaling_latency.py).
+    (benchmarks/scaling_latency/run.py).
 
     Parameters
     ----------
