@@ -148,3 +148,72 @@ def test_the_accelerator_imports_no_algorithm_and_no_actor_class():
     assert outside == set()
     # The actors package may be passed through only because its __init__ loads no actor class.
     assert graph["pytorchrl.agent.actors"] == set()
+
+
+# ------------------------------------------------------ docs/architecture.md stays true
+DOCS = os.path.join(os.path.dirname(ROOT), "docs", "architecture.md")
+EXAMPLES = os.path.join(os.path.dirname(ROOT), "examples", "configs")
+
+
+def _blocks(marker):
+    """The code blocks of docs/architecture.md that follow ``<!-- marker: name -->``:
+    dict name -> list of blocks (each a list of lines)."""
+    lines = open(DOCS).read().splitlines()
+    found = {}
+    for i, line in enumerate(lines):
+        if line.startswith(f"<!-- {marker}: "):
+            name = line[len(f"<!-- {marker}: "):-len(" -->")]
+            j, blocks = i + 1, []
+            while j < len(lines) and lines[j].startswith("```"):
+                end = lines.index("```", j + 1)
+                blocks.append(lines[j + 1:end])
+                j = end + 1
+            found[name] = blocks
+    return found
+
+
+def _files_of_a_collecting_step(config_name):
+    import sys
+
+    from pytorchrl.config import build_learner, load_config
+    config = load_config(os.path.join(EXAMPLES, config_name), ["env.monitor=false", "learner.target_steps=10000000"])
+    learner = build_learner(config)
+    order = []
+
+    def tracer(frame, event, arg):
+        name = frame.f_code.co_filename
+        if name.startswith(ROOT):
+            rel = os.path.relpath(name, ROOT)
+            if rel not in order:
+                order.append(rel)
+
+    try:
+        for _ in range(3):
+            learner.step()
+        for _ in range(1000):
+            order.clear()
+            sys.settrace(tracer)
+            try:
+                infos = learner.step()
+            finally:
+                sys.settrace(None)
+            if any("col_rounds" in info for info in infos):
+                return order
+    finally:
+        learner.stop()
+    raise AssertionError("no step collected")
+
+
+def test_the_files_of_one_ppo_and_one_sac_step_are_those_documented():
+    traces = _blocks("trace")
+    assert set(traces) == {"ppo_cartpole.yaml", "sac_pendulum.yaml"}
+    for config_name, (documented,) in traces.items():
+        assert _files_of_a_collecting_step(config_name) == documented, config_name
+
+
+def test_the_worked_example_is_the_code():
+    for path, blocks in _blocks("worked example").items():
+        source = open(os.path.join(ROOT, path)).read()
+        assert blocks
+        for block in blocks:
+            assert "\n".join(block) in source
