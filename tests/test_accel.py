@@ -1,8 +1,9 @@
 """The accelerator layer (``pytorchrl.agent.accel``) beyond parity: when a fast path applies
 (the identity of the reproduced methods, never their names), what it says when it steps
 aside, the loss kernels' gradients against autograd, the private torch operators against
-their public fallbacks, Adam, the two-thread lanes, and the engines' life cycle
-(hot-swaps, optimizer states, copies)."""
+their public fallbacks, Adam, the two-thread lanes, the engines' life cycle
+(hot-swaps, optimizer states, copies), and the losses' split: ``loss_tensors`` reads
+nothing back to the host, ``compute_loss`` reads its metrics back once."""
 
 import copy
 import logging
@@ -25,7 +26,8 @@ from pytorchrl.agent.accel.on_policy import NumpyActorCriticUpdate
 from pytorchrl.agent.accel.xp import NUMPY, TORCH
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
-from pytorchrl.agent.algorithms import DDQN, PPO, SAC, TD3
+from pytorchrl.agent.algorithms import A2C, DDPG, DDQN, PPO, SAC, TD3
+from pytorchrl.agent.algorithms.base import tensors_to_host
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.notices import forget_notices
 from pytorchrl.agent.storages import GAEBuffer, ReplayBuffer
@@ -547,3 +549,139 @@ def test_the_kl_penalty_acts_on_every_path_from_its_one_definition():
     ppo = PPO("cpu", copy.deepcopy(actor), None)
     ppo.update_algorithm_parameter("kl_coef", 0.2)       # hot-swappable like every coefficient
     assert ppo.kl_coef == 0.2
+
+
+# ------------------------------------------- the losses: tensors, then one read-back
+GAUSSIAN = gym.spaces.Box(-1, 1, (2,))
+GRU = {"recurrent_net": "GRU", "recurrent_net_kwargs": {"hidden_size": 8}}
+
+
+def _sequence_batch(seed, weights):
+    """Two sequences of 4 steps (1 burn-in), as ``RecurrentReplayBuffer`` gives them."""
+    g = torch.Generator().manual_seed(seed)
+    done = torch.zeros(4, 2, 1)
+    done[1, 0] = 1.0
+    batch = {prl.OBS: torch.randn(4, 2, 5, generator=g), prl.OBS2: torch.randn(4, 2, 5, generator=g), prl.DONE: done,
+             prl.RHS: torch.randn(2, 8, generator=g), prl.ACT: torch.randint(0, 3, (3, 2, 1), generator=g),
+             prl.REW: torch.randn(3, 2, 1, generator=g), prl.DISCOUNT: torch.rand(3, 2, 1, generator=g),
+             prl.BOOTSTRAP_STEP: torch.tensor([[1, 2], [3, 3], [3, 3]])}
+    if weights:
+        batch[prl.WEIGHT] = torch.rand(2, 1, generator=g) + 0.1
+    return batch
+
+
+def _on_policy_case(cls, space, actor_kwargs, fused=True, **algo_kwargs):
+    algo = cls("cpu", _on_policy_actor(cls.name, space, actor_kwargs), None, numpy_update=False, **algo_kwargs)
+    return algo, _on_policy_batch(32, 3, space), {"fused": fused}
+
+
+def _off_policy_case(cls, space, actor_kwargs=None, batch=None, **algo_kwargs):
+    algo = _off_policy_pair(cls, space, actor_kwargs, **algo_kwargs)[1]     # the one on the torch path
+    if batch is None:
+        batch = _off_policy_batch(32, 3, isinstance(space, gym.spaces.Discrete), True)
+    return algo, batch, {}
+
+
+def _delayed_td3():
+    algo, batch, options = _off_policy_case(TD3, BOX)
+    algo.updates_applied = 1          # the policy step of TD3's delay
+    return algo, batch, options
+
+
+SPLIT_CASES = {
+    "ppo-fused": lambda: _on_policy_case(PPO, DISCRETE, TWIN_TANH, clip_param=0.1, entropy_coef=0.01),
+    "ppo-reference": lambda: _on_policy_case(PPO, DISCRETE, TWIN_TANH, fused=False, kl_coef=0.3),
+    "ppo-gaussian": lambda: _on_policy_case(PPO, GAUSSIAN, TWIN_TANH, entropy_coef=0.01),
+    "a2c-fused": lambda: _on_policy_case(A2C, DISCRETE, TWIN_TANH, entropy_coef=0.05),
+    "a2c-reference": lambda: _on_policy_case(A2C, DISCRETE, TWIN_TANH, fused=False, normalize_advantages=True),
+    "ddqn-huber-per": lambda: _off_policy_case(DDQN, DISCRETE, loss="huber"),
+    "ddqn-dueling-dqn-targets": lambda: _off_policy_case(DDQN, DISCRETE, {"dueling": True}, double_q=False,
+                                                         batch=_off_policy_batch(32, 3, True)),
+    "r2d2-per": lambda: _off_policy_case(DDQN, DISCRETE, {**GRU, "common_feature_extractor_kwargs": {
+        "hidden_sizes": [16]}}, batch=_sequence_batch(0, True)),
+    "sac-box-per": lambda: _off_policy_case(SAC, BOX, {"num_critics": 3}),
+    "sac-discrete-per": lambda: _off_policy_case(SAC, DISCRETE),
+    "ddpg-per": lambda: _off_policy_case(DDPG, BOX),
+    "td3-critic-step": lambda: _off_policy_case(TD3, BOX),
+    "td3-policy-step": _delayed_td3,
+}
+
+
+def _to_meta(algo, batch):
+    """``algo`` and ``batch`` on the meta device: tensors with shapes and no data, whose
+    reading back (``float``, ``.item()``, ``.tolist()``, ``.cpu()``, a branch on a value)
+    raises -- what a CUDA graph capture would refuse, caught on the CPU."""
+    algo.actor.to("meta")
+    for module in algo.learner_modules.values():
+        module.to("meta")
+    algo.device = torch.device("meta")
+    return {k: v.to("meta") for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("name", list(SPLIT_CASES))
+def test_loss_tensors_and_their_gradients_read_nothing_back(name):
+    algo, batch, options = SPLIT_CASES[name]()
+    meta = _to_meta(algo, batch)
+    loss, info = algo.loss_tensors(meta, **options)
+    algo.write_gradients(loss)
+    n = batch[prl.WEIGHT].shape[0] * (batch[prl.ACT].shape[0] if prl.RHS in batch else 1) if prl.WEIGHT in batch else 0
+    for key, value in info.items():
+        assert isinstance(value, torch.Tensor) and value.device.type == "meta", key
+        assert value.shape == ((n,) if key == prl.TD_ERROR else ()), key
+    assert all(p.grad is None or p.grad.device.type == "meta" for p in algo.trainable_parameters())
+    assert any(p.grad is not None for p in algo.trainable_parameters())
+    with pytest.raises(NotImplementedError, match="meta"):     # what the reading back does
+        algo.compute_loss(meta, **options)
+
+
+@pytest.mark.parametrize("name", list(SPLIT_CASES))
+def test_compute_loss_is_loss_tensors_read_back_once(name):
+    """``compute_loss`` reports what each metric's own conversion gives (``float`` of each
+    statistic, numpy for the TD errors: what the algorithms reported before the split), and
+    the update's gradients are those of ``loss_tensors``' losses."""
+    algo, batch, options = SPLIT_CASES[name]()
+    torch.manual_seed(7)
+    _, info = algo.loss_tensors(batch, **options)
+    expected = {k: v.numpy() if k == prl.TD_ERROR else float(v) for k, v in info.items()}
+    expected.update(algo.host_stats())
+    torch.manual_seed(7)
+    loss, _ = algo.loss_tensors(batch)        # as compute_gradients computes it
+    losses = loss if isinstance(loss, dict) else {"actor": loss}
+    groups = algo._parameter_groups()
+    grads = {}
+    for group, value in losses.items():
+        found = torch.autograd.grad(value, groups[group], retain_graph=True, allow_unused=True)
+        grads.update({id(p): g for p, g in zip(groups[group], found)})
+    torch.manual_seed(7)
+    loss_c, info_c = algo.compute_loss(batch, **options)
+    assert info_c.keys() == expected.keys()
+    for key, value in expected.items():
+        if key == prl.TD_ERROR:
+            assert info_c[key].dtype == np.float32
+            np.testing.assert_array_equal(info_c[key], value)
+        else:
+            assert type(info_c[key]) is float and info_c[key] == value, key
+    torch.manual_seed(7)
+    _, info_g = algo.compute_gradients(batch, return_grads=False)
+    assert info_g.keys() == expected.keys()
+    for p in algo.trainable_parameters():
+        g = grads.get(id(p))
+        assert (p.grad is None and g is None) or torch.equal(p.grad, g)
+    if name == "td3-critic-step":
+        assert "LossPi" not in info_c and all(p.grad is None for p in groups["pi"])
+    if name.startswith("ddqn"):
+        assert info_c["Epsilon"] == algo.epsilon        # a host statistic, outside any graph
+
+
+def test_tensors_read_back_keep_order_types_and_shapes():
+    info = {"a": torch.tensor(1.5), "n": torch.tensor(3), "arr": torch.arange(6.0).reshape(2, 3), "py": 0.25,
+            "b": torch.tensor(-2.0, dtype=torch.float64), "one": torch.tensor([4.0])}
+    host = tensors_to_host(info)
+    assert list(host) == list(info)
+    assert host["a"] == 1.5 and type(host["a"]) is float
+    assert host["n"] == 3 and type(host["n"]) is int
+    assert host["b"] == -2.0 and type(host["b"]) is float
+    assert host["py"] == 0.25
+    np.testing.assert_array_equal(host["arr"], np.arange(6.0, dtype=np.float32).reshape(2, 3))
+    assert host["arr"].dtype == np.float32 and host["one"].shape == (1,)
+    assert tensors_to_host({"x": 1.0}) == {"x": 1.0}

@@ -2,7 +2,7 @@
 
 import inspect
 import math
-from abc import ABC, abstractmethod
+from abc import ABC
 
 import numpy as np
 import torch
@@ -37,6 +37,11 @@ class Algorithm(ABC):
     Hyperparameters are plain attributes, listed in ``self.hyperparameters``;
     ``update_algorithm_parameter`` changes them while training (optimizer settings such as
     learning rates and Adam's eps included).
+
+    An algorithm's loss is ``loss_tensors``: tensors only, never read back to the host (one
+    synchronisation per metric on a GPU, and what a CUDA graph capture cannot hold);
+    ``compute_loss`` adds the one read-back of its statistics. A subclass may override
+    either.
 
     Parameters
     ----------
@@ -255,16 +260,94 @@ class Algorithm(ABC):
         return None
 
     # ---------------------------------------------------------------- learning
-    @abstractmethod
-    def compute_loss(self, batch):
-        """Return (loss, info) for one mini-batch.
+    def loss_tensors(self, batch):
+        """Return (loss, info) for one mini-batch, without reading anything back to the host.
 
         ``loss`` is a scalar tensor (one parameter group) or a dict group name -> scalar
-        tensor, each loss back-propagated into its own group only. ``info`` is a dict of
-        floats: the algorithm's metrics, every key of which reaches the learner's metrics;
-        per-sample arrays (``prl.TD_ERROR``, for prioritized replay) are taken out by the
-        storage before the info leaves the gradient worker.
+        tensor, each loss back-propagated into its own group only. ``info`` maps each metric
+        to a tensor outside the autograd graph: 0-d for a statistic, one value per sample
+        for a per-sample array (``prl.TD_ERROR``, for prioritized replay).
+
+        Nothing here may synchronise with the device (no ``float(tensor)``, ``.item()``,
+        ``.tolist()``, ``.cpu()``, no Python branch on a tensor's value). Statistics the host
+        knows without the batch come from ``host_stats``.
+
+        Parameters
+        ----------
+        batch : dict of tensors
+            One mini-batch produced by a storage, on this algorithm's device.
         """
+        raise NotImplementedError(f"{type(self).__name__} defines neither loss_tensors nor compute_loss")
+
+    def host_stats(self):
+        """Statistics of the next update known on the host without its mini-batch (Python
+        numbers, e.g. DDQN's exploration rate): added to every update's info. None by default."""
+        return {}
+
+    def info_to_host(self, info):
+        """The info of ``loss_tensors`` as ``compute_loss`` returns it: every tensor read back
+        at once (``tensors_to_host``), then ``host_stats``.
+
+        Parameters
+        ----------
+        info : dict
+            Metric name -> tensor (or a Python value, kept).
+        """
+        host = tensors_to_host(info)
+        host.update(self.host_stats())
+        return host
+
+    def compute_loss(self, batch):
+        """Return (loss, info) for one mini-batch: ``loss_tensors`` with its info read back to
+        the host, a dict of floats (numpy arrays for per-sample arrays), every key of which
+        reaches the learner's metrics; per-sample arrays (``prl.TD_ERROR``) are taken out by
+        the storage before the info leaves the gradient worker.
+
+        Parameters
+        ----------
+        batch : dict of tensors
+            One mini-batch produced by a storage.
+        """
+        loss, info = self.loss_tensors(batch)
+        return loss, self.info_to_host(info)
+
+    def write_gradients(self, loss):
+        """Back-propagate ``loss`` (as ``loss_tensors`` returns it) into the ``.grad`` fields
+        of the trainable parameters, replacing what they held: a dict's losses each into
+        their own parameter group only.
+
+        Parameters
+        ----------
+        loss : tensor or dict of tensors
+            A scalar loss, or group name -> scalar loss (None or absent: that group gets none).
+        """
+        for p in self.trainable_parameters():  # not optimizer.zero_grad: no optimizer is needed here
+            p.grad = None
+        if isinstance(loss, dict):
+            groups = self._parameter_groups()
+            todo = [(loss[g], groups[g]) for g in groups if loss.get(g) is not None]
+            for i, (group_loss, group_params) in enumerate(todo):
+                # Each loss trains its own group: the policy loss of SAC flows through
+                # the critics but must not change them.
+                grads = torch.autograd.grad(group_loss, group_params, retain_graph=i < len(todo) - 1,
+                                            allow_unused=True)
+                for p, g in zip(group_params, grads):
+                    p.grad = g
+        else:
+            loss.backward()
+
+    def eager_gradients(self, batch):
+        """The reference path of ``compute_gradients``: ``compute_loss``, then
+        ``write_gradients``; returns the info.
+
+        Parameters
+        ----------
+        batch : dict of tensors
+            One mini-batch.
+        """
+        loss, info = self.compute_loss(batch)
+        self.write_gradients(loss)
+        return info
 
     def compute_gradients(self, batch, grads_to_cpu=True, return_grads=True):
         """Back-propagate the loss of ``batch`` into the ``.grad`` fields of the trainable parameters.
@@ -287,29 +370,12 @@ class Algorithm(ABC):
             Loss components and statistics of this mini-batch.
         """
         engine = self.update_engine
-        params = self.trainable_parameters()
-        if engine is not None:
-            info = engine(batch)  # fills every parameter's .grad
-        else:
-            loss, info = self.compute_loss(batch)
-            for p in params:  # not optimizer.zero_grad: no optimizer is needed here
-                p.grad = None
-            if isinstance(loss, dict):
-                groups = self._parameter_groups()
-                todo = [(loss[g], groups[g]) for g in groups if loss.get(g) is not None]
-                for i, (group_loss, group_params) in enumerate(todo):
-                    # Each loss trains its own group: the policy loss of SAC flows through
-                    # the critics but must not change them.
-                    grads = torch.autograd.grad(group_loss, group_params, retain_graph=i < len(todo) - 1,
-                                                allow_unused=True)
-                    for p, g in zip(group_params, grads):
-                        p.grad = g
-            else:
-                loss.backward()
+        # The fast path fills every parameter's .grad as eager_gradients does.
+        info = self.eager_gradients(batch) if engine is None else engine(batch)
         if not return_grads:
             return None, info
         grads = []
-        for p in params:
+        for p in self.trainable_parameters():
             g = p.grad
             if g is not None:
                 # A copy, always: apply_gradients clips .grad in place.
@@ -424,6 +490,40 @@ class Algorithm(ABC):
                 setattr(self, name, value)
         self._sync_optimizers()
         self.updates_applied = state.get("updates_applied", state.get("num_updates", 0))
+
+
+def tensors_to_host(info):
+    """``info`` with its tensors read back to the host: a 0-d tensor becomes a Python number
+    (as ``Tensor.item``), any other a numpy array of its shape; other values are kept, and
+    keys keep their order. The tensors of a device other than the CPU come back in one
+    transfer per device and dtype: one synchronisation with a GPU instead of one per metric.
+
+    Parameters
+    ----------
+    info : dict
+        Metric name -> tensor or Python value.
+    """
+    host = dict(info)
+    remote = {}
+    for key, value in info.items():
+        if isinstance(value, torch.Tensor):
+            if value.is_cpu:    # no transfer to save: the cheapest conversion
+                host[key] = value.item() if value.dim() == 0 else value.detach().numpy()
+            else:
+                remote.setdefault((value.device, value.dtype), []).append(key)
+    for keys in remote.values():
+        scalars = [k for k in keys if info[k].dim() == 0]
+        arrays = [k for k in keys if info[k].dim() != 0]
+        parts = [torch.stack([info[k] for k in scalars])] if scalars else []
+        parts += [info[k].reshape(-1) for k in arrays]
+        values = (parts[0] if len(parts) == 1 else torch.cat(parts)).detach().cpu().numpy()
+        host.update(zip(scalars, values[:len(scalars)].tolist()))
+        start = len(scalars)
+        for k in arrays:
+            end = start + info[k].numel()
+            host[k] = values[start:end].reshape(info[k].shape)
+            start = end
+    return host
 
 
 def _split_weights(weights):
