@@ -2,8 +2,9 @@
 (the identity of the reproduced methods, never their names), what it says when it steps
 aside, the loss kernels' gradients against autograd, the private torch operators against
 their public fallbacks, Adam, the two-thread lanes, the engines' life cycle
-(hot-swaps, optimizer states, copies), and the losses' split: ``loss_tensors`` reads
-nothing back to the host, ``compute_loss`` reads its metrics back once."""
+(hot-swaps, optimizer states, copies), and the CUDA graph update: the losses it captures
+read nothing back to the host, its bookkeeping on the CPU, its fallbacks on a CUDA device
+(skipped without one)."""
 
 import copy
 import logging
@@ -17,7 +18,7 @@ import torch.nn as nn
 
 import pytorchrl as prl
 from pytorchrl.agent import accel
-from pytorchrl.agent.accel import private_torch, threads
+from pytorchrl.agent.accel import cuda_graph, private_torch, threads
 from pytorchrl.agent.accel.adam import NumpyAdam
 from pytorchrl.agent.accel.losses import actor_critic, deterministic, q_learning, sac
 from pytorchrl.agent.accel.networks import matmul
@@ -34,8 +35,9 @@ from pytorchrl.agent.storages import GAEBuffer, ReplayBuffer
 from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme.collection.c_worker import CWorker
 
-from test_accel_parity import (ATOL, BOX, DISCRETE, OBS, RTOL, SMALL, TWIN_TANH, _check_update, _off_policy_batch,
-                               _off_policy_pair, _on_policy_actor, _on_policy_batch)
+from test_accel_parity import (ATOL, BOX, DISCRETE, OBS, RTOL, SMALL, TWIN_TANH, _check_update, _graph_batches,
+                               _graph_pair, _notices, _off_policy_batch, _off_policy_pair, _on_policy_actor,
+                               _on_policy_batch, _same_graph_updates)
 
 pytestmark = pytest.mark.usefixtures("no_ray_import")
 
@@ -551,7 +553,7 @@ def test_the_kl_penalty_acts_on_every_path_from_its_one_definition():
     assert ppo.kl_coef == 0.2
 
 
-# ------------------------------------------- the losses: tensors, then one read-back
+# ------------------------------------------------------ the losses a CUDA graph captures
 GAUSSIAN = gym.spaces.Box(-1, 1, (2,))
 GRU = {"recurrent_net": "GRU", "recurrent_net_kwargs": {"hidden_size": 8}}
 
@@ -610,7 +612,7 @@ SPLIT_CASES = {
 def _to_meta(algo, batch):
     """``algo`` and ``batch`` on the meta device: tensors with shapes and no data, whose
     reading back (``float``, ``.item()``, ``.tolist()``, ``.cpu()``, a branch on a value)
-    raises -- what a CUDA graph capture would refuse, caught on the CPU."""
+    raises -- what a CUDA graph capture refuses, caught on the CPU."""
     algo.actor.to("meta")
     for module in algo.learner_modules.values():
         module.to("meta")
@@ -685,3 +687,200 @@ def test_tensors_read_back_keep_order_types_and_shapes():
     np.testing.assert_array_equal(host["arr"], np.arange(6.0, dtype=np.float32).reshape(2, 3))
     assert host["arr"].dtype == np.float32 and host["one"].shape == (1,)
     assert tensors_to_host({"x": 1.0}) == {"x": 1.0}
+
+
+# ------------------------------------------------- the CUDA graph update's bookkeeping
+def test_batch_signatures_follow_shapes_dtypes_and_keys_only():
+    batch = _off_policy_batch(16, 0, False, True)
+    sig = cuda_graph.batch_signature(batch)
+    assert hash(sig) is not None
+    assert cuda_graph.batch_signature(dict(reversed(list(batch.items())))) == sig        # key order
+    assert cuda_graph.batch_signature(_off_policy_batch(16, 5, False, True)) == sig      # other values
+    assert cuda_graph.batch_signature(_off_policy_batch(17, 0, False, True)) != sig      # another size
+    assert cuda_graph.batch_signature(_off_policy_batch(16, 0, False, False)) != sig     # no PER weights
+    assert cuda_graph.batch_signature({**batch, prl.REW: batch[prl.REW].double()}) != sig
+    assert cuda_graph.batch_signature({**batch, "note": 1}) is None
+
+
+def test_the_graph_key_holds_the_loss_hyperparameters_and_the_update_variant():
+    td3, batch, _ = _off_policy_case(TD3, BOX)
+    engine = cuda_graph.CudaGraphUpdate(td3)       # built by hand: no device is needed for the key
+    key = engine.signature(batch)
+    td3.updates_applied = 1                          # the policy step of the delay: another graph
+    assert engine.signature(batch) != key and td3.update_variant() == (True,)
+    td3.updates_applied = 2
+    assert engine.signature(batch) == key
+    td3.update_algorithm_parameter("lr_pi", 1e-5)    # the optimizers' settings are not captured
+    td3.update_algorithm_parameter("eps", 1e-6)
+    assert engine.signature(batch) == key
+    td3.update_algorithm_parameter("target_noise", 0.3)
+    assert engine.signature(batch) != key
+    ppo, batch, _ = _on_policy_case(PPO, DISCRETE, TWIN_TANH)
+    engine = cuda_graph.CudaGraphUpdate(ppo)
+    key = engine.signature(batch)
+    ppo.update_algorithm_parameter("lr", 1e-5)
+    assert engine.signature(batch) == key
+    ppo.update_algorithm_parameter("entropy_coef", 0.1)
+    assert engine.signature(batch) != key
+    assert engine.signature({**batch, "note": "x"}) is None
+
+
+def test_static_inputs_hold_their_own_copy():
+    batch = _off_policy_batch(8, 0, True, True)
+    batch[prl.OBS] = batch[prl.OBS].t().contiguous().t()        # a strided view: copied all the same
+    static = cuda_graph.static_copy(batch)
+    for key, value in batch.items():
+        assert torch.equal(static[key], value) and static[key].data_ptr() != value.data_ptr()
+        assert static[key].is_contiguous() and static[key].dtype == value.dtype
+    addresses = {k: v.data_ptr() for k, v in static.items()}
+    other = _off_policy_batch(8, 1, True, True)
+    cuda_graph.copy_into(static, other)
+    for key, value in other.items():
+        assert torch.equal(static[key], value) and static[key].data_ptr() == addresses[key]
+
+
+def test_captures_stop_when_replays_do_not_pay_for_them():
+    assert not cuda_graph.too_many_captures(0, 0)
+    assert not cuda_graph.too_many_captures(cuda_graph.MAX_GRAPHS - 1, 0)      # TD3's two graphs, PER ...
+    assert cuda_graph.too_many_captures(cuda_graph.MAX_GRAPHS, 10)
+    assert not cuda_graph.too_many_captures(cuda_graph.MAX_GRAPHS, 20 * cuda_graph.MAX_GRAPHS)
+    assert cuda_graph.too_many_captures(10, 199) and not cuda_graph.too_many_captures(10, 200)
+
+
+def test_the_self_check_tells_rounding_from_a_different_update():
+    g = torch.Generator().manual_seed(0)
+    eager = [torch.randn(16, 8, generator=g), None, torch.randn(8, generator=g)]
+    info = {"Loss": 0.5, "QMean": -3.25, prl.TD_ERROR: np.abs(np.random.default_rng(0).standard_normal(8)).astype(
+        np.float32)}
+    same = [None if e is None else e * (1 + 1e-7) for e in eager]
+    assert cuda_graph.first_difference(same, eager, dict(info), info) is None
+    stale = [eager[0] * 1.01, None, eager[2]]
+    assert cuda_graph.first_difference(stale, eager, info, info) == "the gradient of parameter 0 (16, 8) differs"
+    assert cuda_graph.first_difference([eager[0], eager[2], eager[2]], eager, info, info) == \
+        "parameter 1 gets a gradient on one path only"
+    nan = [torch.full((2,), float("nan"))]
+    assert cuda_graph.first_difference(nan, [n.clone() for n in nan], {}, {}) is None     # a NaN update is the same
+    assert cuda_graph.first_difference(eager, eager, {**info, "Loss": 0.51}, info) == "statistic Loss differs"
+    errors = {**info, prl.TD_ERROR: info[prl.TD_ERROR] + 0.1}
+    assert cuda_graph.first_difference(eager, eager, errors, info) == f"statistic {prl.TD_ERROR} differs"
+    assert "instead of" in cuda_graph.first_difference(eager, eager, {"Loss": 0.5}, info)
+
+
+def test_the_switch_and_where_the_graph_update_applies():
+    assert cuda_graph.graphs_enabled({}) and cuda_graph.graphs_enabled({"PYTORCHRL_CUDA_GRAPHS": "1"})
+    for off in ("0", "false", "No", " off "):
+        assert not cuda_graph.graphs_enabled({"PYTORCHRL_CUDA_GRAPHS": off})
+    algo, _, _ = _off_policy_case(DDQN, DISCRETE)
+    assert accel.reason_not_applied(algo, "graph") is None      # identity allows it; the device does not
+    assert cuda_graph.CudaGraphUpdate.build(algo) == (None, "device cpu: CUDA graphs run on CUDA devices")
+    doubled = DoubledDDQN("cpu", copy.deepcopy(algo.actor), None, numpy_update=False)
+    assert accel.reason_not_applied(doubled, "graph") == \
+        "compute_loss overridden: the CUDA graph update computes Algorithm.compute_loss"
+    ppo = HalvedPPO("cpu", _on_policy_actor("PPO", DISCRETE, TWIN_TANH), None)
+    assert accel.reason_not_applied(ppo, "graph") is None       # its loss is captured as it is
+    gru = PPO("cpu", _on_policy_actor("PPO", DISCRETE, {"recurrent_net": "GRU"}), None)
+    gru.device = torch.device("cuda")     # as far as build looks: the actor is the reason
+    if torch.cuda.is_available() and cuda_graph.graphs_enabled():
+        assert cuda_graph.CudaGraphUpdate.build(gru)[1] == \
+            "recurrent actor (the CUDA graph update runs feed-forward actors)"
+    assert copy.deepcopy(algo).__dict__.get("_graph_update") is None       # a copy builds its own
+
+
+def test_a_graph_update_that_stepped_aside_is_the_eager_update():
+    forget_notices()
+    algo, batch, _ = _off_policy_case(SAC, BOX)
+    engine = cuda_graph.CudaGraphUpdate(algo)
+    twin = copy.deepcopy(algo)
+    with _notices() as said:
+        engine.step_aside("self-check", "self-check: the gradient of parameter 0 (4, 4) differs")
+        engine.step_aside("self-check", "self-check: the gradient of parameter 3 (4,) differs")
+    assert said == ["SAC: CUDA graph update stepped aside (self-check: the gradient of parameter 0 (4, 4) differs); "
+                    "updating eagerly from now on"]
+    torch.manual_seed(1)
+    info = engine(batch)
+    torch.manual_seed(1)
+    expected = twin.eager_gradients(batch)
+    assert info.keys() == expected.keys() and info["LossQ"] == expected["LossQ"]
+    for p, q in zip(algo.trainable_parameters(), twin.trainable_parameters()):
+        assert torch.equal(p.grad, q.grad)
+    assert engine.captures == engine.replays == 0 and not engine.graphs
+    engine.off = None                     # a mini-batch no graph can hold: eager, said once
+    with _notices() as said:
+        torch.manual_seed(1)
+        info = engine({**batch, "note": "not a tensor"})
+        engine({**batch, "note": "not a tensor"})
+    assert info["LossQ"] == expected["LossQ"] and not engine.graphs
+    assert said == ["SAC: CUDA graph update computes eagerly the mini-batches that hold values other than tensors, "
+                    "and any update while a hyperparameter is unhashable"]
+
+
+# --------------------------------------------- the CUDA graph update's fallbacks on a GPU
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: nothing is captured on the CPU")
+
+
+class SyncingSAC(SAC):
+    """A user's loss that reads a value back (a capture refuses it; eager runs it), with
+    random draws (the eager updates after the refused capture draw from the generator)."""
+
+    def loss_tensors(self, batch):
+        losses, info = super().loss_tensors(batch)
+        if float(losses["q"]) > 1e9:
+            raise FloatingPointError("diverged")
+        return losses, info
+
+
+class PythonInfoDDQN(DDQN):
+    """A user's loss reporting a Python number (a replay would repeat the captured one)."""
+
+    def loss_tensors(self, batch):
+        loss, info = super().loss_tensors(batch)
+        info["Extra"] = 1.0
+        return loss, info
+
+
+@cuda
+@pytest.mark.parametrize("cls,space,words", [(SyncingSAC, BOX, "capture failed"),
+                                             (PythonInfoDDQN, DISCRETE, "as Python values")])
+def test_a_loss_a_graph_cannot_hold_steps_aside_once_and_stays_right(cls, space, words):
+    forget_notices()
+    fast, eager = _graph_pair(cls, space, "cuda")
+    with _notices() as said:
+        _same_graph_updates(fast, eager, _graph_batches(cls, space, "cuda", 3))
+    engine = fast.graph_update
+    assert words in engine.off and engine.captures == 0 and engine.replays == 0
+    assert len([m for m in said if "stepped aside" in m]) == 1
+    torch.cuda.synchronize()       # the device is usable after the refused capture
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+
+
+@cuda
+def test_hyperparameters_the_loss_reads_capture_anew_the_optimizers_do_not():
+    fast, eager = _graph_pair(DDQN, DISCRETE, "cuda")
+    batches = _graph_batches(DDQN, DISCRETE, "cuda", 3)
+    _same_graph_updates(fast, eager, batches)
+    engine = fast.graph_update
+    assert engine.captures == 1 and engine.replays == 2
+    for name, value, captures in [("lr", 1e-3, 1), ("loss", "huber", 2), ("gamma", 0.9, 3)]:
+        for algo in (fast, eager):
+            algo.update_algorithm_parameter(name, value)
+        _same_graph_updates(fast, eager, batches)
+        assert engine.captures == captures, name
+    fast.actor.to("cpu").to("cuda")      # new memory under the same parameters: captured anew
+    eager.actor.to("cpu").to("cuda")
+    _same_graph_updates(fast, eager, batches)
+    assert engine.captures == 4 and engine.off is None
+
+
+@cuda
+def test_a_loss_coefficient_changed_at_every_update_stops_the_captures():
+    forget_notices()
+    fast, eager = _graph_pair(PPO, DISCRETE, "cuda", TWIN_TANH)
+    batches = _graph_batches(PPO, DISCRETE, "cuda", 1)
+    with _notices() as said:
+        for step in range(cuda_graph.MAX_GRAPHS + 2):
+            for algo in (fast, eager):
+                algo.update_algorithm_parameter("entropy_coef", 0.01 * (step + 1))
+            _same_graph_updates(fast, eager, batches)
+    engine = fast.graph_update
+    assert engine.captures == cuda_graph.MAX_GRAPHS and "keep changing" in engine.off
+    assert len([m for m in said if "stepped aside" in m]) == 1

@@ -9,10 +9,12 @@ import torch
 
 from pytorchrl.agent import accel
 from pytorchrl.agent.accel.adam import NumpyAdam
+from pytorchrl.agent.accel.cuda_graph import graph_accelerator
 from pytorchrl.agent.accel.private_torch import all_finite, foreach_mul_, foreach_norms
 from pytorchrl.agent.factory import ComponentFactory
 
 
+@accel.accelerated(graph_accelerator())
 class Algorithm(ABC):
     """Base class of every algorithm.
 
@@ -38,10 +40,10 @@ class Algorithm(ABC):
     ``update_algorithm_parameter`` changes them while training (optimizer settings such as
     learning rates and Adam's eps included).
 
-    An algorithm's loss is ``loss_tensors``: tensors only, never read back to the host (one
-    synchronisation per metric on a GPU, and what a CUDA graph capture cannot hold);
-    ``compute_loss`` adds the one read-back of its statistics. A subclass may override
-    either.
+    An algorithm's loss is ``loss_tensors``: tensors only, never read back to the host, so
+    that on a CUDA device the whole gradient computation can be captured and replayed as
+    one CUDA graph (``accel.cuda_graph``); ``compute_loss`` adds the one read-back of its
+    statistics. A subclass may override either (``compute_loss`` then takes the eager path).
 
     Parameters
     ----------
@@ -75,8 +77,8 @@ class Algorithm(ABC):
         self._groups = None
 
     #: Attributes derived from the others on first use (fast paths, which hold numpy views
-    #: of the parameters): a copy (deepcopy, pickle) builds its own.
-    derived_attributes = ("_update_engine", "_fused_loss")
+    #: of the parameters or graphs captured on them): a copy (deepcopy, pickle) builds its own.
+    derived_attributes = ("_update_engine", "_fused_loss", "_graph_update")
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in self.derived_attributes}
@@ -147,16 +149,38 @@ class Algorithm(ABC):
                 if hasattr(self, "eps") and "eps" in group:
                     group["eps"] = float(self.eps)
 
+    def _derived(self, attribute, build):
+        """The fast path kept under ``attribute`` (one of ``derived_attributes``), built by
+        ``build()`` on first use; None when it does not apply (decided once).
+
+        Parameters
+        ----------
+        attribute : str
+            Where it is kept.
+        build : callable
+            ``build() -> fast path or None``.
+        """
+        value = self.__dict__.get(attribute)
+        if value is None:
+            value = build() or False
+            setattr(self, attribute, value)
+        return value or None
+
     @property
     def update_engine(self):
         """The fast update of this algorithm (computes gradients into ``.grad``), or None.
 
         Chosen once, on first use, by ``build_update_engine``.
         """
-        engine = self.__dict__.get("_update_engine")
-        if engine is None:
-            engine = self._update_engine = self.build_update_engine() or False
-        return engine or None
+        return self._derived("_update_engine", self.build_update_engine)
+
+    @property
+    def graph_update(self):
+        """The update captured as CUDA graphs (``accel.cuda_graph.CudaGraphUpdate``) when
+        it applies to this algorithm (a CUDA device, a feed-forward actor, the library's
+        ``compute_loss``), else None (said once). Used where ``update_engine`` is None;
+        chosen on first use."""
+        return self._derived("_graph_update", lambda: accel.build(self, "graph"))
 
     def build_update_engine(self):
         """A callable ``engine(batch) -> info`` filling every trainable parameter's ``.grad``
@@ -269,8 +293,11 @@ class Algorithm(ABC):
         for a per-sample array (``prl.TD_ERROR``, for prioritized replay).
 
         Nothing here may synchronise with the device (no ``float(tensor)``, ``.item()``,
-        ``.tolist()``, ``.cpu()``, no Python branch on a tensor's value). Statistics the host
-        knows without the batch come from ``host_stats``.
+        ``.tolist()``, ``.cpu()``, no Python branch on a tensor's value), and the operations
+        run may depend only on the shapes of the batch, the hyperparameters and
+        ``update_variant()``: on a CUDA device the update is captured once and replayed
+        (``accel.cuda_graph``). Statistics the host knows without the batch come from
+        ``host_stats``.
 
         Parameters
         ----------
@@ -283,6 +310,12 @@ class Algorithm(ABC):
         """Statistics of the next update known on the host without its mini-batch (Python
         numbers, e.g. DDQN's exploration rate): added to every update's info. None by default."""
         return {}
+
+    def update_variant(self):
+        """What, besides the shapes of a mini-batch and the hyperparameters, decides which
+        operations ``loss_tensors`` runs (a tuple of hashable values): a captured update is
+        replayed only for the variant it was captured for. Nothing by default."""
+        return ()
 
     def info_to_host(self, info):
         """The info of ``loss_tensors`` as ``compute_loss`` returns it: every tensor read back
@@ -369,8 +402,8 @@ class Algorithm(ABC):
         info : dict
             Loss components and statistics of this mini-batch.
         """
-        engine = self.update_engine
-        # The fast path fills every parameter's .grad as eager_gradients does.
+        engine = self.update_engine or self.graph_update
+        # Either fast path fills every parameter's .grad as eager_gradients does.
         info = self.eager_gradients(batch) if engine is None else engine(batch)
         if not return_grads:
             return None, info

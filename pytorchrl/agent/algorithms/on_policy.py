@@ -2,6 +2,7 @@
 
 from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, RHS, VAL
 from pytorchrl.agent import accel
+from pytorchrl.agent.accel.cuda_graph import graph_accelerator
 from pytorchrl.agent.accel.losses.actor_critic import normalize_advantages, reference_actor_critic
 from pytorchrl.agent.accel.on_policy import FusedCategoricalLoss, NumpyActorCriticUpdate
 from pytorchrl.agent.accel.xp import TORCH
@@ -33,6 +34,7 @@ def actor_critic_accelerators():
                               fallback="computing the loss operator by operator"))
 
 
+@accel.accelerated(graph_accelerator())
 class OnPolicyAlgorithm(Algorithm):
     """Actor-critic algorithm trained on advantage-weighted log-probabilities.
 
@@ -42,7 +44,8 @@ class OnPolicyAlgorithm(Algorithm):
     hyperparameters every on-policy algorithm shares. Subclasses declaring
     ``actor_critic_accelerators`` (PPO, A2C) get the numpy update and the fused loss while
     they override none of ``compute_loss``, ``loss_tensors``, ``policy_loss`` and
-    ``policy_objective``.
+    ``policy_objective``; on a CUDA device the update is captured as CUDA graphs while
+    ``compute_loss`` is this class's (``accel.cuda_graph``).
     Collectors store the log-probability and value of every step (``acting_extras``) and
     bootstrap rollouts with the value of their last observation (``bootstrap``).
 
@@ -195,7 +198,4 @@ class OnPolicyAlgorithm(Algorithm):
     def fused_loss(self):
         """The fused loss (``accel.on_policy.FusedCategoricalLoss``) when it applies to this
         algorithm and actor, else None (said once). Chosen on first use."""
-        loss = self.__dict__.get("_fused_loss")
-        if loss is None:
-            loss = self._fused_loss = accel.build(self, "loss") or False
-        return loss or None
+        return self._derived("_fused_loss", lambda: accel.build(self, "loss"))

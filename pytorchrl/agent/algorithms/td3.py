@@ -77,6 +77,11 @@ class DDPG(OffPolicyAlgorithm):
         """Actions of the target policy at the next observations (TD3 smooths them)."""
         return self.target.deterministic_policy(obs2)
 
+    def update_variant(self):
+        """Whether the update trains the policy (``policy_step``): the two updates of TD3's
+        delay are two different computations."""
+        return (self.policy_step(),)
+
     def loss_tensors(self, batch):
         obs, act, rew, obs2, discount, weights = self.unpack_batch(batch)
         actor = self.actor
