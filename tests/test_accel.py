@@ -1,8 +1,10 @@
 """The accelerator layer (``pytorchrl.agent.accel``) beyond parity: when a fast path applies
 (the identity of the reproduced methods, never their names), what it says when it steps
 aside, the loss kernels' gradients against autograd, the private torch operators against
-their public fallbacks, Adam, the two-thread lanes, and the engines' life cycle
-(hot-swaps, optimizer states, copies)."""
+their public fallbacks, Adam, the two-thread lanes, the engines' life cycle
+(hot-swaps, optimizer states, copies), and the CUDA graph update: the losses it captures
+read nothing back to the host, its bookkeeping on the CPU, its fallbacks on a CUDA device
+(skipped without one)."""
 
 import copy
 import logging
@@ -16,7 +18,7 @@ import torch.nn as nn
 
 import pytorchrl as prl
 from pytorchrl.agent import accel
-from pytorchrl.agent.accel import private_torch, threads
+from pytorchrl.agent.accel import cuda_graph, private_torch, threads
 from pytorchrl.agent.accel.adam import NumpyAdam
 from pytorchrl.agent.accel.losses import actor_critic, deterministic, q_learning, sac
 from pytorchrl.agent.accel.networks import matmul
@@ -25,15 +27,17 @@ from pytorchrl.agent.accel.on_policy import NumpyActorCriticUpdate
 from pytorchrl.agent.accel.xp import NUMPY, TORCH
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
-from pytorchrl.agent.algorithms import DDQN, PPO, SAC, TD3
+from pytorchrl.agent.algorithms import A2C, DDPG, DDQN, PPO, SAC, TD3
+from pytorchrl.agent.algorithms.base import tensors_to_host
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.notices import forget_notices
 from pytorchrl.agent.storages import GAEBuffer, ReplayBuffer
 from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme.collection.c_worker import CWorker
 
-from test_accel_parity import (ATOL, BOX, DISCRETE, OBS, RTOL, SMALL, TWIN_TANH, _check_update, _off_policy_batch,
-                               _off_policy_pair, _on_policy_actor, _on_policy_batch)
+from test_accel_parity import (ATOL, BOX, DISCRETE, OBS, RTOL, SMALL, TWIN_TANH, _check_update, _graph_batches,
+                               _graph_pair, _notices, _off_policy_batch, _off_policy_pair, _on_policy_actor,
+                               _on_policy_batch, _same_graph_updates)
 
 pytestmark = pytest.mark.usefixtures("no_ray_import")
 
@@ -547,3 +551,336 @@ def test_the_kl_penalty_acts_on_every_path_from_its_one_definition():
     ppo = PPO("cpu", copy.deepcopy(actor), None)
     ppo.update_algorithm_parameter("kl_coef", 0.2)       # hot-swappable like every coefficient
     assert ppo.kl_coef == 0.2
+
+
+# ------------------------------------------------------ the losses a CUDA graph captures
+GAUSSIAN = gym.spaces.Box(-1, 1, (2,))
+GRU = {"recurrent_net": "GRU", "recurrent_net_kwargs": {"hidden_size": 8}}
+
+
+def _sequence_batch(seed, weights):
+    """Two sequences of 4 steps (1 burn-in), as ``RecurrentReplayBuffer`` gives them."""
+    g = torch.Generator().manual_seed(seed)
+    done = torch.zeros(4, 2, 1)
+    done[1, 0] = 1.0
+    batch = {prl.OBS: torch.randn(4, 2, 5, generator=g), prl.OBS2: torch.randn(4, 2, 5, generator=g), prl.DONE: done,
+             prl.RHS: torch.randn(2, 8, generator=g), prl.ACT: torch.randint(0, 3, (3, 2, 1), generator=g),
+             prl.REW: torch.randn(3, 2, 1, generator=g), prl.DISCOUNT: torch.rand(3, 2, 1, generator=g),
+             prl.BOOTSTRAP_STEP: torch.tensor([[1, 2], [3, 3], [3, 3]])}
+    if weights:
+        batch[prl.WEIGHT] = torch.rand(2, 1, generator=g) + 0.1
+    return batch
+
+
+def _on_policy_case(cls, space, actor_kwargs, fused=True, **algo_kwargs):
+    algo = cls("cpu", _on_policy_actor(cls.name, space, actor_kwargs), None, numpy_update=False, **algo_kwargs)
+    return algo, _on_policy_batch(32, 3, space), {"fused": fused}
+
+
+def _off_policy_case(cls, space, actor_kwargs=None, batch=None, **algo_kwargs):
+    algo = _off_policy_pair(cls, space, actor_kwargs, **algo_kwargs)[1]     # the one on the torch path
+    if batch is None:
+        batch = _off_policy_batch(32, 3, isinstance(space, gym.spaces.Discrete), True)
+    return algo, batch, {}
+
+
+def _delayed_td3():
+    algo, batch, options = _off_policy_case(TD3, BOX)
+    algo.updates_applied = 1          # the policy step of TD3's delay
+    return algo, batch, options
+
+
+SPLIT_CASES = {
+    "ppo-fused": lambda: _on_policy_case(PPO, DISCRETE, TWIN_TANH, clip_param=0.1, entropy_coef=0.01),
+    "ppo-reference": lambda: _on_policy_case(PPO, DISCRETE, TWIN_TANH, fused=False, kl_coef=0.3),
+    "ppo-gaussian": lambda: _on_policy_case(PPO, GAUSSIAN, TWIN_TANH, entropy_coef=0.01),
+    "a2c-fused": lambda: _on_policy_case(A2C, DISCRETE, TWIN_TANH, entropy_coef=0.05),
+    "a2c-reference": lambda: _on_policy_case(A2C, DISCRETE, TWIN_TANH, fused=False, normalize_advantages=True),
+    "ddqn-huber-per": lambda: _off_policy_case(DDQN, DISCRETE, loss="huber"),
+    "ddqn-dueling-dqn-targets": lambda: _off_policy_case(DDQN, DISCRETE, {"dueling": True}, double_q=False,
+                                                         batch=_off_policy_batch(32, 3, True)),
+    "r2d2-per": lambda: _off_policy_case(DDQN, DISCRETE, {**GRU, "common_feature_extractor_kwargs": {
+        "hidden_sizes": [16]}}, batch=_sequence_batch(0, True)),
+    "sac-box-per": lambda: _off_policy_case(SAC, BOX, {"num_critics": 3}),
+    "sac-discrete-per": lambda: _off_policy_case(SAC, DISCRETE),
+    "ddpg-per": lambda: _off_policy_case(DDPG, BOX),
+    "td3-critic-step": lambda: _off_policy_case(TD3, BOX),
+    "td3-policy-step": _delayed_td3,
+}
+
+
+def _to_meta(algo, batch):
+    """``algo`` and ``batch`` on the meta device: tensors with shapes and no data, whose
+    reading back (``float``, ``.item()``, ``.tolist()``, ``.cpu()``, a branch on a value)
+    raises -- what a CUDA graph capture refuses, caught on the CPU."""
+    algo.actor.to("meta")
+    for module in algo.learner_modules.values():
+        module.to("meta")
+    algo.device = torch.device("meta")
+    return {k: v.to("meta") for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("name", list(SPLIT_CASES))
+def test_loss_tensors_and_their_gradients_read_nothing_back(name):
+    algo, batch, options = SPLIT_CASES[name]()
+    meta = _to_meta(algo, batch)
+    loss, info = algo.loss_tensors(meta, **options)
+    algo.write_gradients(loss)
+    n = batch[prl.WEIGHT].shape[0] * (batch[prl.ACT].shape[0] if prl.RHS in batch else 1) if prl.WEIGHT in batch else 0
+    for key, value in info.items():
+        assert isinstance(value, torch.Tensor) and value.device.type == "meta", key
+        assert value.shape == ((n,) if key == prl.TD_ERROR else ()), key
+    assert all(p.grad is None or p.grad.device.type == "meta" for p in algo.trainable_parameters())
+    assert any(p.grad is not None for p in algo.trainable_parameters())
+    with pytest.raises(NotImplementedError, match="meta"):     # what the reading back does
+        algo.compute_loss(meta, **options)
+
+
+@pytest.mark.parametrize("name", list(SPLIT_CASES))
+def test_compute_loss_is_loss_tensors_read_back_once(name):
+    """``compute_loss`` reports what each metric's own conversion gives (``float`` of each
+    statistic, numpy for the TD errors: what the algorithms reported before the split), and
+    the update's gradients are those of ``loss_tensors``' losses."""
+    algo, batch, options = SPLIT_CASES[name]()
+    torch.manual_seed(7)
+    _, info = algo.loss_tensors(batch, **options)
+    expected = {k: v.numpy() if k == prl.TD_ERROR else float(v) for k, v in info.items()}
+    expected.update(algo.host_stats())
+    torch.manual_seed(7)
+    loss, _ = algo.loss_tensors(batch)        # as compute_gradients computes it
+    losses = loss if isinstance(loss, dict) else {"actor": loss}
+    groups = algo._parameter_groups()
+    grads = {}
+    for group, value in losses.items():
+        found = torch.autograd.grad(value, groups[group], retain_graph=True, allow_unused=True)
+        grads.update({id(p): g for p, g in zip(groups[group], found)})
+    torch.manual_seed(7)
+    loss_c, info_c = algo.compute_loss(batch, **options)
+    assert info_c.keys() == expected.keys()
+    for key, value in expected.items():
+        if key == prl.TD_ERROR:
+            assert info_c[key].dtype == np.float32
+            np.testing.assert_array_equal(info_c[key], value)
+        else:
+            assert type(info_c[key]) is float and info_c[key] == value, key
+    torch.manual_seed(7)
+    _, info_g = algo.compute_gradients(batch, return_grads=False)
+    assert info_g.keys() == expected.keys()
+    for p in algo.trainable_parameters():
+        g = grads.get(id(p))
+        assert (p.grad is None and g is None) or torch.equal(p.grad, g)
+    if name == "td3-critic-step":
+        assert "LossPi" not in info_c and all(p.grad is None for p in groups["pi"])
+    if name.startswith("ddqn"):
+        assert info_c["Epsilon"] == algo.epsilon        # a host statistic, outside any graph
+
+
+def test_tensors_read_back_keep_order_types_and_shapes():
+    info = {"a": torch.tensor(1.5), "n": torch.tensor(3), "arr": torch.arange(6.0).reshape(2, 3), "py": 0.25,
+            "b": torch.tensor(-2.0, dtype=torch.float64), "one": torch.tensor([4.0])}
+    host = tensors_to_host(info)
+    assert list(host) == list(info)
+    assert host["a"] == 1.5 and type(host["a"]) is float
+    assert host["n"] == 3 and type(host["n"]) is int
+    assert host["b"] == -2.0 and type(host["b"]) is float
+    assert host["py"] == 0.25
+    np.testing.assert_array_equal(host["arr"], np.arange(6.0, dtype=np.float32).reshape(2, 3))
+    assert host["arr"].dtype == np.float32 and host["one"].shape == (1,)
+    assert tensors_to_host({"x": 1.0}) == {"x": 1.0}
+
+
+# ------------------------------------------------- the CUDA graph update's bookkeeping
+def test_batch_signatures_follow_shapes_dtypes_and_keys_only():
+    batch = _off_policy_batch(16, 0, False, True)
+    sig = cuda_graph.batch_signature(batch)
+    assert hash(sig) is not None
+    assert cuda_graph.batch_signature(dict(reversed(list(batch.items())))) == sig        # key order
+    assert cuda_graph.batch_signature(_off_policy_batch(16, 5, False, True)) == sig      # other values
+    assert cuda_graph.batch_signature(_off_policy_batch(17, 0, False, True)) != sig      # another size
+    assert cuda_graph.batch_signature(_off_policy_batch(16, 0, False, False)) != sig     # no PER weights
+    assert cuda_graph.batch_signature({**batch, prl.REW: batch[prl.REW].double()}) != sig
+    assert cuda_graph.batch_signature({**batch, "note": 1}) is None
+
+
+def test_the_graph_key_holds_the_loss_hyperparameters_and_the_update_variant():
+    td3, batch, _ = _off_policy_case(TD3, BOX)
+    engine = cuda_graph.CudaGraphUpdate(td3)       # built by hand: no device is needed for the key
+    key = engine.signature(batch)
+    td3.updates_applied = 1                          # the policy step of the delay: another graph
+    assert engine.signature(batch) != key and td3.update_variant() == (True,)
+    td3.updates_applied = 2
+    assert engine.signature(batch) == key
+    td3.update_algorithm_parameter("lr_pi", 1e-5)    # the optimizers' settings are not captured
+    td3.update_algorithm_parameter("eps", 1e-6)
+    assert engine.signature(batch) == key
+    td3.update_algorithm_parameter("target_noise", 0.3)
+    assert engine.signature(batch) != key
+    ppo, batch, _ = _on_policy_case(PPO, DISCRETE, TWIN_TANH)
+    engine = cuda_graph.CudaGraphUpdate(ppo)
+    key = engine.signature(batch)
+    ppo.update_algorithm_parameter("lr", 1e-5)
+    assert engine.signature(batch) == key
+    ppo.update_algorithm_parameter("entropy_coef", 0.1)
+    assert engine.signature(batch) != key
+    assert engine.signature({**batch, "note": "x"}) is None
+
+
+def test_static_inputs_hold_their_own_copy():
+    batch = _off_policy_batch(8, 0, True, True)
+    batch[prl.OBS] = batch[prl.OBS].t().contiguous().t()        # a strided view: copied all the same
+    static = cuda_graph.static_copy(batch)
+    for key, value in batch.items():
+        assert torch.equal(static[key], value) and static[key].data_ptr() != value.data_ptr()
+        assert static[key].is_contiguous() and static[key].dtype == value.dtype
+    addresses = {k: v.data_ptr() for k, v in static.items()}
+    other = _off_policy_batch(8, 1, True, True)
+    cuda_graph.copy_into(static, other)
+    for key, value in other.items():
+        assert torch.equal(static[key], value) and static[key].data_ptr() == addresses[key]
+
+
+def test_captures_stop_when_replays_do_not_pay_for_them():
+    assert not cuda_graph.too_many_captures(0, 0)
+    assert not cuda_graph.too_many_captures(cuda_graph.MAX_GRAPHS - 1, 0)      # TD3's two graphs, PER ...
+    assert cuda_graph.too_many_captures(cuda_graph.MAX_GRAPHS, 10)
+    assert not cuda_graph.too_many_captures(cuda_graph.MAX_GRAPHS, 20 * cuda_graph.MAX_GRAPHS)
+    assert cuda_graph.too_many_captures(10, 199) and not cuda_graph.too_many_captures(10, 200)
+
+
+def test_the_self_check_tells_rounding_from_a_different_update():
+    g = torch.Generator().manual_seed(0)
+    eager = [torch.randn(16, 8, generator=g), None, torch.randn(8, generator=g)]
+    info = {"Loss": 0.5, "QMean": -3.25, prl.TD_ERROR: np.abs(np.random.default_rng(0).standard_normal(8)).astype(
+        np.float32)}
+    same = [None if e is None else e * (1 + 1e-7) for e in eager]
+    assert cuda_graph.first_difference(same, eager, dict(info), info) is None
+    stale = [eager[0] * 1.01, None, eager[2]]
+    assert cuda_graph.first_difference(stale, eager, info, info) == "the gradient of parameter 0 (16, 8) differs"
+    assert cuda_graph.first_difference([eager[0], eager[2], eager[2]], eager, info, info) == \
+        "parameter 1 gets a gradient on one path only"
+    nan = [torch.full((2,), float("nan"))]
+    assert cuda_graph.first_difference(nan, [n.clone() for n in nan], {}, {}) is None     # a NaN update is the same
+    assert cuda_graph.first_difference(eager, eager, {**info, "Loss": 0.51}, info) == "statistic Loss differs"
+    errors = {**info, prl.TD_ERROR: info[prl.TD_ERROR] + 0.1}
+    assert cuda_graph.first_difference(eager, eager, errors, info) == f"statistic {prl.TD_ERROR} differs"
+    assert "instead of" in cuda_graph.first_difference(eager, eager, {"Loss": 0.5}, info)
+
+
+def test_the_switch_and_where_the_graph_update_applies():
+    assert cuda_graph.graphs_enabled({}) and cuda_graph.graphs_enabled({"PYTORCHRL_CUDA_GRAPHS": "1"})
+    for off in ("0", "false", "No", " off "):
+        assert not cuda_graph.graphs_enabled({"PYTORCHRL_CUDA_GRAPHS": off})
+    algo, _, _ = _off_policy_case(DDQN, DISCRETE)
+    assert accel.reason_not_applied(algo, "graph") is None      # identity allows it; the device does not
+    assert cuda_graph.CudaGraphUpdate.build(algo) == (None, "device cpu: CUDA graphs run on CUDA devices")
+    doubled = DoubledDDQN("cpu", copy.deepcopy(algo.actor), None, numpy_update=False)
+    assert accel.reason_not_applied(doubled, "graph") == \
+        "compute_loss overridden: the CUDA graph update computes Algorithm.compute_loss"
+    ppo = HalvedPPO("cpu", _on_policy_actor("PPO", DISCRETE, TWIN_TANH), None)
+    assert accel.reason_not_applied(ppo, "graph") is None       # its loss is captured as it is
+    gru = PPO("cpu", _on_policy_actor("PPO", DISCRETE, {"recurrent_net": "GRU"}), None)
+    gru.device = torch.device("cuda")     # as far as build looks: the actor is the reason
+    if torch.cuda.is_available() and cuda_graph.graphs_enabled():
+        assert cuda_graph.CudaGraphUpdate.build(gru)[1] == \
+            "recurrent actor (the CUDA graph update runs feed-forward actors)"
+    assert copy.deepcopy(algo).__dict__.get("_graph_update") is None       # a copy builds its own
+
+
+def test_a_graph_update_that_stepped_aside_is_the_eager_update():
+    forget_notices()
+    algo, batch, _ = _off_policy_case(SAC, BOX)
+    engine = cuda_graph.CudaGraphUpdate(algo)
+    twin = copy.deepcopy(algo)
+    with _notices() as said:
+        engine.step_aside("self-check", "self-check: the gradient of parameter 0 (4, 4) differs")
+        engine.step_aside("self-check", "self-check: the gradient of parameter 3 (4,) differs")
+    assert said == ["SAC: CUDA graph update stepped aside (self-check: the gradient of parameter 0 (4, 4) differs); "
+                    "updating eagerly from now on"]
+    torch.manual_seed(1)
+    info = engine(batch)
+    torch.manual_seed(1)
+    expected = twin.eager_gradients(batch)
+    assert info.keys() == expected.keys() and info["LossQ"] == expected["LossQ"]
+    for p, q in zip(algo.trainable_parameters(), twin.trainable_parameters()):
+        assert torch.equal(p.grad, q.grad)
+    assert engine.captures == engine.replays == 0 and not engine.graphs
+    engine.off = None                     # a mini-batch no graph can hold: eager, said once
+    with _notices() as said:
+        torch.manual_seed(1)
+        info = engine({**batch, "note": "not a tensor"})
+        engine({**batch, "note": "not a tensor"})
+    assert info["LossQ"] == expected["LossQ"] and not engine.graphs
+    assert said == ["SAC: CUDA graph update computes eagerly the mini-batches that hold values other than tensors, "
+                    "and any update while a hyperparameter is unhashable"]
+
+
+# --------------------------------------------- the CUDA graph update's fallbacks on a GPU
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: nothing is captured on the CPU")
+
+
+class SyncingSAC(SAC):
+    """A user's loss that reads a value back (a capture refuses it; eager runs it), with
+    random draws (the eager updates after the refused capture draw from the generator)."""
+
+    def loss_tensors(self, batch):
+        losses, info = super().loss_tensors(batch)
+        if float(losses["q"]) > 1e9:
+            raise FloatingPointError("diverged")
+        return losses, info
+
+
+class PythonInfoDDQN(DDQN):
+    """A user's loss reporting a Python number (a replay would repeat the captured one)."""
+
+    def loss_tensors(self, batch):
+        loss, info = super().loss_tensors(batch)
+        info["Extra"] = 1.0
+        return loss, info
+
+
+@cuda
+@pytest.mark.parametrize("cls,space,words", [(SyncingSAC, BOX, "capture failed"),
+                                             (PythonInfoDDQN, DISCRETE, "as Python values")])
+def test_a_loss_a_graph_cannot_hold_steps_aside_once_and_stays_right(cls, space, words):
+    forget_notices()
+    fast, eager = _graph_pair(cls, space, "cuda")
+    with _notices() as said:
+        _same_graph_updates(fast, eager, _graph_batches(cls, space, "cuda", 3))
+    engine = fast.graph_update
+    assert words in engine.off and engine.captures == 0 and engine.replays == 0
+    assert len([m for m in said if "stepped aside" in m]) == 1
+    torch.cuda.synchronize()       # the device is usable after the refused capture
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+
+
+@cuda
+def test_hyperparameters_the_loss_reads_capture_anew_the_optimizers_do_not():
+    fast, eager = _graph_pair(DDQN, DISCRETE, "cuda")
+    batches = _graph_batches(DDQN, DISCRETE, "cuda", 3)
+    _same_graph_updates(fast, eager, batches)
+    engine = fast.graph_update
+    assert engine.captures == 1 and engine.replays == 2
+    for name, value, captures in [("lr", 1e-3, 1), ("loss", "huber", 2), ("gamma", 0.9, 3)]:
+        for algo in (fast, eager):
+            algo.update_algorithm_parameter(name, value)
+        _same_graph_updates(fast, eager, batches)
+        assert engine.captures == captures, name
+    fast.actor.to("cpu").to("cuda")      # new memory under the same parameters: captured anew
+    eager.actor.to("cpu").to("cuda")
+    _same_graph_updates(fast, eager, batches)
+    assert engine.captures == 4 and engine.off is None
+
+
+@cuda
+def test_a_loss_coefficient_changed_at_every_update_stops_the_captures():
+    forget_notices()
+    fast, eager = _graph_pair(PPO, DISCRETE, "cuda", TWIN_TANH)
+    batches = _graph_batches(PPO, DISCRETE, "cuda", 1)
+    with _notices() as said:
+        for step in range(cuda_graph.MAX_GRAPHS + 2):
+            for algo in (fast, eager):
+                algo.update_algorithm_parameter("entropy_coef", 0.01 * (step + 1))
+            _same_graph_updates(fast, eager, batches)
+    engine = fast.graph_update
+    assert engine.captures == cuda_graph.MAX_GRAPHS and "keep changing" in engine.off
+    assert len([m for m in said if "stepped aside" in m]) == 1

@@ -9,10 +9,16 @@ each case runs the fast path and the reference on the same inputs:
 - "loss" (fused torch losses): loss, statistics, gradients, and the weights after one
   optimizer step;
 - "acting" (numpy acting): the actions (greedy and explored, from the same random
-  generator where both paths draw from it), log-probabilities and values.
+  generator where both paths draw from it), log-probabilities and values;
+- "graph" (the update captured as CUDA graphs): on the CPU, that it steps aside and says
+  why once; on a CUDA device (skipped without one), statistics, gradients, the random
+  generator's state and the weights after each optimizer step against the eager update,
+  over mini-batches replayed through the captured graphs.
 """
 
+import contextlib
 import copy
+import logging
 
 import gymnasium as gym
 import numpy as np
@@ -25,6 +31,7 @@ from pytorchrl.agent.accel.adam import NumpyAdam
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors.precision import native_bf16
 from pytorchrl.agent.algorithms import A2C, DDPG, DDQN, PPO, SAC, TD3
+from pytorchrl.agent.notices import forget_notices
 
 OBS = gym.spaces.Box(-1.0, 1.0, (5,), dtype=np.float32)
 DISCRETE = gym.spaces.Discrete(3)
@@ -278,6 +285,7 @@ def _categorical_draws(actor, twin, obs):
 
 # ----------------------------------------------------------------------- cases
 bf16 = pytest.mark.skipif(not HAS_BF16, reason="this CPU has no native bfloat16 (AVX512-BF16/AMX)")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: nothing is captured on the CPU")
 TWIN_TANH = {"feature_extractor_kwargs": {"hidden_sizes": [16, 16], "activation": "tanh"},
              "shared_policy_value_network": False}
 CASES = {
@@ -384,6 +392,30 @@ CASES = {
                                                    [_off_policy_batch(64, s, False, per) for s in range(5)]), id=name)
         for name, per in [("plain", False), ("per", True)]
     ],
+    ("OnPolicyAlgorithm", "graph"): [
+        pytest.param(lambda: _graph_steps_aside_on_cpu(PPO, DISCRETE), id="ppo-cpu"),
+        pytest.param(lambda: _graph_steps_aside_on_cpu(A2C, gym.spaces.Box(-1, 1, (2,))), id="a2c-gaussian-cpu"),
+        pytest.param(lambda: _check_graph(PPO, DISCRETE, TWIN_TANH, clip_param=0.1, entropy_coef=0.01),
+                     id="ppo-fused-cuda", marks=cuda),
+        pytest.param(lambda: _check_graph(PPO, gym.spaces.Box(-1, 1, (2,)), TWIN_TANH, kl_coef=0.3),
+                     id="ppo-gaussian-cuda", marks=cuda),
+        pytest.param(lambda: _check_graph(A2C, DISCRETE, TWIN_TANH, entropy_coef=0.05), id="a2c-cuda", marks=cuda),
+    ],
+    ("Algorithm", "graph"): [
+        pytest.param(lambda: _graph_steps_aside_on_cpu(DDQN, DISCRETE), id="ddqn-cpu"),
+        pytest.param(lambda: _graph_steps_aside_on_cpu(SAC, BOX), id="sac-cpu"),
+        pytest.param(lambda: _graph_steps_aside_on_cpu(TD3, BOX), id="td3-cpu"),
+        pytest.param(lambda: _check_graph(DDQN, DISCRETE, loss="huber", max_grad_norm=10.0), id="ddqn-cuda",
+                     marks=cuda),
+        pytest.param(lambda: _check_graph(DDQN, DISCRETE, {"dueling": True}, weights=True, double_q=False),
+                     id="ddqn-dueling-per-cuda", marks=cuda),
+        pytest.param(lambda: _check_graph(SAC, BOX, weights=True, lr_q=3e-3, lr_pi=3e-3, lr_alpha=3e-2),
+                     id="sac-box-per-cuda", marks=cuda),
+        pytest.param(lambda: _check_graph(SAC, DISCRETE, lr_q=3e-3), id="sac-discrete-cuda", marks=cuda),
+        pytest.param(lambda: _check_graph(TD3, BOX, {"num_critics": 3}, count=8, weights=True, max_grad_norm=1.0),
+                     id="td3-per-cuda", marks=cuda),
+        pytest.param(lambda: _check_graph(DDPG, BOX, lr_q=3e-3, lr_pi=3e-3), id="ddpg-cuda", marks=cuda),
+    ],
     ("TD3", "update"): [
         pytest.param(lambda: _check_update(*_off_policy_pair(TD3, BOX, {"num_critics": 3}, lr_q=3e-3, lr_pi=3e-3,
                                                              max_grad_norm=1.0),
@@ -396,6 +428,114 @@ CASES = {
         pytest.param(lambda: _bf16_update(TD3, BOX), id="bf16", marks=bf16),
     ],
 }
+
+
+# ------------------------------------------------------------- CUDA graph updates
+GRAPH_TOL = {"atol": 1e-6, "rtol": 1e-5}
+
+
+@contextlib.contextmanager
+def _notices(level=logging.INFO):
+    """The messages the library logs inside the block at ``level`` or above."""
+    messages = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    handler = Keep(level)
+    logger = logging.getLogger("pytorchrl")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _graph_pair(cls, space, device, actor_kwargs=None, **algo_kwargs):
+    """An algorithm on ``device`` and its eager twin (same weights, the CUDA graph update
+    off), with the library's defaults otherwise (``numpy_update`` on: it steps aside off
+    the CPU, as in a user's run)."""
+    torch.manual_seed(0)
+    actor_kwargs = dict(actor_kwargs or {})
+    if cls.on_policy:
+        actor = OnPolicyActor(device, OBS, space, cls.name, **actor_kwargs)
+    else:
+        actor_kwargs.setdefault("common_feature_extractor_kwargs", SMALL)
+        actor = OffPolicyActor(device, OBS, space, cls.name, **actor_kwargs)
+    fast = cls(device, actor, None, **algo_kwargs)
+    eager = copy.deepcopy(fast)
+    eager._graph_update = False      # decided: never built
+    return fast, eager
+
+
+def _graph_batches(cls, space, device, count, weights=False):
+    discrete = isinstance(space, gym.spaces.Discrete)
+    batches = [_on_policy_batch(64, s, space) if cls.on_policy else _off_policy_batch(64, s, discrete, weights)
+               for s in range(count)]
+    return [{k: v.to(device) for k, v in b.items()} for b in batches]
+
+
+def _graph_steps_aside_on_cpu(cls, space):
+    """Off CUDA the graph update steps aside, says why once, and the update is the eager one."""
+    forget_notices()
+    fast, eager = _graph_pair(cls, space, "cpu", numpy_update=False)
+    batch = _graph_batches(cls, space, "cpu", 1)[0]
+    with _notices() as said, _notices(logging.WARNING) as warned:
+        assert fast.graph_update is None and fast.graph_update is None
+        assert accel.binding(fast, "graph").accelerator.name == "CUDA graph update"
+        torch.manual_seed(0)
+        grads, info = fast.compute_gradients(batch)
+    assert [m for m in said if "CUDA graph" in m] == [
+        f"{cls.__name__}: CUDA graph update not used (device cpu: CUDA graphs run on CUDA devices); updating eagerly"]
+    assert not [m for m in warned if "CUDA graph" in m]       # information: a CPU run's log is as it was
+    torch.manual_seed(0)
+    expected = eager.eager_gradients(batch)
+    assert info.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(info[key], value)
+    for g, p in zip(grads, eager.trainable_parameters()):
+        assert (g is None and p.grad is None) or torch.equal(g, p.grad)
+
+
+def _same_graph_updates(fast, eager, batches):
+    """The same mini-batches and random states through ``fast`` (its CUDA graph update) and
+    ``eager``: statistics, gradients, the CUDA generator's state after each update, and the
+    weights after each optimizer step."""
+    for i, batch in enumerate(batches):
+        infos, draws = [], []
+        for algo in (fast, eager):
+            torch.manual_seed(i)
+            infos.append(algo.compute_gradients(batch, return_grads=False)[1])
+            draws.append(torch.rand(8, device=batch[prl.OBS].device))     # the generator moved on as much
+        assert infos[0].keys() == infos[1].keys()
+        for key, value in infos[1].items():
+            np.testing.assert_allclose(infos[0][key], value, atol=1e-6, rtol=1e-5, err_msg=key)
+        torch.testing.assert_close(draws[0], draws[1], atol=0, rtol=0)
+        for pf, pe in zip(fast.trainable_parameters(), eager.trainable_parameters()):
+            assert (pf.grad is None) == (pe.grad is None)
+            if pe.grad is not None:
+                torch.testing.assert_close(pf.grad, pe.grad, **GRAPH_TOL)
+        fast.apply_gradients()
+        eager.apply_gradients()
+        for (kf, wf), (ke, we) in zip(fast.get_weights().items(), eager.get_weights().items()):
+            assert kf == ke
+            torch.testing.assert_close(wf, we, **GRAPH_TOL)
+        fast.set_weights(eager.get_weights())
+
+
+def _check_graph(cls, space, actor_kwargs=None, count=6, weights=False, **algo_kwargs):
+    """The captured update against the eager one (``_same_graph_updates``) over ``count``
+    mini-batches of one shape, all but the first of each graph replayed."""
+    fast, eager = _graph_pair(cls, space, "cuda", actor_kwargs, **algo_kwargs)
+    engine = fast.graph_update
+    assert engine is not None and eager.graph_update is None and fast.update_engine is None
+    _same_graph_updates(fast, eager, _graph_batches(cls, space, "cuda", count, weights))
+    assert engine.off is None, engine.off
+    assert engine.captures >= 1 and engine.replays == count - engine.captures
 
 
 def _bf16_update(cls, space):

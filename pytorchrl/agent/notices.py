@@ -10,8 +10,8 @@ logger = logging.getLogger("pytorchrl")
 _said = set()
 
 
-def say_once(key, message):
-    """Log ``message`` at warning level the first time ``key`` is seen in this process.
+def say_once(key, message, level=logging.WARNING):
+    """Log ``message`` the first time ``key`` is seen in this process.
 
     Parameters
     ----------
@@ -19,10 +19,13 @@ def say_once(key, message):
         Identity of the notice (e.g. ``("numpy acting", "MyActor")``).
     message : str
         What to say.
+    level : int
+        Logging level: a warning by default; ``logging.INFO`` for what is the normal case
+        (a CUDA fast path on a CPU), kept out of a default log.
     """
     if key not in _said:
         _said.add(key)
-        logger.warning(message)
+        logger.log(level, message)
 
 
 def forget_notices():

@@ -23,11 +23,14 @@ reference path runs. ``registry()`` lists every declared fast path: the parity t
 each against its reference.
 """
 
+import logging
+
 from pytorchrl.agent.notices import say_once
 
 #: Kinds of fast paths: how an actor acts, how an algorithm's update computes its gradients,
-#: and a fused loss inside the reference torch update.
-KINDS = ("acting", "update", "loss")
+#: a fused loss inside the reference torch update, and the reference update itself replayed
+#: as a captured CUDA graph (where no "update" fast path serves).
+KINDS = ("acting", "update", "loss", "graph")
 
 
 class Accelerator:
@@ -51,10 +54,14 @@ class Accelerator:
         Those methods of ``actor_class`` (checked on the instance's ``actor``).
     fallback : str
         Words saying what runs instead (e.g. "updating in torch").
+    routine : callable or None
+        ``routine(instance)`` is true where the fast path not applying is the normal case
+        (the CUDA graph update on a CPU): its reason is then said at info level, out of a
+        default log, instead of as a warning.
     """
 
     def __init__(self, kind, name, build, reproduces, actor_class=None, actor_reproduces=(),
-                 fallback="using the torch path"):
+                 fallback="using the torch path", routine=None):
         if kind not in KINDS:
             raise ValueError(f"accelerator kind must be one of {KINDS}, got {kind!r}")
         self.kind = kind
@@ -64,6 +71,7 @@ class Accelerator:
         self.actor_class = actor_class
         self.actor_reproduces = tuple(actor_reproduces)
         self.fallback = fallback
+        self.routine = routine
 
 
 def _function(attribute):
@@ -175,7 +183,8 @@ def build(instance, kind):
     """The fast path of kind ``kind`` for ``instance``, or None.
 
     None without a word when no class of ``instance`` declares one; None, said once per
-    class and reason, when one is declared but does not apply.
+    class and reason, when one is declared but does not apply (a warning, or an info line
+    where that is the accelerator's ``routine``).
 
     Parameters
     ----------
@@ -193,8 +202,11 @@ def build(instance, kind):
         engine, reason = bound.accelerator.build(instance)
     if engine is None:
         cls = type(instance).__name__
-        say_once((bound.accelerator.name, cls, reason),
-                 f"{cls}: {bound.accelerator.name} not used ({reason}); {bound.accelerator.fallback}")
+        accelerator = bound.accelerator
+        routine = accelerator.routine is not None and accelerator.routine(instance)
+        say_once((accelerator.name, cls, reason),
+                 f"{cls}: {accelerator.name} not used ({reason}); {accelerator.fallback}",
+                 logging.INFO if routine else logging.WARNING)
     return engine
 
 

@@ -2,17 +2,19 @@
 
 import inspect
 import math
-from abc import ABC, abstractmethod
+from abc import ABC
 
 import numpy as np
 import torch
 
 from pytorchrl.agent import accel
 from pytorchrl.agent.accel.adam import NumpyAdam
+from pytorchrl.agent.accel.cuda_graph import graph_accelerator
 from pytorchrl.agent.accel.private_torch import all_finite, foreach_mul_, foreach_norms
 from pytorchrl.agent.factory import ComponentFactory
 
 
+@accel.accelerated(graph_accelerator())
 class Algorithm(ABC):
     """Base class of every algorithm.
 
@@ -37,6 +39,11 @@ class Algorithm(ABC):
     Hyperparameters are plain attributes, listed in ``self.hyperparameters``;
     ``update_algorithm_parameter`` changes them while training (optimizer settings such as
     learning rates and Adam's eps included).
+
+    An algorithm's loss is ``loss_tensors``: tensors only, never read back to the host, so
+    that on a CUDA device the whole gradient computation can be captured and replayed as
+    one CUDA graph (``accel.cuda_graph``); ``compute_loss`` adds the one read-back of its
+    statistics. A subclass may override either (``compute_loss`` then takes the eager path).
 
     Parameters
     ----------
@@ -70,8 +77,8 @@ class Algorithm(ABC):
         self._groups = None
 
     #: Attributes derived from the others on first use (fast paths, which hold numpy views
-    #: of the parameters): a copy (deepcopy, pickle) builds its own.
-    derived_attributes = ("_update_engine", "_fused_loss")
+    #: of the parameters or graphs captured on them): a copy (deepcopy, pickle) builds its own.
+    derived_attributes = ("_update_engine", "_fused_loss", "_graph_update")
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in self.derived_attributes}
@@ -142,16 +149,38 @@ class Algorithm(ABC):
                 if hasattr(self, "eps") and "eps" in group:
                     group["eps"] = float(self.eps)
 
+    def _derived(self, attribute, build):
+        """The fast path kept under ``attribute`` (one of ``derived_attributes``), built by
+        ``build()`` on first use; None when it does not apply (decided once).
+
+        Parameters
+        ----------
+        attribute : str
+            Where it is kept.
+        build : callable
+            ``build() -> fast path or None``.
+        """
+        value = self.__dict__.get(attribute)
+        if value is None:
+            value = build() or False
+            setattr(self, attribute, value)
+        return value or None
+
     @property
     def update_engine(self):
         """The fast update of this algorithm (computes gradients into ``.grad``), or None.
 
         Chosen once, on first use, by ``build_update_engine``.
         """
-        engine = self.__dict__.get("_update_engine")
-        if engine is None:
-            engine = self._update_engine = self.build_update_engine() or False
-        return engine or None
+        return self._derived("_update_engine", self.build_update_engine)
+
+    @property
+    def graph_update(self):
+        """The update captured as CUDA graphs (``accel.cuda_graph.CudaGraphUpdate``) when
+        it applies to this algorithm (a CUDA device, a feed-forward actor, the library's
+        ``compute_loss``), else None (said once). Used where ``update_engine`` is None;
+        chosen on first use."""
+        return self._derived("_graph_update", lambda: accel.build(self, "graph"))
 
     def build_update_engine(self):
         """A callable ``engine(batch) -> info`` filling every trainable parameter's ``.grad``
@@ -255,16 +284,103 @@ class Algorithm(ABC):
         return None
 
     # ---------------------------------------------------------------- learning
-    @abstractmethod
-    def compute_loss(self, batch):
-        """Return (loss, info) for one mini-batch.
+    def loss_tensors(self, batch):
+        """Return (loss, info) for one mini-batch, without reading anything back to the host.
 
         ``loss`` is a scalar tensor (one parameter group) or a dict group name -> scalar
-        tensor, each loss back-propagated into its own group only. ``info`` is a dict of
-        floats: the algorithm's metrics, every key of which reaches the learner's metrics;
-        per-sample arrays (``prl.TD_ERROR``, for prioritized replay) are taken out by the
-        storage before the info leaves the gradient worker.
+        tensor, each loss back-propagated into its own group only. ``info`` maps each metric
+        to a tensor outside the autograd graph: 0-d for a statistic, one value per sample
+        for a per-sample array (``prl.TD_ERROR``, for prioritized replay).
+
+        Nothing here may synchronise with the device (no ``float(tensor)``, ``.item()``,
+        ``.tolist()``, ``.cpu()``, no Python branch on a tensor's value), and the operations
+        run may depend only on the shapes of the batch, the hyperparameters and
+        ``update_variant()``: on a CUDA device the update is captured once and replayed
+        (``accel.cuda_graph``). Statistics the host knows without the batch come from
+        ``host_stats``.
+
+        Parameters
+        ----------
+        batch : dict of tensors
+            One mini-batch produced by a storage, on this algorithm's device.
         """
+        raise NotImplementedError(f"{type(self).__name__} defines neither loss_tensors nor compute_loss")
+
+    def host_stats(self):
+        """Statistics of the next update known on the host without its mini-batch (Python
+        numbers, e.g. DDQN's exploration rate): added to every update's info. None by default."""
+        return {}
+
+    def update_variant(self):
+        """What, besides the shapes of a mini-batch and the hyperparameters, decides which
+        operations ``loss_tensors`` runs (a tuple of hashable values): a captured update is
+        replayed only for the variant it was captured for. Nothing by default."""
+        return ()
+
+    def info_to_host(self, info):
+        """The info of ``loss_tensors`` as ``compute_loss`` returns it: every tensor read back
+        at once (``tensors_to_host``), then ``host_stats``.
+
+        Parameters
+        ----------
+        info : dict
+            Metric name -> tensor (or a Python value, kept).
+        """
+        host = tensors_to_host(info)
+        host.update(self.host_stats())
+        return host
+
+    def compute_loss(self, batch):
+        """Return (loss, info) for one mini-batch: ``loss_tensors`` with its info read back to
+        the host, a dict of floats (numpy arrays for per-sample arrays), every key of which
+        reaches the learner's metrics; per-sample arrays (``prl.TD_ERROR``) are taken out by
+        the storage before the info leaves the gradient worker.
+
+        Parameters
+        ----------
+        batch : dict of tensors
+            One mini-batch produced by a storage.
+        """
+        loss, info = self.loss_tensors(batch)
+        return loss, self.info_to_host(info)
+
+    def write_gradients(self, loss):
+        """Back-propagate ``loss`` (as ``loss_tensors`` returns it) into the ``.grad`` fields
+        of the trainable parameters, replacing what they held: a dict's losses each into
+        their own parameter group only.
+
+        Parameters
+        ----------
+        loss : tensor or dict of tensors
+            A scalar loss, or group name -> scalar loss (None or absent: that group gets none).
+        """
+        for p in self.trainable_parameters():  # not optimizer.zero_grad: no optimizer is needed here
+            p.grad = None
+        if isinstance(loss, dict):
+            groups = self._parameter_groups()
+            todo = [(loss[g], groups[g]) for g in groups if loss.get(g) is not None]
+            for i, (group_loss, group_params) in enumerate(todo):
+                # Each loss trains its own group: the policy loss of SAC flows through
+                # the critics but must not change them.
+                grads = torch.autograd.grad(group_loss, group_params, retain_graph=i < len(todo) - 1,
+                                            allow_unused=True)
+                for p, g in zip(group_params, grads):
+                    p.grad = g
+        else:
+            loss.backward()
+
+    def eager_gradients(self, batch):
+        """The reference path of ``compute_gradients``: ``compute_loss``, then
+        ``write_gradients``; returns the info.
+
+        Parameters
+        ----------
+        batch : dict of tensors
+            One mini-batch.
+        """
+        loss, info = self.compute_loss(batch)
+        self.write_gradients(loss)
+        return info
 
     def compute_gradients(self, batch, grads_to_cpu=True, return_grads=True):
         """Back-propagate the loss of ``batch`` into the ``.grad`` fields of the trainable parameters.
@@ -286,30 +402,13 @@ class Algorithm(ABC):
         info : dict
             Loss components and statistics of this mini-batch.
         """
-        engine = self.update_engine
-        params = self.trainable_parameters()
-        if engine is not None:
-            info = engine(batch)  # fills every parameter's .grad
-        else:
-            loss, info = self.compute_loss(batch)
-            for p in params:  # not optimizer.zero_grad: no optimizer is needed here
-                p.grad = None
-            if isinstance(loss, dict):
-                groups = self._parameter_groups()
-                todo = [(loss[g], groups[g]) for g in groups if loss.get(g) is not None]
-                for i, (group_loss, group_params) in enumerate(todo):
-                    # Each loss trains its own group: the policy loss of SAC flows through
-                    # the critics but must not change them.
-                    grads = torch.autograd.grad(group_loss, group_params, retain_graph=i < len(todo) - 1,
-                                                allow_unused=True)
-                    for p, g in zip(group_params, grads):
-                        p.grad = g
-            else:
-                loss.backward()
+        engine = self.update_engine or self.graph_update
+        # Either fast path fills every parameter's .grad as eager_gradients does.
+        info = self.eager_gradients(batch) if engine is None else engine(batch)
         if not return_grads:
             return None, info
         grads = []
-        for p in params:
+        for p in self.trainable_parameters():
             g = p.grad
             if g is not None:
                 # A copy, always: apply_gradients clips .grad in place.
@@ -424,6 +523,40 @@ class Algorithm(ABC):
                 setattr(self, name, value)
         self._sync_optimizers()
         self.updates_applied = state.get("updates_applied", state.get("num_updates", 0))
+
+
+def tensors_to_host(info):
+    """``info`` with its tensors read back to the host: a 0-d tensor becomes a Python number
+    (as ``Tensor.item``), any other a numpy array of its shape; other values are kept, and
+    keys keep their order. The tensors of a device other than the CPU come back in one
+    transfer per device and dtype: one synchronisation with a GPU instead of one per metric.
+
+    Parameters
+    ----------
+    info : dict
+        Metric name -> tensor or Python value.
+    """
+    host = dict(info)
+    remote = {}
+    for key, value in info.items():
+        if isinstance(value, torch.Tensor):
+            if value.is_cpu:    # no transfer to save: the cheapest conversion
+                host[key] = value.item() if value.dim() == 0 else value.detach().numpy()
+            else:
+                remote.setdefault((value.device, value.dtype), []).append(key)
+    for keys in remote.values():
+        scalars = [k for k in keys if info[k].dim() == 0]
+        arrays = [k for k in keys if info[k].dim() != 0]
+        parts = [torch.stack([info[k] for k in scalars])] if scalars else []
+        parts += [info[k].reshape(-1) for k in arrays]
+        values = (parts[0] if len(parts) == 1 else torch.cat(parts)).detach().cpu().numpy()
+        host.update(zip(scalars, values[:len(scalars)].tolist()))
+        start = len(scalars)
+        for k in arrays:
+            end = start + info[k].numel()
+            host[k] = values[start:end].reshape(info[k].shape)
+            start = end
+    return host
 
 
 def _split_weights(weights):

@@ -175,7 +175,11 @@ class DDQN(OffPolicyAlgorithm):
                            f"(key {TARGET!r}); this batch has {sorted(batch)}: its storage does not keep them")
         return target
 
-    def compute_loss(self, batch):
+    def host_stats(self):
+        """The exploration rate of the update (``Epsilon``)."""
+        return {"Epsilon": self.epsilon}
+
+    def loss_tensors(self, batch):
         if RHS in batch:
             return self.sequence_loss(batch)
         obs, act, rew, obs2, discount, weights = self.unpack_batch(batch)
@@ -191,14 +195,14 @@ class DDQN(OffPolicyAlgorithm):
     def td_loss(self, q, target, weights):
         """``(loss, info, td)``: the (importance-weighted) mean squared or Huber error of the
         Q-values ``q`` against ``target`` (same shapes, ``weights`` (B, 1) broadcast over
-        the other dimensions), its statistics and the TD errors ``q - target``."""
+        the other dimensions), its statistics (0-d tensors) and the TD errors ``q - target``."""
         loss, td, _ = q_learning.td_loss(TORCH, q, target, weights, self.loss, grad=False)
-        info = {"Loss": float(loss.detach()), "QMean": float(q.detach().mean()), "Epsilon": self.epsilon}
-        return loss, info, td
+        return loss, {"Loss": loss.detach(), "QMean": q.detach().mean()}, td
 
     # ------------------------------------------------------------ sequences
     def sequence_loss(self, batch):
-        """Loss of a mini-batch of sequences (recurrent actor, ``RecurrentReplayBuffer``).
+        """Loss and info tensors of a mini-batch of sequences (recurrent actor,
+        ``RecurrentReplayBuffer``), as ``loss_tensors``.
 
         ``batch``: ``OBS``, ``OBS2`` (S, B, *obs_shape) and ``DONE`` (S, B, 1), time first;
         ``RHS`` (B, state size), the state stored at each sequence's start; ``ACT``,

@@ -24,7 +24,8 @@ def numpy_update(build, reproduces, actor_reproduces):
         ``OffPolicyActor``'s methods it computes.
     """
     return accel.Accelerator("update", "numpy update", build,
-                             ("compute_loss", "unpack_batch", "report_td_errors") + tuple(reproduces),
+                             ("compute_loss", "loss_tensors", "host_stats", "unpack_batch", "report_td_errors")
+                             + tuple(reproduces),
                              actor_class=OffPolicyActor, actor_reproduces=("_obs_features",) + tuple(actor_reproduces),
                              fallback="updating in torch")
 
@@ -143,7 +144,8 @@ class OffPolicyAlgorithm(Algorithm):
 
     @staticmethod
     def report_td_errors(info, td, weights):
-        """Add per-sample |TD errors| to ``info`` for a prioritized replay (the storage
-        takes them out before the info leaves the gradient worker)."""
+        """Add per-sample |TD errors| to ``info`` for a prioritized replay, as a tensor (N,)
+        (``compute_loss`` reads it back with the other metrics; the storage takes it out
+        before the info leaves the gradient worker)."""
         if weights is not None:
-            info[TD_ERROR] = td.detach().abs().reshape(-1).cpu().numpy()
+            info[TD_ERROR] = td.detach().abs().reshape(-1)

@@ -1,9 +1,8 @@
 """Shared machinery of the actor-critic on-policy algorithms (PPO, A2C)."""
 
-import torch
-
 from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, RHS, VAL
 from pytorchrl.agent import accel
+from pytorchrl.agent.accel.cuda_graph import graph_accelerator
 from pytorchrl.agent.accel.losses.actor_critic import normalize_advantages, reference_actor_critic
 from pytorchrl.agent.accel.on_policy import FusedCategoricalLoss, NumpyActorCriticUpdate
 from pytorchrl.agent.accel.xp import TORCH
@@ -23,9 +22,10 @@ def actor_critic_accelerators():
     """The fast paths an on-policy algorithm declares (``accel.accelerated``): the numpy
     update of categorical MLP actor-critics on the CPU and the fused torch loss of the
     other categorical actors. Both compute ``policy_objective`` with the value and entropy
-    terms of ``compute_loss``, from ``OnPolicyActor``'s networks."""
-    reproduces = ("compute_loss", "policy_loss", "policy_objective")
-    return (accel.Accelerator("update", "numpy update", NumpyActorCriticUpdate.build, reproduces,
+    terms of ``loss_tensors``, from ``OnPolicyActor``'s networks; the numpy update also
+    reports what ``host_stats`` adds (nothing)."""
+    reproduces = ("compute_loss", "loss_tensors", "policy_loss", "policy_objective")
+    return (accel.Accelerator("update", "numpy update", NumpyActorCriticUpdate.build, reproduces + ("host_stats",),
                               actor_class=OnPolicyActor,
                               actor_reproduces=("logits_and_value", "evaluate_actions", "_features"),
                               fallback="updating in torch"),
@@ -34,6 +34,7 @@ def actor_critic_accelerators():
                               fallback="computing the loss operator by operator"))
 
 
+@accel.accelerated(graph_accelerator())
 class OnPolicyAlgorithm(Algorithm):
     """Actor-critic algorithm trained on advantage-weighted log-probabilities.
 
@@ -42,7 +43,9 @@ class OnPolicyAlgorithm(Algorithm):
     class adds the value and entropy terms, builds the optimizer and exposes the
     hyperparameters every on-policy algorithm shares. Subclasses declaring
     ``actor_critic_accelerators`` (PPO, A2C) get the numpy update and the fused loss while
-    they override none of ``compute_loss``, ``policy_loss`` and ``policy_objective``.
+    they override none of ``compute_loss``, ``loss_tensors``, ``policy_loss`` and
+    ``policy_objective``; on a CUDA device the update is captured as CUDA graphs while
+    ``compute_loss`` is this class's (``accel.cuda_graph``).
     Collectors store the log-probability and value of every step (``acting_extras``) and
     bootstrap rollouts with the value of their last observation (``bootstrap``).
 
@@ -154,8 +157,9 @@ class OnPolicyAlgorithm(Algorithm):
     #: Range of PPO's value clipping (None: the value loss is not clipped).
     value_clip = None
 
-    def compute_loss(self, batch, fused=True):
-        """Return (loss, info dict of floats) for one mini-batch.
+    def loss_tensors(self, batch, fused=True):
+        """Return (loss, info dict of 0-d tensors) for one mini-batch (see
+        ``Algorithm.loss_tensors``).
 
         Parameters
         ----------
@@ -182,14 +186,16 @@ class OnPolicyAlgorithm(Algorithm):
             loss, info = reference_actor_critic(logp, entropy, value, batch[LOGP], adv, batch[RET], batch.get(VAL),
                                                 self.policy_loss, self.value_clip, self.value_loss_coef,
                                                 self.entropy_coef)
-        # One conversion for all the reported scalars instead of one per scalar.
-        return loss, dict(zip(info, torch.stack(list(info.values())).tolist()))
+        return loss, info
+
+    def compute_loss(self, batch, fused=True):
+        """Return (loss, info dict of floats) for one mini-batch: ``loss_tensors(batch,
+        fused)`` with its info read back to the host (``Algorithm.compute_loss``)."""
+        loss, info = self.loss_tensors(batch, fused)
+        return loss, self.info_to_host(info)
 
     @property
     def fused_loss(self):
         """The fused loss (``accel.on_policy.FusedCategoricalLoss``) when it applies to this
         algorithm and actor, else None (said once). Chosen on first use."""
-        loss = self.__dict__.get("_fused_loss")
-        if loss is None:
-            loss = self._fused_loss = accel.build(self, "loss") or False
-        return loss or None
+        return self._derived("_fused_loss", lambda: accel.build(self, "loss"))

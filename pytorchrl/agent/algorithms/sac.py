@@ -108,7 +108,7 @@ class SAC(OffPolicyAlgorithm):
         """Current entropy coefficient."""
         return float(self.alpha_module.log_alpha.detach().exp())
 
-    def compute_loss(self, batch):
+    def loss_tensors(self, batch):
         obs, act, rew, obs2, discount, weights = self.unpack_batch(batch)
         actor, target = self.actor, self.target
         log_alpha = self.alpha_module.log_alpha
@@ -135,9 +135,8 @@ class SAC(OffPolicyAlgorithm):
             pi_loss, alpha_loss, entropy, _ = sac.policy_and_alpha_losses(
                 TORCH, actor.q_values(obs, a_pi), logp_pi, log_alpha, alpha, self.target_entropy, grad=False)
         q_loss, td, _ = q_learning.critic_loss(TORCH, q, y, weights, scale=0.5, grad=False)
-        info = {"LossQ": float(q_loss.detach()), "LossPi": float(pi_loss.detach()),
-                "LossAlpha": float(alpha_loss.detach()), "Alpha": float(alpha), "QMean": float(q.detach().mean()),
-                "Entropy": float(entropy.mean())}
+        info = {"LossQ": q_loss.detach(), "LossPi": pi_loss.detach(), "LossAlpha": alpha_loss.detach(),
+                "Alpha": alpha, "QMean": q.detach().mean(), "Entropy": entropy.mean()}
         self.report_td_errors(info, td.detach().abs().mean(0), weights)
         return {"q": q_loss, "pi": pi_loss, "alpha": alpha_loss}, info
 

@@ -77,7 +77,12 @@ class DDPG(OffPolicyAlgorithm):
         """Actions of the target policy at the next observations (TD3 smooths them)."""
         return self.target.deterministic_policy(obs2)
 
-    def compute_loss(self, batch):
+    def update_variant(self):
+        """Whether the update trains the policy (``policy_step``): the two updates of TD3's
+        delay are two different computations."""
+        return (self.policy_step(),)
+
+    def loss_tensors(self, batch):
         obs, act, rew, obs2, discount, weights = self.unpack_batch(batch)
         actor = self.actor
         a = actor.scaler.from_env(act)
@@ -87,12 +92,12 @@ class DDPG(OffPolicyAlgorithm):
         q = actor.q_values(obs, a)
         q_loss, td, _ = q_learning.critic_loss(TORCH, q, y, weights, grad=False)
         losses = {"q": q_loss}
-        info = {"LossQ": float(q_loss.detach()), "QMean": float(q.detach().mean())}
+        info = {"LossQ": q_loss.detach(), "QMean": q.detach().mean()}
         if self.policy_step():
             pi_loss, _ = deterministic.policy_loss(TORCH, actor.q_values(obs, actor.deterministic_policy(obs))[0],
                                                    grad=False)
             losses["pi"] = pi_loss
-            info["LossPi"] = float(pi_loss.detach())
+            info["LossPi"] = pi_loss.detach()
         self.report_td_errors(info, td.detach().abs().mean(0), weights)
         return losses, info
 
