@@ -20,16 +20,8 @@ def validate_config(raw):
     raw : dict
         The configuration as loaded from YAML (and after overrides).
 
-    Returns
-    -------
-    dict
-        Top-level keys, then one mapping per section in ``SECTION_ORDER``
-        (``schedules``: a list of mappings).
-
-    Raises
-    ------
-    ConfigError
-        For the first problem found.
+    Returns and raises as ``pytorchrl.config.validate.check_config``; an error in a value
+    that the preset, not the file, wrote says so.
     """
     name = raw.get("preset") if isinstance(raw, dict) else None
     if name is None:
