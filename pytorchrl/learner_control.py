@@ -64,7 +64,7 @@ class LearnerControl:
     def replace_agent_component(self, component_name, new_component_factory, env_step):
         """Replace an agent component on every worker (see ``Learner.replace_agent_component``);
         ``env_step`` dates the log entry."""
-        from pytorchrl.scheme.collection.c_worker import AGENT_COMPONENTS
+        from pytorchrl.scheme.base.components import AGENT_COMPONENTS
         if component_name not in AGENT_COMPONENTS:
             raise ValueError(f"unknown agent component {component_name!r}; valid: {list(AGENT_COMPONENTS)}")
         self.update_worker.replace_agent_component(component_name, new_component_factory)

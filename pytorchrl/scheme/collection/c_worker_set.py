@@ -108,6 +108,9 @@ class CWorkerSet(WorkerSet):
         Central inference (``policy="server"``, SEED): the workers that collect act through
         this server; the set sends it the local worker's weights whenever their version
         changes (before each collection) instead of sending weights with the requests.
+    borrow_from : object or None
+        The gradient worker that owns this set: the local worker acts with its actor and
+        algorithm (``CWorker``'s ``borrow_from``). None: the local worker builds its own.
 
     Episode budget (``set_episode_budget``). Once the rollouts handed over hold that many
     finished episodes, ``collect`` raises ``EpisodeBudgetSpent`` instead of collecting. With
@@ -138,7 +141,7 @@ class CWorkerSet(WorkerSet):
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
                  rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
-                 weight_pull_every=None, inference_server=None, queues=None):
+                 weight_pull_every=None, inference_server=None, queues=None, borrow_from=None):
         from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
@@ -195,7 +198,7 @@ class CWorkerSet(WorkerSet):
         self.evaluates = total_parent_workers <= 1 or index_parent <= 1
         self._local_params = dict(train_envs_factory=train_envs_factory if num_workers == 0 else no_envs,
                                   test_envs_factory=test_envs_factory if self.evaluates else no_envs,
-                                  compress_data_to_send=False, weight_board=None)
+                                  compress_data_to_send=False, weight_board=None, borrow_from=borrow_from)
         if num_workers and inference_server is not None:
             # A local worker that collects nothing acts (evaluates) with the learner's weights.
             self._local_params.update(policy="learned", inference_server=None)
@@ -605,9 +608,7 @@ class CWorkerSet(WorkerSet):
         """
         local = self.local_worker()
         remotes = self.remote_workers()
-        if self.inference_server is not None and method == "replace_agent_component" and args[0] == "actor":
-            raise ValueError("replace_agent_component('actor') is not supported with an inference server "
-                             "(col_policy='server'): the server's actor would keep the old network")
+        self.check_control(method, args)
         # A local worker that collects nothing keeps no train envs, and one that does not
         # evaluate keeps no test envs: neither gets new ones.
         if method == "replace_agent_component" and ((args[0] == "envs_train" and remotes)
@@ -630,6 +631,14 @@ class CWorkerSet(WorkerSet):
             else:
                 self._check_acks(list(enumerate(refs)), gather(refs))
         return from_local
+
+    def check_control(self, method, args):
+        """Raise ValueError if ``apply_to_all(method, *args)`` would be refused, before anything
+        changes (the gradient worker owning this set asks first, then changes its own
+        components)."""
+        if self.inference_server is not None and method == "replace_agent_component" and args[0] == "actor":
+            raise ValueError("replace_agent_component('actor') is not supported with an inference server "
+                             "(col_policy='server'): the server's actor would keep the old network")
 
     def _check_acks(self, pending, outcomes):
         """Deal with the outcomes of calls ``pending`` ((position, ref) pairs) made by
