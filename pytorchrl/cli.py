@@ -293,7 +293,8 @@ def presets_command(args):
 def _print_agent_preset(agent, full):
     """Print an agent preset: name, example file, description, then its values section by
     section (``full``) or one line saying what it combines."""
-    values = agent.resolved()
+    from pytorchrl.config.loader import resolve_agent_preset
+    values = resolve_agent_preset(agent)
     print(f"{agent.name}  (examples/configs/{agent.file})\n  {agent.description}")
     if not full:
         env, scheme = values.get("env", {}), values.get("scheme") or {}

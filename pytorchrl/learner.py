@@ -1,29 +1,29 @@
-"""Learner: drives a Scheme, keeps metrics, applies hot-swaps and saves models."""
+"""Learner: drives a Scheme (the training loop, its stop conditions, schedules and the
+policy on non-finite updates).
+
+Its other roles live beside it and are reached through its methods: the metrics in
+``pytorchrl.learner_metrics``, saved models and checkpoints in
+``pytorchrl.learner_checkpoint``, hot-swaps in ``pytorchrl.learner_control``.
+"""
 
 import collections
 import logging
-import math
 import os
-import time
 
 import numpy as np
-import torch
 
-from pytorchrl import checkpoint as ckpt
-from pytorchrl.agent.algorithms.base import check_parameter
-
-#: Episodes averaged in ``Episodes/TrainReward``.
-RECENT_EPISODES = 100
-#: Seconds of history used for the steps-per-second figure.
-FPS_WINDOW_S = 10.0
-#: Worker restarts kept in ``Learner.worker_events``.
-RECENT_EVENTS = 1000
-#: Running counts of the collector sets (``CWorkerSet.stats``, reported per gradient worker
-#: as ``col_<name>``) and the ``Scheme/`` metric of their sum.
-COL_COUNT_METRICS = {"dropped_rollouts": "DroppedRollouts", "weight_pulls": "WeightPulls",
-                     "weight_bytes": "BytesToCollectors"}
+from pytorchrl import learner_checkpoint
+from pytorchrl.learner_control import LearnerControl
+from pytorchrl.learner_metrics import LearnerMetrics
 
 logger = logging.getLogger("pytorchrl")
+
+
+def _kept_by(part, name, doc):
+    """A Learner attribute held by one of its parts (``metrics``, ``control``): read and
+    set through the learner as if it were its own."""
+    return property(lambda self: getattr(getattr(self, part), name),
+                    lambda self, value: setattr(getattr(self, part), name, value), doc=doc)
 
 
 class NonFiniteUpdatesError(RuntimeError):
@@ -79,6 +79,10 @@ class Learner:
 
     Attributes
     ----------
+    metrics : LearnerMetrics
+        Counts and metrics of the run, from what the updates report (``get_metrics``).
+    control : LearnerControl
+        Validates, sends and logs hot-swaps (``update_algorithm_parameter``, ...).
     episode_records : list of dict
         Every finished training episode, in the order handed over: ``episode`` (1-based),
         ``return``, ``length``, ``grad_worker``, ``col_worker``, ``env_steps`` (when it was
@@ -103,6 +107,7 @@ class Learner:
         is logged as a warning on the "pytorchrl" logger.
     """
 
+
     def __init__(self, scheme, target_steps, log_dir=None, schedules=None, checkpoint_replay=False,
                  max_nonfinite_updates=100, target_episodes=None, cutoff=None, rolling_reward_length=20,
                  record_episodes=False):
@@ -122,8 +127,6 @@ class Learner:
         self.target_episodes = target_episodes
         self.cutoff = cutoff
         self.rolling_reward_length = int(rolling_reward_length)
-        self.record_episodes = bool(record_episodes)
-        self.episode_records = []
         self._returns = collections.deque(maxlen=2 * self.rolling_reward_length)  # for the cutoff test
         self.budget_spent = False
         self.plateau = False
@@ -137,37 +140,33 @@ class Learner:
         self.log_dir = log_dir
         if log_dir:
             os.makedirs(log_dir, exist_ok=True)
-        self.num_samples_collected = 0
         self.num_updates = 0
-        self.num_episodes = 0
-        self.policy_version = 0   # newest weight version (publication) seen in a gradient's information
-        self.start_time = time.time()
-        self._replay_last = (self.start_time, 0, 0)  # (time, inserts, samples) at the last replay metrics
-        self._inference_last = (self.start_time, 0)  # (time, batches) at the last inference metrics
-        self._episodes = collections.deque(maxlen=RECENT_EPISODES)
-        self._episode_lengths = collections.deque(maxlen=RECENT_EPISODES)
-        self._fps_history = collections.deque([(time.perf_counter(), 0)])
-        self._algo_info = collections.defaultdict(list)
-        self._scheme_info = collections.defaultdict(list)
-        self._time_info = collections.defaultdict(float)
-        self._col_counts = {}    # running count of the collector sets -> {gradient worker: value}
-        self.bytes_from_collectors = 0
-        self.worker_restarts = 0
-        self.env_restarts = 0
-        self.worker_events = collections.deque(maxlen=RECENT_EVENTS)
-        self.on_worker_event = logger.warning
+        self.metrics = LearnerMetrics(scheme, self.update_worker, record_episodes, on_worker_event=logger.warning)
+        self.control = LearnerControl(self.update_worker)
         self.skipped_updates = 0
         self._skips_in_a_row = 0
         self.on_warning = logger.warning
-        self.test_reward = None
-        self.hot_swaps = []   # (env step, kind, name, value) of every change applied
         self.schedules = list(schedules or [])
         for sched in self.schedules:
             # Refuse a schedule of an unknown parameter now, not mid-run.
-            current = (self._local_algo().hyperparameters if sched.target == "algorithm"
-                       else self._local_storage().hyperparameters)
-            check_parameter(current, sched.name, sched.start, f"scheduled {sched.target} parameter")
+            self.control.check(sched.target, sched.name, sched.start, f"scheduled {sched.target} parameter")
         self._apply_schedules()
+
+    # Counts, records and logs kept by the learner's parts, read and set here as before.
+    num_samples_collected = _kept_by("metrics", "env_steps", "Environment steps collected since the start.")
+    num_episodes = _kept_by("metrics", "num_episodes", "Training episodes finished since the start.")
+    policy_version = _kept_by("metrics", "policy_version",
+                              "Newest weight version (publication) seen in a gradient's information.")
+    test_reward = _kept_by("metrics", "test_reward", "Latest evaluation's mean return (None before one).")
+    record_episodes = _kept_by("metrics", "record_episodes", "See the class docstring.")
+    episode_records = _kept_by("metrics", "episode_records", "See the class docstring.")
+    worker_restarts = _kept_by("metrics", "worker_restarts", "See the class docstring.")
+    env_restarts = _kept_by("metrics", "env_restarts", "See the class docstring.")
+    worker_events = _kept_by("metrics", "worker_events", "See the class docstring.")
+    on_worker_event = _kept_by("metrics", "on_worker_event", "See the class docstring.")
+    bytes_from_collectors = _kept_by("metrics", "bytes_from_collectors", "See the class docstring.")
+    start_time = _kept_by("metrics", "start_time", "``time.time()`` when the run started (resumed runs included).")
+    hot_swaps = _kept_by("control", "hot_swaps", "(env step, kind, name, value) of every change applied.")
 
     # ------------------------------------------------------------------ training
     def step(self):
@@ -189,13 +188,13 @@ class Learner:
         # One update per step: with several gradient workers every info says the same.
         skipped = any(info.get("update_skipped") for info in infos)
         for info in infos:
-            self._record(info, skipped)
+            returns = self.metrics.record(info, skipped)
+            if "collected_samples" in info:
+                self._returns.extend(returns)
+                self.plateau = self.plateau or self._plateaued()
         self._count_skip(skipped)
         self._apply_schedules()
-        now = time.perf_counter()
-        self._fps_history.append((now, self.num_samples_collected))
-        while len(self._fps_history) > 2 and now - self._fps_history[1][0] > FPS_WINDOW_S:
-            self._fps_history.popleft()
+        self.metrics.tick()
         return infos
 
     def _apply_schedules(self):
@@ -231,58 +230,6 @@ class Learner:
                 f"weights are those of the last finite update. Lower the learning rate, clip gradients "
                 f"(max_grad_norm) or check the environment's observations and rewards")
 
-    def _record(self, info, skipped=False):
-        # Every metric the algorithm reports reaches get_metrics (no fixed list of keys);
-        # those of a skipped update describe no change of the weights (and would turn the
-        # interval's means into NaN): left out, the skip is counted instead.
-        for key, value in ({} if skipped else info.get("algo", {})).items():
-            if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
-                self._algo_info[key].append(float(value))
-        for key in ("grad_time", "col_time", "prepare_time", "wait_time", "update_time", "collect_wait"):
-            if key in info:
-                self._time_info[key] += info[key]
-        if "version" in info:
-            self.policy_version = max(self.policy_version, int(info["version"]))
-        if "grad_asynchrony" in info:
-            self._scheme_info["GradAsynchrony"].append(info["grad_asynchrony"])
-        for event in info.get("worker_events", ()):
-            if event["kind"] == "env":
-                self.env_restarts += 1
-            else:
-                self.worker_restarts += 1
-            self.worker_events.append((self.num_samples_collected, event))
-            self.on_worker_event(event["text"])
-        if "collected_samples" in info:
-            self.num_samples_collected += int(info["collected_samples"])
-            sources = info.get("episode_sources") or [(None, None)] * len(info.get("episodes", ()))
-            for (ret, length), (grad_worker, col_worker) in zip(info.get("episodes", ()), sources):
-                self._episodes.append(ret)
-                self._episode_lengths.append(length)
-                self.num_episodes += 1
-                if self.record_episodes:
-                    self.episode_records.append({"episode": self.num_episodes, "return": float(ret), "length": int(length),
-                                                 "grad_worker": grad_worker, "col_worker": col_worker,
-                                                 "env_steps": self.num_samples_collected,
-                                                 "time": round(time.time() - self.start_time, 3)})
-                self._returns.append(float(ret))
-            self.plateau = self.plateau or self._plateaued()
-            self._scheme_info["PolicyLag"].append(info.get("policy_lag", 0.0))
-            self._scheme_info["MaxPolicyLag"].append(max(info.get("policy_lags") or [0]))
-            self._scheme_info["CutRollouts"].append(info.get("cut_rollouts", 0))
-            if "sent_bytes" in info:
-                self._scheme_info["BytesSent"].append(info["sent_bytes"])
-                self._scheme_info["BytesRaw"].append(info["raw_bytes"])
-                self.bytes_from_collectors += int(info["sent_bytes"])
-            for stat in COL_COUNT_METRICS:
-                if f"col_{stat}" in info:
-                    # A running count per gradient worker: the metric is their sum.
-                    self._col_counts.setdefault(stat, {})[info.get("index_worker", 0)] = info[f"col_{stat}"]
-        if "grad_sent_bytes" in info:
-            self._scheme_info["GradBytesSent"].append(info["grad_sent_bytes"])
-            self._scheme_info["GradBytesRaw"].append(info["grad_raw_bytes"])
-        if info.get("TestReward") is not None:
-            self.test_reward = float(info["TestReward"])
-
     def _plateaued(self):
         """The ``cutoff`` test: the last two windows of returns differ by less than it."""
         n = self.rolling_reward_length
@@ -308,28 +255,13 @@ class Learner:
         policy : str
             Written in every row.
         """
-        import csv
-        path = self._path(path)
-        fields = ["episode", "return", "length", "grad_worker", "col_worker", "env_steps", "time", "policy"]
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            for record in self.episode_records:
-                writer.writerow({**record, "policy": policy})
-        returns = [r["return"] for r in self.episode_records]
-        collectors = {(r["grad_worker"], r["col_worker"]) for r in self.episode_records}
-        if not returns:
-            return f"0 episodes, policy {policy}; {path}"
-        return (f"{len(returns)} episodes over {len(collectors)} collectors, policy {policy}: mean return "
-                f"{np.mean(returns):.2f} (min {np.min(returns):.2f}, max {np.max(returns):.2f}), mean length "
-                f"{np.mean([r['length'] for r in self.episode_records]):.1f}; {path}")
+        return self.metrics.write_episode_records(self._path(path), policy)
 
     # ------------------------------------------------------------------- metrics
     @property
     def fps(self):
         """Environment steps per second over the last ``FPS_WINDOW_S`` seconds."""
-        (t0, s0), (t1, s1) = self._fps_history[0], self._fps_history[-1]
-        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+        return self.metrics.fps
 
     def get_metrics(self, add_algo_metrics=True, add_episodes_metrics=False, add_scheme_metrics=False,
                     add_time_metrics=False):
@@ -370,100 +302,9 @@ class Learner:
         add_time_metrics : bool
             Steps per second, elapsed time, seconds spent in each phase.
         """
-        # Updates are optimizer steps; PolicyVersion counts weight publications (update rounds).
-        m = {"Scheme/EnvSteps": self.num_samples_collected, "Scheme/Updates": self.num_updates,
-             "Scheme/PolicyVersion": self.policy_version}
-        if add_algo_metrics:
-            for key, values in self._algo_info.items():
-                if values:
-                    m[f"Algorithm/{key}"] = float(np.mean(values))
-            self._algo_info.clear()
-        if add_episodes_metrics:
-            m["Episodes/TrainReward"] = float(np.mean(self._episodes)) if self._episodes else math.nan
-            m["Episodes/TrainLength"] = float(np.mean(self._episode_lengths)) if self._episode_lengths else math.nan
-            m["Episodes/Episodes"] = self.num_episodes
-            if self.test_reward is not None:
-                m["Episodes/TestReward"] = self.test_reward
-        if add_scheme_metrics:
-            s = self._scheme_info
-            if s.get("PolicyLag"):
-                m["Scheme/PolicyLag"] = float(np.mean(s["PolicyLag"]))
-            if s.get("GradAsynchrony"):
-                m["Scheme/GradAsynchrony"] = float(np.mean(s["GradAsynchrony"]))
-            if s.get("CutRollouts"):
-                m["Scheme/CutRollouts"] = int(np.sum(s["CutRollouts"]))
-            if s.get("BytesSent"):
-                m["Scheme/BytesSent"] = int(np.sum(s["BytesSent"]))
-                m["Scheme/CompressionRatio"] = float(np.sum(s["BytesRaw"]) / max(1, np.sum(s["BytesSent"])))
-            if s.get("MaxPolicyLag"):
-                m["Scheme/MaxPolicyLag"] = int(np.max(s["MaxPolicyLag"]))
-            if s.get("GradBytesSent"):
-                m["Scheme/GradBytesSent"] = int(np.sum(s["GradBytesSent"]))
-                m["Scheme/GradCompressionRatio"] = float(np.sum(s["GradBytesRaw"]) / max(1, np.sum(s["GradBytesSent"])))
-            for stat, name in COL_COUNT_METRICS.items():
-                if stat in self._col_counts:
-                    m[f"Scheme/{name}"] = int(sum(self._col_counts[stat].values()))
-            m["Scheme/BytesFromCollectors"] = self.bytes_from_collectors
-            m["Scheme/WorkerRestarts"] = self.worker_restarts
-            m["Scheme/EnvRestarts"] = self.env_restarts
-            m["Scheme/SkippedUpdates"] = self.skipped_updates
-            dropped_grads = getattr(self.update_worker, "stats", {}).get("dropped_gradients", 0)
-            if dropped_grads:
-                m["Scheme/DroppedGradients"] = int(dropped_grads)
-            m.update(self._replay_metrics())
-            m.update(self._inference_metrics())
-            m.update(self._queue_metrics())
-            for key in ("PolicyLag", "MaxPolicyLag", "GradAsynchrony", "CutRollouts", "BytesSent", "BytesRaw",
-                        "GradBytesSent", "GradBytesRaw"):
-                s.pop(key, None)
-        if add_time_metrics:
-            m["Time/FPS"] = self.fps
-            m["Time/Elapsed"] = time.time() - self.start_time
-            for key, value in self._time_info.items():
-                m[f"Time/{key}"] = value
-        return m
-
-    def _replay_metrics(self):
-        """The replay server's metrics (see ``get_metrics``); empty on the direct data path."""
-        replay_stats = getattr(self.scheme, "replay_stats", None)
-        stats = replay_stats() if replay_stats is not None else None
-        if stats is None:
-            return {}
-        now = time.time()
-        last_t, last_inserts, last_samples = self._replay_last
-        elapsed = max(1e-9, now - last_t)
-        self._replay_last = (now, stats["inserts"], stats["samples"])
-        return {"Replay/InsertsPerS": (stats["inserts"] - last_inserts) / elapsed,
-                "Replay/SamplesPerS": (stats["samples"] - last_samples) / elapsed,
-                "Replay/MeasuredRatio": stats["measured_ratio"], "Replay/Size": stats["size"],
-                "Replay/InsertBlockedS": stats["insert_blocked_s"], "Replay/SampleBlockedS": stats["sample_blocked_s"]}
-
-    def _inference_metrics(self):
-        """The inference server's metrics (see ``get_metrics``); empty without one."""
-        inference_stats = getattr(self.scheme, "inference_stats", None)
-        stats = inference_stats() if inference_stats is not None else None
-        if stats is None:
-            return {}
-        now = time.time()
-        last_t, last_calls = self._inference_last
-        self._inference_last = (now, stats["batches"])
-        return {"Inference/MeanBatch": stats["mean_batch"], "Inference/Calls": stats["batches"],
-                "Inference/CallsPerS": (stats["batches"] - last_calls) / max(1e-9, now - last_t),
-                "Inference/MeanWaitMs": stats["mean_wait_ms"]}
-
-    def _queue_metrics(self):
-        """The queue server's counters (see ``QueueServer.stats``) as ``Queues/*`` metrics:
-        rollouts held now, puts, pops and rollouts popped, pops from other gradient workers'
-        queues (work stealing), seconds collectors waited for room and gradient workers
-        for data, bytes put and the largest queue seen; empty on the other data paths."""
-        queue_stats = getattr(self.scheme, "queue_stats", None)
-        stats = queue_stats() if queue_stats is not None else None
-        if stats is None:
-            return {}
-        names = {"held": "Held", "puts": "Puts", "pops": "Pops", "popped_rollouts": "PoppedRollouts",
-                 "stolen_pops": "StolenPops", "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
-                 "bytes_in": "BytesIn", "max_size": "MaxSize"}
-        return {f"Queues/{name}": stats[key] for key, name in names.items()}
+        return self.metrics.get_metrics(add_algo_metrics, add_episodes_metrics, add_scheme_metrics,
+                                        add_time_metrics, updates=self.num_updates,
+                                        skipped_updates=self.skipped_updates)
 
     def print_info(self, add_algo_info=True, add_episodes_info=True, add_scheme_info=False, add_time_info=False):
         """Print one line with the current metrics (same switches as ``get_metrics``)."""
@@ -477,39 +318,22 @@ class Learner:
         print(" | ".join(parts), flush=True)
 
     # ------------------------------------------------------------------ hot-swap
-    def _local_algo(self):
-        return self.update_worker.local_worker.algo
-
-    def _local_storage(self):
-        return self.update_worker.local_worker.storage
-
     def update_algorithm_parameter(self, parameter_name, new_parameter_value):
         """Change an algorithm hyperparameter on every worker, between updates.
 
         The request is validated here first: an unknown name raises ValueError listing the
         valid ones, a wrong type TypeError, and no worker is touched.
         """
-        check_parameter(self._local_algo().hyperparameters, parameter_name, new_parameter_value,
-                        f"{self._local_algo().name} hyperparameter")
-        value = self.update_worker.update_algorithm_parameter(parameter_name, new_parameter_value)
-        self.hot_swaps.append((self.num_samples_collected, "algorithm", parameter_name, value))
-        return value
+        return self.control.update_algorithm_parameter(parameter_name, new_parameter_value,
+                                                       self.num_samples_collected)
 
     def update_storage_parameter(self, parameter_name, new_parameter_value):
         """Change a storage parameter on every worker, between updates (validated here first)."""
-        check_parameter(self._local_storage().hyperparameters, parameter_name, new_parameter_value,
-                        f"{type(self._local_storage()).__name__} parameter")
-        value = self.update_worker.update_storage_parameter(parameter_name, new_parameter_value)
-        self.hot_swaps.append((self.num_samples_collected, "storage", parameter_name, value))
-        return value
+        return self.control.update_storage_parameter(parameter_name, new_parameter_value, self.num_samples_collected)
 
     def replace_agent_component(self, component_name, new_component_factory):
         """Replace an agent component (actor, algo, storage, envs_train, envs_test) on every worker."""
-        from pytorchrl.scheme.collection.c_worker import AGENT_COMPONENTS
-        if component_name not in AGENT_COMPONENTS:
-            raise ValueError(f"unknown agent component {component_name!r}; valid: {list(AGENT_COMPONENTS)}")
-        self.update_worker.replace_agent_component(component_name, new_component_factory)
-        self.hot_swaps.append((self.num_samples_collected, "component", component_name, repr(new_component_factory)))
+        self.control.replace_agent_component(component_name, new_component_factory, self.num_samples_collected)
 
     # -------------------------------------------------------------------- saving
     def _path(self, fname):
@@ -523,18 +347,7 @@ class Learner:
         intact) when the file cannot be written, or when the weights hold NaN or infinite
         values (a diverged model never replaces a good one).
         """
-        path = self._path(fname)
-        self._refuse_nonfinite_weights(path)
-        return ckpt.write_atomically(self.update_worker.save_model, path)
-
-    def _refuse_nonfinite_weights(self, path):
-        """Raise SaveError (naming ``path``) when a weight is NaN or infinite (the local copy
-        of the weights is made current first: ``UWorker.get_weights``)."""
-        bad = [k for k, v in self.update_worker.get_weights().items()
-               if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-        if bad:
-            raise ckpt.SaveError(f"{path} not written: the weights hold NaN or infinite values "
-                                 f"({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''})")
+        return learner_checkpoint.save_model(self.update_worker, self._path(fname))
 
     def save_checkpoint(self, fname="checkpoint.pt", extra=None, keep_previous=True):
         """Write the full training state; a relative ``fname`` goes into ``log_dir``. Returns the path.
@@ -570,31 +383,7 @@ class Learner:
             ``extra`` (or a component's state) holds a value that cannot be stored in
             plain types.
         """
-        path = self._path(fname)
-        self._refuse_nonfinite_weights(path)
-        local = self.update_worker.local_worker
-        state = {
-            "format": ckpt.FORMAT,
-            "algorithm": _algorithm_name(local.algo),
-            "actor": type(local.actor).__name__,
-            "worker": local.get_state(),
-            "learner": {"num_samples_collected": self.num_samples_collected, "num_updates": self.num_updates,
-                        "num_episodes": self.num_episodes, "episodes": list(self._episodes),
-                        "episode_lengths": list(self._episode_lengths), "test_reward": self.test_reward,
-                        "hot_swaps": [list(swap) for swap in self.hot_swaps],
-                        "elapsed": time.time() - self.start_time, "target_steps": self.target_steps},
-            "storage": dict(local.storage.hyperparameters),
-            "schedules": [s.last_sent for s in self.schedules],
-            # The actor's own generators (numpy acting samples from one) are part of the
-            # random state a resumed run must continue from.
-            "rng": {**ckpt.process_rng_state(), "actor": ckpt.generator_states(local.actor)},
-            "extra": extra,
-        }
-        if self.checkpoint_replay:
-            # The replay's contents, counters and sampling state: a resumed run samples
-            # from the same transitions (local gradient worker's replay only).
-            state["replay"] = {"contents": local.storage.state_dict(), "rng": ckpt.generator_states(local.storage)}
-        return ckpt.save_torch(ckpt.to_plain(state), path, keep_previous=keep_previous)
+        return learner_checkpoint.save_checkpoint(self, self._path(fname), extra, keep_previous)
 
     def load_checkpoint(self, path):
         """Restore a state written by ``save_checkpoint`` and send the weights to every worker.
@@ -621,45 +410,7 @@ class Learner:
             or saved by another algorithm, actor or network than this learner's (checked
             before anything is changed where possible).
         """
-        state = ckpt.read_checkpoint(path)
-        local = self.update_worker.local_worker
-        try:
-            _check_fits(state, local.algo, local.actor, path)
-            self.update_worker.set_state(state["worker"])
-            for name, value in state["worker"]["algo"]["hyperparameters"].items():
-                self.update_worker.update_algorithm_parameter(name, value)
-            for name, value in state.get("storage", {}).items():
-                self.update_worker.update_storage_parameter(name, value)
-            ls = state["learner"]
-            self.num_samples_collected = ls["num_samples_collected"]
-            self.num_updates = ls["num_updates"]
-            self.num_episodes = ls["num_episodes"]
-            self.policy_version = int(state["worker"]["version"])
-            if self.target_episodes is not None:
-                # The collectors count from zero again: only the episodes still to run.
-                self.update_worker.set_episode_budget(max(0, self.target_episodes - self.num_episodes))
-            self._episodes.clear()
-            self._episodes.extend(ls["episodes"])
-            self._episode_lengths.clear()
-            self._episode_lengths.extend(ls["episode_lengths"])
-            self.test_reward = ls["test_reward"]
-            self.hot_swaps = [tuple(swap) for swap in ls["hot_swaps"]]
-            self.start_time = time.time() - ls["elapsed"]
-            self._fps_history = collections.deque([(time.perf_counter(), self.num_samples_collected)])
-            for sched, last in zip(self.schedules, state.get("schedules", [])):
-                sched.last_sent = last
-            ckpt.set_generator_states(local.actor, state["rng"]["actor"], "actor")
-            ckpt.set_process_rng_state(state["rng"])
-            if "replay" in state and hasattr(local.storage, "load_state_dict"):
-                local.storage.load_state_dict(state["replay"]["contents"])
-                ckpt.set_generator_states(local.storage, state["replay"]["rng"], "storage")
-        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
-            if isinstance(exc, ckpt.CheckpointError):
-                raise
-            # A state dict of another shape, or a hyperparameter this algorithm refuses.
-            detail = " ".join(str(exc).split()) or type(exc).__name__
-            raise ckpt.CheckpointError(path, f"does not fit this run: {detail[:300]}") from None
-        return state.get("extra")
+        return learner_checkpoint.load_checkpoint(self, path)
 
     def evaluate(self, num_episodes=None):
         """Deterministic mean return of the current weights on the test environments."""
@@ -684,44 +435,6 @@ def _check_positive_int(name, value, none_ok=False):
         return
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be {'None or ' if none_ok else ''}a positive integer, got {value!r}")
-
-
-def _algorithm_name(algo):
-    return getattr(algo, "name", None) or type(algo).__name__
-
-
-def _check_fits(state, algo, actor, path):
-    """Raise CheckpointError unless ``state`` was saved by the same algorithm and actor
-    class with a network of the same parameters (names and shapes) and the same random
-    generators as ``actor``'s; done
-    before anything is loaded, so that a mismatch changes nothing (``path``: the file, for
-    the message)."""
-    saved, mine = state.get("algorithm"), _algorithm_name(algo)
-    if saved != mine:
-        raise ckpt.CheckpointError(path, f"saved by algorithm {saved}; this run's algorithm is {mine}")
-    if state.get("actor") != type(actor).__name__:
-        raise ckpt.CheckpointError(path, f"saved with actor {state.get('actor')}; this run's actor is "
-                                         f"{type(actor).__name__}")
-    saved_params = state["worker"]["algo"]["actor"]
-    own = algo.get_weights()   # the actor's and the learner's own networks (targets)
-    missing = [k for k in own if k not in saved_params]
-    unexpected = [k for k in saved_params if k not in own]
-    if missing or unexpected:
-        parts = ([f"this run's actor has {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
-                  f" which the checkpoint lacks"] if missing else []) + \
-                ([f"the checkpoint has {', '.join(unexpected[:3])}{' ...' if len(unexpected) > 3 else ''}"
-                  f" which this run's actor lacks"] if unexpected else [])
-        raise ckpt.CheckpointError(path, f"its network does not match this run's actor: {'; '.join(parts)}")
-    for key, value in own.items():
-        other = saved_params[key]
-        if tuple(getattr(other, "shape", ())) != tuple(value.shape):
-            raise ckpt.CheckpointError(path, f"its network does not match this run's actor: {key} has shape "
-                                             f"{tuple(other.shape)} in the checkpoint, {tuple(value.shape)} here")
-    saved_rngs, own_rngs = sorted(state["rng"]["actor"]), sorted(ckpt.generator_states(actor))
-    if saved_rngs != own_rngs:
-        # Resuming without them would draw other actions than the saved run: not silently.
-        raise ckpt.CheckpointError(path, f"the actor's random generators ({', '.join(own_rngs) or 'none'}) are "
-                                         f"not those saved ({', '.join(saved_rngs) or 'none'})")
 
 
 __all__ = ["Learner", "NonFiniteUpdatesError"]

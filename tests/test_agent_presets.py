@@ -11,6 +11,7 @@ import pytest
 from pytorchrl import cli
 from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
 from pytorchrl.config.agent_presets import AGENT_PRESETS, get_agent_preset
+from pytorchrl.config.loader import resolve_agent_preset
 from pytorchrl.config.build import build_actor_factory, build_env_factories
 from pytorchrl.config.schema import FEATURE_EXTRACTORS
 
@@ -45,13 +46,13 @@ def _example(agent):
 
 def _needs(agent):
     """Skip when the agent's simulator cannot load here (ale-py, MuJoCo)."""
-    family = agent.resolved()["env"].get("family", "gym")
+    family = resolve_agent_preset(agent)["env"].get("family", "gym")
     if family == "atari":
         pytest.importorskip("ale_py")
     elif family == "mujoco":
         try:
             from pytorchrl.envs import mujoco_train_env_factory
-            mujoco_train_env_factory(agent.resolved()["env"]["id"], 0, 0).close()
+            mujoco_train_env_factory(resolve_agent_preset(agent)["env"]["id"], 0, 0).close()
         except Exception as exc:  # no mujoco package, no OpenGL-free build, ...
             pytest.skip(f"MuJoCo cannot load: {type(exc).__name__}: {exc}")
 
@@ -65,7 +66,7 @@ def test_every_agent_preset_has_a_valid_example_config():
         with open(_example(agent)) as f, open(agent.path) as g:
             assert f.read() == g.read(), f"examples/configs/{agent.file} differs from {agent.path}"
         assert agent.description and "\n" not in agent.description
-        if agent.resolved()["env"].get("family") in ("atari", "mujoco"):
+        if resolve_agent_preset(agent)["env"].get("family") in ("atari", "mujoco"):
             continue  # validated where their simulator loads (test_agent_preset_trains)
         config = load_config(_example(agent))
         named = validate_config({"preset": name})

@@ -46,7 +46,7 @@ def snapshot(learner):
         "algo": copy.deepcopy(worker.algo.state_dict()),     # actor, optimizer, hyperparameters, updates
         "version": worker.version,
         "counters": (learner.num_samples_collected, learner.num_updates, learner.num_episodes),
-        "returns": (list(learner._episodes), list(learner._episode_lengths)),
+        "returns": (list(learner.metrics.episodes), list(learner.metrics.episode_lengths)),
         "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
                 "actor": copy.deepcopy(ckpt.generator_states(worker.actor))},
     }

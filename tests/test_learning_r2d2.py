@@ -12,7 +12,7 @@ threshold.
 import pytest
 
 from pytorchrl.config import build_learner, validate_config
-from pytorchrl.config.agent_presets import get_agent_preset
+from pytorchrl.config.loader import agent_preset_values
 
 from learning_helpers import greedy_returns_along_run
 
@@ -25,7 +25,7 @@ THRESHOLD = 120.0
 def preset_learner(recurrent, seed=0):
     """The R2D2-Lite preset's learner (``recurrent=False``: the same DDQN with a
     feed-forward Q-network and prioritized 5-step transitions)."""
-    config = get_agent_preset("R2D2-Lite").values
+    config = agent_preset_values("R2D2-Lite")
     config["seed"] = seed
     config["learner"] = {"target_steps": BUDGET}
     config["algorithm"]["test_every"] = 10 ** 9       # evaluated below, every 1,000 steps

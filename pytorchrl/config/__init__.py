@@ -9,9 +9,10 @@ Typical use::
 
 from pytorchrl.config.build import (build_actor_factory, build_algorithm_factory, build_env_factories,
                                     build_learner, build_schedules, build_scheme, build_storage_factory)
-from pytorchrl.config.loader import apply_overrides, dump_config, load_config, load_yaml, parse_yaml
+from pytorchrl.config.errors import ConfigError
+from pytorchrl.config.loader import apply_overrides, dump_config, load_yaml, parse_yaml
+from pytorchrl.config.resolve import load_config, validate_config
 from pytorchrl.config.schema import SECTIONS, describe_schema
-from pytorchrl.config.validate import ConfigError, validate_config
 
 __all__ = ["ConfigError", "load_config", "load_yaml", "parse_yaml", "apply_overrides", "validate_config",
            "dump_config", "describe_schema", "SECTIONS", "build_env_factories", "build_algorithm_factory",

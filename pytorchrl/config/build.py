@@ -12,7 +12,7 @@ from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.schema import FEATURE_EXTRACTORS
-from pytorchrl.config.validate import ConfigError
+from pytorchrl.config.errors import ConfigError
 from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.learner import Learner
 from pytorchrl.schedules import Schedule

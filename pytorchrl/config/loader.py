@@ -1,12 +1,32 @@
-"""Reading configuration files and ``key=value`` overrides."""
+"""Reading configurations: YAML files, the agent presets they name, ``key=value`` overrides.
+
+Nothing here validates (``pytorchrl.config.validate`` does, and ``pytorchrl.config.resolve``
+joins the two): a configuration read here may still hold any key and value.
+
+Agent presets (``preset: NAME`` at the top of a file, see ``pytorchrl.config.agent_presets``).
+A preset's values fill every section first; the keys written in the configuration file
+(and ``key=value`` overrides) win, key by key::
+
+    preset: PPO-Atari
+    env: {id: BreakoutNoFrameskip-v4}
+    learner: {target_steps: 1000000}
+
+A preset file may start from another preset (``preset: A2C`` in the A3C file): the same
+rule applies, its own keys win. When the file names another algorithm than the preset's
+(``algorithm: {name: A2C}``), the preset's ``algorithm`` section and its schedules (which
+name that algorithm's parameters) are dropped rather than merged, and its ``actor`` and
+``storage`` sections too when the other algorithm is of the other family (on-policy or
+off-policy); likewise the ``storage`` section for another storage name and the ``env``
+section for another ``env.family``.
+"""
 
 import copy
-import os
 import re
 
 import yaml
 
-from pytorchrl.config.validate import ConfigError, validate_config
+from pytorchrl.config.agent_presets import get_agent_preset
+from pytorchrl.config.errors import ConfigError
 
 
 class _Loader(yaml.SafeLoader):
@@ -132,40 +152,96 @@ def apply_overrides(config, overrides):
     return config
 
 
-def _override_source(error, overrides):
-    """The override that set the key ``error`` is about, or None."""
-    for text in reversed(overrides):
-        key = text.partition("=")[0].strip()
-        if error.path == key or error.path.startswith(key + ".") or key.startswith(error.path + "."):
-            return f"override {text}"
-    return None
+#: Key of a section (and its value when absent) whose change replaces the preset's section
+#: instead of merging into it.
+_IDENTITY = {"algorithm": ("name", None), "storage": ("name", None), "env": ("family", "gym")}
+
+#: Preset file path -> its values as read (presets are read once per process).
+_PRESET_VALUES = {}
 
 
-def load_config(path, overrides=()):
-    """Load, override and validate a configuration file.
+def agent_preset_values(preset):
+    """The configuration an agent preset's file holds (a copy), as written (its own
+    ``preset`` unexpanded).
 
     Parameters
     ----------
-    path : str
-        YAML file.
-    overrides : list of str
-        ``"key=value"`` strings applied after loading (see ``apply_overrides``).
+    preset : AgentPreset or str
+        The preset, or its name (see ``pytorchrl.config.agent_presets``).
+    """
+    if isinstance(preset, str):
+        preset = get_agent_preset(preset)
+    if preset.path not in _PRESET_VALUES:
+        _PRESET_VALUES[preset.path] = load_yaml(preset.path)
+    return copy.deepcopy(_PRESET_VALUES[preset.path])
 
-    Returns
-    -------
-    dict
-        The resolved configuration (see ``validate_config``).
+
+def resolve_agent_preset(preset):
+    """An agent preset's values with the presets it starts from expanded (not yet
+    validated); ``preset``: an ``AgentPreset`` or its name."""
+    return apply_agent_preset(agent_preset_values(preset))
+
+
+def _replaces(below, value, section):
+    """Whether the written ``value`` of ``section`` replaces the preset's instead of merging into it."""
+    if section not in _IDENTITY:
+        return False
+    key, absent = _IDENTITY[section]
+    return value.get(key) is not None and below.get(key, absent) != value[key]
+
+
+def merge_configs(base, over):
+    """``over`` written on top of ``base`` (neither is modified): sections merged key by key
+    (``over`` wins), anything else replaced; see the module documentation for the sections
+    that a different algorithm, storage or family replaces."""
+    out = copy.deepcopy(base)
+    for name, value in over.items():
+        below = out.get(name)
+        if isinstance(value, dict) and isinstance(below, dict) and not _replaces(below, value, name):
+            out[name] = {**below, **copy.deepcopy(value)}
+        else:
+            out[name] = copy.deepcopy(value)
+    if isinstance(base.get("algorithm"), dict) and isinstance(over.get("algorithm"), dict) \
+            and _replaces(base["algorithm"], over["algorithm"], "algorithm"):
+        # The preset's schedules name its algorithm's parameters; its actor and storage
+        # belong to its family of algorithms (on-policy rollouts or replay).
+        dropped = ["schedules"]
+        if _on_policy(base["algorithm"]["name"]) != _on_policy(over["algorithm"]["name"]):
+            dropped += ["actor", "storage"]
+        for name in dropped:
+            if name in over:
+                out[name] = copy.deepcopy(over[name])    # the file's section alone, not merged
+            else:
+                out.pop(name, None)
+    return out
+
+
+def _on_policy(algorithm_name):
+    """Whether the algorithm learns from on-policy rollouts (None for an unknown name: the
+    validation refuses it with the valid names)."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    cls = ALGORITHMS.get(algorithm_name)
+    return None if cls is None else cls.on_policy
+
+
+def apply_agent_preset(config):
+    """``config`` with its top-level ``preset`` expanded: the preset's values, then the
+    configuration's own keys. A configuration without ``preset`` is returned as is.
+
+    Parameters
+    ----------
+    config : dict
+        A configuration as loaded (it is not modified).
 
     Raises
     ------
-    ConfigError
-        Naming the key, the value and where it came from (the file or the override).
+    KeyError
+        For an unknown preset name (see ``get_agent_preset``).
     """
-    raw = apply_overrides(load_yaml(path), list(overrides))
-    try:
-        return validate_config(raw)
-    except ConfigError as exc:
-        raise exc.with_source(_override_source(exc, list(overrides)) or os.path.basename(str(path))) from None
+    name = config.get("preset")
+    if name is None:
+        return config
+    return merge_configs(resolve_agent_preset(name), config)
 
 
 class _Dumper(yaml.SafeDumper):

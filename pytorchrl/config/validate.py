@@ -1,6 +1,8 @@
 """Validation of a configuration dict against the schema, before anything starts.
 
-``validate_config`` returns the resolved configuration: every key present, defaults
+Reading files and expanding agent presets is the loader's part (``pytorchrl.config.loader``);
+``pytorchrl.config.validate_config`` joins the two. ``check_config`` returns the resolved
+configuration: every key present, defaults
 filled in, numbers normalised (an integer given for a float parameter becomes a float).
 Any problem raises :class:`ConfigError` with a one-line message naming the key path and
 the value, e.g. ``config error: algorithm.lr: expected a number, got 'fast'``.
@@ -12,7 +14,7 @@ import importlib
 import math
 
 from pytorchrl.config import schema
-from pytorchrl.config.agent_presets import apply_agent_preset
+from pytorchrl.config.errors import ConfigError
 from pytorchrl.config.schema import (ENV_FAMILY_OPTION_KEYS, RESOURCE_KEYS, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS,
                                      TOP_LEVEL, Key)
 from pytorchrl.envs.families import ENV_FAMILIES
@@ -20,35 +22,6 @@ from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.scheme.base.checks import ineffective_options
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
-
-
-class ConfigError(ValueError):
-    """An invalid configuration.
-
-    Parameters
-    ----------
-    path : str
-        Dotted path of the offending key (``algorithm.lr``, ``schedules.0.start``); "" for
-        the configuration as a whole.
-    problem : str
-        What is wrong, naming the value.
-    source : str or None
-        Where the value came from (a file name, an override), appended in parentheses.
-    """
-
-    def __init__(self, path, problem, source=None):
-        self.path, self.problem, self.source = path, problem, source
-        super().__init__(path, problem, source)
-
-    def with_source(self, source):
-        """A copy of this error that names ``source`` (where the value came from)."""
-        return ConfigError(self.path, self.problem, source)
-
-    def __str__(self):
-        text = f"config error: {self.path + ': ' if self.path else ''}{self.problem}"
-        text = text + (f" ({self.source})" if self.source else "")
-        # The message is printed as one line: no value may break it.
-        return " ".join(text.split())
 
 
 def suggestion(word, candidates):
@@ -580,13 +553,15 @@ def _check_device(device, path):
             raise ConfigError(path, f"{device!r} asked for, but this machine has {count} CUDA device(s)")
 
 
-def validate_config(raw):
-    """Validate a loaded configuration and return it resolved (defaults filled in).
+def check_config(raw):
+    """Validate a configuration whose agent preset is expanded and return it resolved
+    (defaults filled in); the top-level ``preset`` key, if any, is only checked to name a
+    preset (``pytorchrl.config.validate_config`` expands it first).
 
     Parameters
     ----------
     raw : dict
-        The configuration as loaded from YAML (and after overrides).
+        The configuration as loaded from YAML (after overrides and the agent preset).
 
     Returns
     -------
@@ -601,36 +576,6 @@ def validate_config(raw):
     """
     if not isinstance(raw, dict):
         raise ConfigError("", f"expected a mapping of sections at the top level, got {_show(raw)}")
-    name = raw.get("preset")
-    if name is None:
-        return _validate(raw)
-    check_value(TOP_LEVEL["preset"], name, "preset")
-    expanded = apply_agent_preset(raw)
-    try:
-        return _validate(expanded)
-    except ConfigError as exc:
-        # A value the file did not write came from the preset: say so, the user did not write it.
-        if exc.path and _has_key(expanded, exc.path) and not _has_key(raw, exc.path):
-            raise ConfigError(exc.path, f"{exc.problem} (the value of preset {name}; write the key in the file to "
-                                        f"change it)", exc.source) from None
-        raise
-
-
-def _has_key(config, path):
-    """Whether the dotted ``path`` (``algorithm.lr``, ``schedules.0.end``) is written in ``config``."""
-    node = config
-    for part in path.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False
-    return True
-
-
-def _validate(raw):
-    """``validate_config`` of a configuration whose agent preset is expanded."""
     valid = list(TOP_LEVEL) + list(SECTION_ORDER)
     for name in raw:
         if name not in valid:

@@ -244,17 +244,44 @@ def gather(refs):
     return out
 
 
-def get_all(refs, what):
-    """``ray.get`` of every ref, raising the first failure as one line (``as_worker_error``)
-    once all are read (see ``gather``)."""
+def raise_failure(exc, what):
+    """Raise the failure ``exc`` of a call as one line: a ``WorkerFailure`` reported from
+    further down (a gradient worker whose collector reached its restart limit) as it is,
+    anything else as ``as_worker_error(exc, what)``.
+
+    Parameters
+    ----------
+    exc : Exception
+        The Ray exception the call ended with.
+    what : str
+        Words naming the worker(s) called, for the message ("collection worker 2").
+    """
     from pytorchrl.scheme.base.ray_runtime import as_worker_error
+    failure = failure_of(exc)
+    raise (failure if failure is not None else as_worker_error(exc, what)) from None
+
+
+def get_all(refs, what):
+    """``ray.get`` of every ref, raising the first failure as one line (``raise_failure``)
+    once all are read (see ``gather``)."""
     out = []
     for value, exc in gather(refs):
         if exc is not None:
-            failure = failure_of(exc)
-            raise (failure if failure is not None else as_worker_error(exc, what)) from None
+            raise_failure(exc, what)
         out.append(value)
     return out
+
+
+class InFlight(dict):
+    """Requests in flight: ObjectRef -> the handle of the worker it was sent to."""
+
+    def drop(self, worker):
+        """Forget the requests sent to ``worker`` (it failed or is being replaced) and
+        return their refs, to be read (``drain``) and, where due, sent again."""
+        stale = [ref for ref, w in self.items() if w is worker]
+        for ref in stale:
+            del self[ref]
+        return stale
 
 
 def drain(refs, timeout=0.0):

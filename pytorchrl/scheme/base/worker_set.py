@@ -1,5 +1,6 @@
 """WorkerSet: one local worker plus any number of remote copies of it."""
 
+import contextlib
 import time
 
 import torch
@@ -145,12 +146,28 @@ class WorkerSet:
         """Handles of the remote workers (Ray actors)."""
         return self._remote_workers
 
+    def _queries_answered(self):
+        """Context in which queries to the remote workers are made (``process_info``,
+        ``get_hyperparameters``): each waits behind the worker's current call, which a
+        subclass may have to let finish (nothing here)."""
+        return contextlib.nullcontext()
+
     def process_info(self):
         """(node id, pid) of every remote worker of this set (and of the workers they own)."""
         if not self._remote_workers:
             return []
         from pytorchrl.scheme.base.faults import get_all
-        return get_all([w.process_info.remote() for w in self._remote_workers], what=self.role)
+        with self._queries_answered():
+            return get_all([w.process_info.remote() for w in self._remote_workers], what=self.role)
+
+    def get_hyperparameters(self):
+        """``get_hyperparameters()`` of the local worker and of every remote worker, in order."""
+        out = [self.local_worker().get_hyperparameters()]
+        if self._remote_workers:
+            from pytorchrl.scheme.base.faults import get_all
+            with self._queries_answered():
+                out += get_all([w.get_hyperparameters.remote() for w in self._remote_workers], what=self.role)
+        return out
 
     # ------------------------------------------------------------------ failures
     def log_hot_swap(self, method, args):
@@ -178,6 +195,12 @@ class WorkerSet:
                     del self._swap_log[j]
                     break
         self._swap_log.append((method, args))
+
+    def send_to_remotes(self, method, args):
+        """Call ``method(*args)`` (a hot-swap) on every remote worker, logged first for the
+        replacements (see ``log_hot_swap``); returns the (position, ObjectRef) of each call."""
+        self.log_hot_swap(method, args)
+        return [(i, getattr(w, method).remote(*args)) for i, w in enumerate(self._remote_workers)]
 
     def hot_swap_log(self):
         """The hot-swaps replayed on a replacement: a list of (method, args), oldest first."""

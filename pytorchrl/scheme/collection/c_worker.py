@@ -3,10 +3,13 @@
 import time
 
 import numpy as np
+import torch
 
 from pytorchrl import ACT, OBS2, REW, RHS, TERM, TRUNC
 from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.storages.base import FINAL_OBS
+from pytorchrl.scheme.base.components import (AGENT_COMPONENTS, LEARNER_COMPONENTS, build_agent,  # noqa: F401
+                                              check_component_name, rebuild_learner_component)
 from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.step_log import StepLog
 from pytorchrl.scheme.transport import pack, payload_bytes, weights_from_wire
@@ -86,13 +89,21 @@ class CWorker(Worker):
     inference_server : InferenceServer, ray.actor.ActorHandle or None
         With ``policy="server"``: the scheme's server (see
         ``pytorchrl.scheme.workflows.inference_server``); required then, refused otherwise.
+    borrow_from : object or None
+        The gradient worker of this process (anything with ``actor`` and ``algo``
+        attributes): this worker acts with its actor and algorithm instead of building its
+        own, so that the acting weights are the learner's after every update with nothing
+        copied (its own storage is still built, with ``storage_factory``). The owner applies
+        the hot-swaps of the algorithm and replaces the actor or algorithm first; this
+        worker follows. ``initial_weights`` are then the owner's to load. None (default):
+        built from the factories.
     """
 
     def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
                  fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, initial_weights=None, device=None, rollout_unit="steps",
                  policy="learned", step_log_dir=None, weight_board=None, weight_pull_every=None,
-                 inference_server=None):
+                 inference_server=None, borrow_from=None):
         if rollout_unit not in ROLLOUT_UNITS:
             raise ValueError(f"rollout_unit must be one of {ROLLOUT_UNITS}, got {rollout_unit!r}")
         if policy not in POLICIES:
@@ -117,9 +128,17 @@ class CWorker(Worker):
         self._env_failure = None
         self.envs_train = train_envs_factory(self.device, index_worker, index_parent, "train")
         self.envs_test = test_envs_factory(self.device, index_worker, index_parent, "test")
-        self.actor = actor_factory(self.device)
-        self.algo = algo_factory(self.device, self.actor, self.envs_train)
-        self.storage = storage_factory(self.device, self.actor, self.algo, self.envs_train)
+        self._owner = borrow_from
+        if borrow_from is None:
+            self.actor, self.algo, self.storage = build_agent(self.device, actor_factory, algo_factory,
+                                                              storage_factory, self.envs_train)
+        else:
+            self.actor, self.algo = borrow_from.actor, borrow_from.algo
+            # A replay storage seeds its sampler from torch's global stream, which this
+            # collector-side one never uses: drawn apart, so that the learner's stream (SAC's
+            # noise, shuffles) is the one of a process holding a single storage.
+            with torch.random.fork_rng(devices=[]):
+                self.storage = storage_factory(self.device, self.actor, self.algo, self.envs_train)
         self._server_acting = None
         if inference_server is not None:
             from pytorchrl.scheme.workflows.inference_server import ServerActing, check_server_agent
@@ -133,7 +152,7 @@ class CWorker(Worker):
         if step_log_dir and self.envs_train is not None:
             self._step_log = StepLog(step_log_dir, index_parent, index_worker, self.envs_train.num_envs, policy)
         self.state = self.actor.initial_state(self.envs_train.num_envs) if self.envs_train is not None else None
-        if initial_weights is not None:
+        if initial_weights is not None and borrow_from is None:
             # The weights a worker is built with are version 0 wherever it lives.
             self.set_weights(initial_weights, version=0)
         self._board_reader = None
@@ -495,7 +514,8 @@ class CWorker(Worker):
 
     def update_algorithm_parameter(self, parameter_name, new_parameter_value):
         """Change a hyperparameter of this worker's algorithm (see Algorithm.update_algorithm_parameter)."""
-        self.algo.update_algorithm_parameter(parameter_name, new_parameter_value)
+        if self._owner is None:   # a borrowed algorithm was changed by its owner
+            self.algo.update_algorithm_parameter(parameter_name, new_parameter_value)
         return getattr(self.algo, parameter_name)
 
     def update_storage_parameter(self, parameter_name, new_parameter_value):
@@ -513,7 +533,7 @@ class CWorker(Worker):
         new_component_factory : callable
             Factory of the new component, with that component's factory signature.
         """
-        rebuild_component(self, component_name, new_component_factory)
+        rebuild_component(self, component_name, new_component_factory, self._owner)
         if component_name == "actor" and self._server_acting is not None:
             self.actor.route_acting(self._server_acting)
         if component_name in self._env_factories:
@@ -539,33 +559,32 @@ class CWorker(Worker):
                 envs.close()
 
 
-AGENT_COMPONENTS = ("actor", "algo", "storage", "envs_train", "envs_test")
+def rebuild_component(worker, component_name, factory, owner=None):
+    """Replace one agent component of the collection worker ``worker`` and rebuild the ones
+    that depend on it (see ``rebuild_learner_component``).
 
-
-def rebuild_component(worker, component_name, factory):
-    """Replace one agent component of ``worker`` and rebuild the ones that depend on it.
-
-    The actor keeps its weights' place in the algorithm: a new actor gets a new algorithm
-    (optimizer over the new parameters) with the old hyperparameters; a new algorithm keeps
-    the actor; a new storage or environment leaves the rest untouched.
+    Parameters
+    ----------
+    worker : CWorker
+        The worker.
+    component_name : str
+        One of ``AGENT_COMPONENTS``.
+    factory : callable
+        Factory of the new component, with that component's factory signature.
+    owner : object or None
+        The gradient worker whose actor and algorithm ``worker`` borrows (see
+        ``CWorker``'s ``borrow_from``): it replaced them already, ``worker`` takes its new ones.
     """
-    if component_name not in AGENT_COMPONENTS:
-        raise ValueError(f"unknown agent component {component_name!r}; valid: {list(AGENT_COMPONENTS)}")
-    dev = worker.device
-    if component_name == "actor":
-        hyper = worker.algo.hyperparameters
-        worker.actor = factory(dev)
-        worker.algo = type(worker.algo)(dev, worker.actor, worker.envs_train, **hyper)
+    check_component_name(component_name)
+    if owner is not None and component_name in ("actor", "algo"):
+        worker.actor, worker.algo = owner.actor, owner.algo
         worker.storage.actor = worker.actor
         worker.storage.algorithm = worker.algo
-    elif component_name == "algo":
-        worker.algo = factory(dev, worker.actor, worker.envs_train)
-        worker.storage.algorithm = worker.algo
-    elif component_name == "storage":
-        worker.storage = factory(dev, worker.actor, worker.algo, worker.envs_train)
+    elif component_name in LEARNER_COMPONENTS:
+        rebuild_learner_component(worker, component_name, factory, worker.envs_train)
     else:
         old = getattr(worker, component_name)
         mode = "train" if component_name == "envs_train" else "test"
-        setattr(worker, component_name, factory(dev, worker.index_worker, worker.index_parent, mode))
+        setattr(worker, component_name, factory(worker.device, worker.index_worker, worker.index_parent, mode))
         if old is not None:
             old.close()

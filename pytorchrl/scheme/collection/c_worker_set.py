@@ -1,15 +1,25 @@
-"""CWorkerSet: the collection workers of one gradient worker, and how their data is gathered."""
+"""CWorkerSet: the collection workers of one gradient worker, and how their data is gathered.
+
+This module holds the collection policy (synchronous rounds with preemption of stragglers,
+asynchronous streams) and the episode budget. The set's other roles are its parts: how
+the workers get the weights (``weight_distribution.WeightDistribution``), what happens
+when a worker fails (``recovery.CollectorRecovery``) and how hot-swaps reach every worker
+(``control.ControlFanOut``).
+"""
 
 import math
 import time
 
 import pytorchrl as prl
 from pytorchrl.scheme.base.checks import check_fraction, check_int
-from pytorchrl.scheme.base.faults import WorkerFailure, death_cause, drain, env_error_of, failure_of, worker_died
+from pytorchrl.scheme.base.faults import InFlight, drain
 from pytorchrl.scheme.base.worker import Worker, default_remote_config
 from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
 from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
-from pytorchrl.scheme.transport import WeightBroadcast, unpack
+from pytorchrl.scheme.collection.control import ControlFanOut
+from pytorchrl.scheme.collection.recovery import CollectorRecovery
+from pytorchrl.scheme.collection.weight_distribution import WeightDistribution
+from pytorchrl.scheme.transport import unpack
 
 DEFAULT_COL_WORKER_RESOURCES = default_remote_config(num_cpus=1)
 
@@ -108,6 +118,9 @@ class CWorkerSet(WorkerSet):
         Central inference (``policy="server"``, SEED): the workers that collect act through
         this server; the set sends it the local worker's weights whenever their version
         changes (before each collection) instead of sending weights with the requests.
+    borrow_from : object or None
+        The gradient worker that owns this set: the local worker acts with its actor and
+        algorithm (``CWorker``'s ``borrow_from``). None: the local worker builds its own.
 
     Episode budget (``set_episode_budget``). Once the rollouts handed over hold that many
     finished episodes, ``collect`` raises ``EpisodeBudgetSpent`` instead of collecting. With
@@ -125,6 +138,19 @@ class CWorkerSet(WorkerSet):
     environment that raises is rebuilt in its worker (``on_env_error="restart"``; the
     rollout is dropped and asked for again) or ends the run (``"stop"``). Both count
     against the worker's restart limit and are reported by ``pop_events``.
+
+    Attributes
+    ----------
+    weights : WeightDistribution
+        The weight versions and how the workers get them (``version``, ``publisher`` and
+        ``set_version`` read and change it).
+    recovery : CollectorRecovery
+        Replaces workers that die and rebuilds environments that fail.
+    control : ControlFanOut
+        Delivers hot-swaps to every worker (``apply_to_all``).
+    stats : dict
+        Running counts: rollouts dropped (policy lag) and cut (preemption), rounds, weight
+        bytes loaded by the workers, weight versions pulled.
     """
 
     role = "collection workers"
@@ -138,7 +164,7 @@ class CWorkerSet(WorkerSet):
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
                  rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
-                 weight_pull_every=None, inference_server=None, queues=None):
+                 weight_pull_every=None, inference_server=None, queues=None, borrow_from=None):
         from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
@@ -173,7 +199,6 @@ class CWorkerSet(WorkerSet):
         self.requests_in_flight = requests_in_flight
         self.replay_server = replay_server
         self.inference_server = inference_server
-        self._server_version = None  # version of the weights the inference server holds
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
         self.communication = communication
@@ -195,37 +220,34 @@ class CWorkerSet(WorkerSet):
         self.evaluates = total_parent_workers <= 1 or index_parent <= 1
         self._local_params = dict(train_envs_factory=train_envs_factory if num_workers == 0 else no_envs,
                                   test_envs_factory=test_envs_factory if self.evaluates else no_envs,
-                                  compress_data_to_send=False, weight_board=None)
+                                  compress_data_to_send=False, weight_board=None, borrow_from=borrow_from)
         if num_workers and inference_server is not None:
             # A local worker that collects nothing acts (evaluates) with the learner's weights.
             self._local_params.update(policy="learned", inference_server=None)
         self._remote_params = dict(train_envs_factory=train_envs_factory, test_envs_factory=no_envs)
-        self.version = 0            # version of the local (learner's) weights
         self._round = 0
-        self._in_flight = {}        # async: ref -> worker
+        self._in_flight = InFlight()  # async: ref -> worker
         self._abandoned = []        # requests of a round given up, read by stop()
-        self._pending_acks = []     # replay-server data path: (position, ref) of apply_to_all calls
         self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0, "weight_bytes": 0}
-        self.publisher = None
         board = None
         if weights == "pull" and num_workers:
             from pytorchrl.scheme.workflows.weight_board import start_remote_board
             board = start_remote_board()
             params.update(weight_board=board, weight_pull_every=weight_pull_every)
             self.stats["weight_pulls"] = 0
+        # Built before the workers: a set that fails to start stops (and reads) all its parts.
+        self.weights = WeightDistribution(lambda: self._local_worker.get_weights(), self.stats,
+                                          inference_server=inference_server, board=board)
+        self.recovery = CollectorRecovery(self, self.weights.bring_up_to_date)
+        self.control = ControlFanOut(self, self._recover, data_server=self._data_server)
         try:
             super().__init__(CWorker, params, index_parent, num_workers,
                              worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device,
                              fault_policy=fault_policy)
         except BaseException:
-            from pytorchrl.scheme.workflows.weight_board import stop_remote_board
-            stop_remote_board(board)
+            self.weights.stop()
             raise
-        self.broadcast = WeightBroadcast(self.local_worker().get_weights, stats=self.stats)
-        if board is not None:
-            from pytorchrl.scheme.workflows.weight_board import BoardPublisher
-            self.publisher = BoardPublisher(board, self.local_worker().get_weights)
-            self.publisher.publish(self.version)
+        self.weights.publish()
 
     def _build_local(self, worker_class, worker_params, local_device):
         params = dict(worker_params, **self._local_params)
@@ -268,42 +290,25 @@ class CWorkerSet(WorkerSet):
                                 inference_server=inference_server, queues=queues)
 
     # ------------------------------------------------------------------ weights
+    @property
+    def version(self):
+        """Version of the local (learner's) weights (see ``WeightDistribution``)."""
+        return self.weights.version
+
+    @property
+    def publisher(self):
+        """The weight board's publisher (``weights="pull"`` with remote workers), else None."""
+        return self.weights.publisher
+
     def set_version(self, version):
         """Tell the set that the local worker's actor now holds weight version ``version``."""
-        self.version = int(version)
-        self._local_worker.actor_version = self.version
+        self.weights.version = int(version)
+        self._local_worker.actor_version = self.weights.version
 
     def invalidate_weights(self):
         """Forget the prepared copy of the weights: the local actor changed without a new
         version (a restored checkpoint, a replaced actor)."""
-        self.broadcast.invalidate()
-        if self.publisher is not None:
-            self.publisher.invalidate()
-        self._server_version = None
-
-    def _request_weights(self):
-        """The weights sent with a rollout request: the current ones, or None when the
-        collectors act through an inference server (they hold no weights)."""
-        return None if self.inference_server is not None else self._current_weights()
-
-    def _push_server_weights(self):
-        """Give the inference server the current weights if it holds another version
-        (waited for: the rollouts asked for next act with them)."""
-        if self.inference_server is None or self._server_version == self.version:
-            return
-        from pytorchrl.scheme.workflows.inference_server import InferenceServer, call
-        if isinstance(self.inference_server, InferenceServer):
-            weights = self._local_worker.get_weights()
-        else:
-            weights = self._current_weights()
-            self.stats["weight_bytes"] += self.broadcast.nbytes
-        call(self.inference_server, "set_weights", weights, self.version)
-        self._server_version = self.version
-
-    def _current_weights(self):
-        """The current weights as sent with requests, prepared once per version (see
-        ``WeightBroadcast``)."""
-        return self.broadcast.current(self.version)
+        self.weights.invalidate()
 
     # ----------------------------------------------------------- episode budget
     def set_episode_budget(self, episodes):
@@ -351,20 +356,18 @@ class CWorkerSet(WorkerSet):
         t0 = time.perf_counter()
         info = {}
         local = self._local_worker
-        if self._pending_acks:
-            self._read_finished_acks()
-        self._push_server_weights()
+        self.control.read_finished()
+        self.weights.push_to_server()
         if not block and self._remote_workers and self.communication == prl.ASYNC and not self._any_ready():
             return [], {"collect_wait": time.perf_counter() - t0}
         if not self._remote_workers:
-            rollouts = [self._collect_local()]   # in this process: nothing was packed
+            rollouts = [self.recovery.collect_local()]   # in this process: nothing was packed
         else:
             if local.envs_test is not None and self._round % local.algo.test_every == 0:
-                reward = self._evaluate_local()
+                reward = self.recovery.evaluate_local()
                 if reward is not None:
                     info["TestReward"] = reward
-            if self.publisher is not None:
-                self.publisher.publish(self.version)   # once per version: the workers pull it
+            self.weights.publish()   # once per version: the workers pull it
             rollouts = self._collect_sync() if self.communication == prl.SYNC else self._collect_async()
             rollouts = [(unpack(d), i) for d, i in rollouts]
         self._round += 1
@@ -380,57 +383,13 @@ class CWorkerSet(WorkerSet):
         info["collect_wait"] = time.perf_counter() - t0
         return rollouts, info
 
-    def _collect_local(self):
-        """One rollout of the local worker; environments that fail are rebuilt (or end the
-        run) as the fault policy says, and the rollout is collected again."""
-        from pytorchrl.agent.env import EnvError
-        while True:
-            try:
-                return self._local_worker.collect_data()
-            except EnvError as exc:
-                self._local_env_failed(exc)
-
-    def _evaluate_local(self):
-        """The local worker's evaluation, or None when its test environments failed and
-        were rebuilt (the evaluation is skipped this round)."""
-        from pytorchrl.agent.env import EnvError
-        try:
-            return self._local_worker.evaluate()
-        except EnvError as exc:
-            exc.component = "envs_test"
-            self._local_env_failed(exc)
-            return None
-
-    def _local_env_failed(self, exc):
-        name = self.worker_name(0)
-        headline = f"{name}: {exc}"
-        if self.fault_policy.on_env_error == "stop":
-            raise WorkerFailure(f"{headline} (scheme.on_env_error=stop)") from None
-        # The local worker is restarted in place; its restarts are counted as worker 0's.
-        restart = self.restarts.allow("local", headline)
-        self._local_worker.restart_envs(exc.component or "envs_train")
-        self.restarts.record("env", headline, restart, "environments rebuilt")
-
     def _recover(self, position, exc):
-        """Deal with the failure ``exc`` of a request to remote worker ``position``: replace
-        a worker that died, rebuild environments that failed (or stop, as the policy says),
-        raise anything else as one line. The worker's other requests in flight
+        """Deal with the failure ``exc`` of a request to remote worker ``position`` (see
+        ``CollectorRecovery.remote_failed``). The worker's other requests in flight
         (asynchronous collection) are dropped with it and sent again to the replacement."""
-        from pytorchrl.scheme.base.ray_runtime import as_worker_error
-        name = self.worker_name(position + 1)
-        old = self._remote_workers[position]
-        stale = [ref for ref, w in self._in_flight.items() if w is old]
-        for ref in stale:
-            del self._in_flight[ref]
+        stale = self._in_flight.drop(self._remote_workers[position])
         try:
-            env_exc = env_error_of(exc)
-            if worker_died(exc):
-                self.replace_worker(position, f"died ({death_cause(exc)})", prepare=self._bring_up_to_date)
-            elif env_exc is not None:
-                self._remote_env_failed(position, env_exc)
-            else:
-                failure = failure_of(exc)
-                raise (failure if failure is not None else as_worker_error(exc, name)) from None
+            self.recovery.remote_failed(position, exc)
         finally:
             # Their values are dropped with the failed request, and so are their errors (a
             # worker that died fails them all): read, not left to Ray to report as unhandled.
@@ -438,35 +397,11 @@ class CWorkerSet(WorkerSet):
         for _ in stale:
             self._submit(self._remote_workers[position])
 
-    def _remote_env_failed(self, position, exc):
-        from pytorchrl.scheme.base.faults import gather
-        from pytorchrl.scheme.base.ray_runtime import as_worker_error
-        name = self.worker_name(position + 1)
-        headline = f"{name}: {exc}"
-        if self.fault_policy.on_env_error == "stop":
-            raise WorkerFailure(f"{headline} (scheme.on_env_error=stop)") from None
-        restart = self.restarts.allow(position, headline)
-        worker = self._remote_workers[position]
-        (_, error), = gather([worker.restart_envs.remote(exc.component or "envs_train")])
-        if error is None:
-            self.restarts.record("env", headline, restart, "environments rebuilt")
-        elif worker_died(error):
-            # It died while rebuilding them: replaced like any worker that dies.
-            self.replace_worker(position, f"died while rebuilding its environments ({death_cause(error)})",
-                                prepare=self._bring_up_to_date)
-        else:
-            raise WorkerFailure(f"{headline}; rebuilding its environments failed: "
-                                f"{as_worker_error(error, name)}") from None
-
-    def _bring_up_to_date(self, worker):
-        """Calls that give a replacement the current weights and version."""
-        return [worker.set_weights.remote(self._current_weights(), self.version)]
-
     def _collect_sync(self):
         from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
         from ray.exceptions import RayError
-        weights = self._request_weights()
+        weights = self.weights.for_round()
         n = len(self._remote_workers)
         if self.episode_budget is not None and self.rollout_unit == "episodes":
             # One episode per request at most: ask only as many collectors as episodes remain.
@@ -475,7 +410,7 @@ class CWorkerSet(WorkerSet):
 
         def request(i):
             if weights is not None:
-                self.stats["weight_bytes"] += self.broadcast.nbytes
+                self.weights.count_sent()
             return self._remote_workers[i].collect_data.remote(listen_to=["sync"], weights=weights,
                                                              version=self.version, round_id=round_id,
                                                              pack_data=True)
@@ -537,11 +472,7 @@ class CWorkerSet(WorkerSet):
         from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
         from ray.exceptions import RayError
-        if not self._in_flight:
-            for _ in range(self.requests_in_flight):
-                for w in self.remote_workers():
-                    if self._may_request():
-                        self._submit(w)
+        self._start_requests()
         while True:
             # In submission order: of several ready rollouts the oldest is handed over first,
             # which keeps the largest policy lag smallest.
@@ -571,21 +502,22 @@ class CWorkerSet(WorkerSet):
     def _any_ready(self):
         """Whether a rollout request in flight has finished (the first call sends them)."""
         import ray
+        self._start_requests()
+        ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=0)
+        return bool(ready)
+
+    def _start_requests(self):
+        """Asynchronous collection: send every worker its first ``requests_in_flight``
+        requests (within the episode budget) when none is in flight."""
         if not self._in_flight:
             for _ in range(self.requests_in_flight):
                 for w in self.remote_workers():
                     if self._may_request():
                         self._submit(w)
-        ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=0)
-        return bool(ready)
 
     def _submit(self, worker):
-        if self.publisher is not None or self.inference_server is not None:
-            # Weights pulled, or actions from an inference server: the request carries none.
-            weights, version = None, None
-        else:
-            weights, version = self._current_weights(), self.version
-            self.stats["weight_bytes"] += self.broadcast.nbytes
+        # Weights pulled, or actions from an inference server: the request carries none.
+        weights, version = self.weights.for_request()
         ref = worker.collect_data.remote(weights=weights, version=version, pack_data=True,
                                          replay_server=self.replay_server,
                                          queue_server=None if self.queues is None else self.queues.server)
@@ -603,86 +535,25 @@ class CWorkerSet(WorkerSet):
         change is logged and replayed on workers that replace dead ones; a worker found
         dead now is replaced (and gets it with the replay).
         """
-        local = self.local_worker()
-        remotes = self.remote_workers()
-        if self.inference_server is not None and method == "replace_agent_component" and args[0] == "actor":
-            raise ValueError("replace_agent_component('actor') is not supported with an inference server "
-                             "(col_policy='server'): the server's actor would keep the old network")
-        # A local worker that collects nothing keeps no train envs, and one that does not
-        # evaluate keeps no test envs: neither gets new ones.
-        if method == "replace_agent_component" and ((args[0] == "envs_train" and remotes)
-                                                    or (args[0] == "envs_test" and not self.evaluates)):
-            from_local = args[0]
-        else:
-            from_local = getattr(local, method)(*args)
-        if method == "replace_agent_component":
-            self.invalidate_weights()
-        if remotes:
-            from pytorchrl.scheme.base.faults import gather
-            self.log_hot_swap(method, args)
-            refs = [getattr(w, method).remote(*args) for w in remotes]
-            if self._data_server is not None:
-                # Replay-server or queue data path: a collector's current rollout may wait in
-                # an insert (a put) for samples (pops) that this waiting learner would take, so the change
-                # is not waited for; it still applies between rollouts, in order, and its
-                # acknowledgements are read by the next collect().
-                self._pending_acks += list(enumerate(refs))
-            else:
-                self._check_acks(list(enumerate(refs)), gather(refs))
-        return from_local
+        return self.control.apply_to_all(method, *args)
 
-    def _check_acks(self, pending, outcomes):
-        """Deal with the outcomes of calls ``pending`` ((position, ref) pairs) made by
-        ``apply_to_all``."""
-        for (position, _), (_, exc) in zip(pending, outcomes):
-            if exc is not None:
-                if env_error_of(exc) is not None:
-                    # Only reported by a worker asked to replace its environments; that
-                    # is no failure of environments that ran.
-                    from pytorchrl.scheme.base.ray_runtime import as_worker_error
-                    raise as_worker_error(exc, self.worker_name(position + 1)) from None
-                # A dead worker's replacement gets this change with the replayed log.
-                self._recover(position, exc)
+    def check_control(self, method, args):
+        """Raise ValueError if ``apply_to_all(method, *args)`` would be refused, before anything
+        changes (see ``ControlFanOut.check``)."""
+        self.control.check(method, args)
 
-    def _read_finished_acks(self):
-        """Check the acknowledgements of ``apply_to_all`` calls not waited for that have come."""
-        if not self._pending_acks:
-            return
-        import ray
-        from pytorchrl.scheme.base.faults import gather
-        done, _ = ray.wait([ref for _, ref in self._pending_acks], num_returns=len(self._pending_acks), timeout=0)
-        done = set(done)
-        finished = [(p, ref) for p, ref in self._pending_acks if ref in done]
-        self._pending_acks = [(p, ref) for p, ref in self._pending_acks if ref not in done]
-        self._check_acks(finished, gather([ref for _, ref in finished]))
-
-    def process_info(self):
-        """(node id, pid) of every remote worker (see ``WorkerSet.process_info``); on the
-        replay-server data path the server admits every insert meanwhile (the call waits
-        behind each worker's current rollout)."""
+    def _queries_answered(self):
+        """On the replay-server data path the server admits every insert meanwhile (a query
+        waits behind each worker's current rollout)."""
         from pytorchrl.scheme.workflows.replay_server import sampling_paused
-        with sampling_paused(self._data_server if self.remote_workers() else None):
-            return super().process_info()
-
-    def get_hyperparameters(self):
-        """``get_hyperparameters()`` of the local worker and of every remote worker, in order."""
-        out = [self.local_worker().get_hyperparameters()]
-        if self.remote_workers():
-            from pytorchrl.scheme.base.faults import get_all
-            from pytorchrl.scheme.workflows.replay_server import sampling_paused
-            with sampling_paused(self._data_server):
-                out += get_all([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
-        return out
+        return sampling_paused(self._data_server)
 
     def stop(self):
         """Drop in-flight requests and stop every worker."""
-        in_flight, self._in_flight = list(self._in_flight) + self._abandoned + [r for _, r in self._pending_acks], {}
-        self._abandoned, self._pending_acks = [], []
+        in_flight = list(self._in_flight) + self._abandoned + [r for _, r in self.control.pending]
+        self._in_flight, self._abandoned, self.control.pending = InFlight(), [], []
         super().stop()
-        if self.publisher is not None:
-            from pytorchrl.scheme.workflows.weight_board import stop_remote_board
-            stop_remote_board(self.publisher.board)
-            self.publisher = None
+        self.weights.stop()
         # The requests still out failed when their workers were killed (or earlier, with the
         # failure that ended the run): read, so that Ray does not report them as unhandled.
         drain(in_flight, timeout=self.stop_timeout)

@@ -7,6 +7,8 @@ import time
 import numpy as np
 import torch
 
+from pytorchrl.scheme.base.components import (LEARNER_COMPONENTS, build_agent, check_component_name,
+                                              rebuild_learner_component)
 from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.c_worker_set import EpisodeBudgetSpent
 from pytorchrl.scheme.transport import pack, unpack, weights_from_wire
@@ -15,18 +17,23 @@ from pytorchrl.scheme.transport import pack, unpack, weights_from_wire
 class GWorker(Worker):
     """Worker class handling gradient computation.
 
-    It owns a CWorkerSet; its algorithm, actor and storage are those of the set's local
-    collection worker, so with one worker at every level nothing is copied. Each ``step``
-    computes the gradient of one mini-batch drawn from the storage, collecting a new round
-    of data first whenever the storage is not ``ready()`` (an on-policy storage has used
-    up its epochs; a replay storage has served its mini-batches for the data inserted).
+    It owns the learner's actor, algorithm and storage, built from the agent factories
+    that ``col_workers_factory`` carries, and a CWorkerSet whose local collection worker
+    acts with this worker's actor and algorithm (it borrows them: with one worker at every
+    level the acting weights are current after every update and nothing is copied). The
+    rollouts of the collectors are added to this worker's storage. Each ``step`` computes
+    the gradient of one mini-batch drawn from the storage, collecting a new round of data
+    first whenever the storage is not ``ready()`` (an on-policy storage has used up its
+    epochs; a replay storage has served its mini-batches for the data inserted).
 
     Parameters
     ----------
     index_worker : int
         Worker index.
-    col_workers_factory : callable
-        ``factory(device, initial_weights, index_parent)`` -> CWorkerSet.
+    col_workers_factory : WorkerSetFactory
+        ``CWorkerSet.create_factory(...)``: ``factory(device, initial_weights, index_parent)``
+        -> CWorkerSet; its ``algo_factory``, ``actor_factory`` and ``storage_factory`` build
+        this worker's components.
     compress_grads_to_send : bool or "auto"
         Compress gradients sent to the update worker.
     device : str or None
@@ -50,11 +57,12 @@ class GWorker(Worker):
         self.device = self.resolve_device(device)
         self.compress_grads_to_send = compress_grads_to_send
         self.decentralized = decentralized
-        self.col_workers = col_workers_factory(self.device, initial_weights, index_worker)
+        self.actor, self.algo, self.storage = build_agent(self.device, *_agent_factories(col_workers_factory))
         if initial_weights is not None:
             # The learner's own networks (targets, SAC's alpha) start from the same values
-            # on every gradient worker; the collectors only took the acting weights.
+            # on every gradient worker, not only the acting weights.
             self.algo.set_weights(weights_from_wire(initial_weights))
+        self.col_workers = col_workers_factory(self.device, initial_weights, index_worker, borrow_from=self)
         # The weight version counts publications: the weights the collectors get, once per
         # update round (see ``publish``); optimizer steps are the algorithm's ``updates_applied``.
         self.version = 0
@@ -76,24 +84,10 @@ class GWorker(Worker):
             from pytorchrl.scheme.workflows.queues import QueueDataPath
             self._queue_path = QueueDataPath(self.col_workers.queues, index_worker)
 
-    # The learner components are the local collection worker's: replacing one there
-    # (replace_agent_component) replaces it here too.
     @property
     def local_worker(self):
-        """The local collection worker whose actor, algorithm and storage this worker trains."""
-        return self.col_workers._local_worker
-
-    @property
-    def algo(self):
-        return self.local_worker.algo
-
-    @property
-    def actor(self):
-        return self.local_worker.actor
-
-    @property
-    def storage(self):
-        return self.local_worker.storage
+        """The local collection worker (it acts with this worker's actor and algorithm)."""
+        return self.col_workers.local_worker()
 
     # ----------------------------------------------------------------- gradients
     def step(self, return_grads=True, weights=None, version=None, pack_grads=None):
@@ -439,20 +433,28 @@ class GWorker(Worker):
 
     def update_algorithm_parameter(self, parameter_name, new_parameter_value):
         """Change an algorithm hyperparameter here and on every collection worker."""
+        self.algo.update_algorithm_parameter(parameter_name, new_parameter_value)
         return self.col_workers.apply_to_all("update_algorithm_parameter", parameter_name, new_parameter_value)
 
     def update_storage_parameter(self, parameter_name, new_parameter_value):
         """Change a storage parameter here and on every collection worker."""
+        self.storage.update_storage_parameter(parameter_name, new_parameter_value)
         return self.col_workers.apply_to_all("update_storage_parameter", parameter_name, new_parameter_value)
 
     def replace_agent_component(self, component_name, new_component_factory):
-        """Replace an agent component here and on every collection worker.
+        """Replace an agent component here (the actor, algorithm or storage) and on every
+        collection worker.
 
         The data of the current round is dropped (it may not fit the new component); the
         next step collects a new round.
         """
+        # Refused requests change nothing, here or on the collectors.
+        check_component_name(component_name)
+        self.col_workers.check_control("replace_agent_component", (component_name, new_component_factory))
         self._batches = None
         self.storage.clear()
+        if component_name in LEARNER_COMPONENTS:
+            rebuild_learner_component(self, component_name, new_component_factory)
         return self.col_workers.apply_to_all("replace_agent_component", component_name, new_component_factory)
 
     def get_hyperparameters(self):
@@ -474,6 +476,16 @@ class GWorker(Worker):
         """Stop the collection workers and leave the distributed group (idempotent)."""
         self.col_workers.stop()
         self.leave_distributed()
+
+
+def _agent_factories(col_workers_factory):
+    """(actor_factory, algo_factory, storage_factory) carried by a CWorkerSet factory."""
+    kwargs = getattr(col_workers_factory, "kwargs", None) or {}
+    try:
+        return kwargs["actor_factory"], kwargs["algo_factory"], kwargs["storage_factory"]
+    except KeyError:
+        raise TypeError("GWorker needs col_workers_factory = CWorkerSet.create_factory(...): it builds the "
+                        "learner's actor, algorithm and storage with the agent factories that one carries") from None
 
 
 def _node_ip():

@@ -89,15 +89,6 @@ class GWorkerSet(WorkerSet):
         get_all([w.setup_distributed.remote(addr, port, rank, len(workers))
                  for rank, w in enumerate(workers)], what=self.role)
 
-    def get_hyperparameters(self):
-        """``GWorker.get_hyperparameters()`` of the local and of every remote gradient worker:
-        one list per gradient worker (the worker's own parameters, then its collectors')."""
-        out = [self.local_worker().get_hyperparameters()]
-        if self.remote_workers():
-            from pytorchrl.scheme.base.faults import get_all
-            out += get_all([w.get_hyperparameters.remote() for w in self.remote_workers()], what=self.role)
-        return out
-
     def process_info(self):
         """(node id, pid) of every remote worker process of the scheme below this set:
         remote gradient workers, their remote collectors, and the local gradient worker's

@@ -5,7 +5,7 @@ import time
 import torch
 
 import pytorchrl as prl
-from pytorchrl.scheme.base.faults import death_cause, drain, failure_of, gather, worker_died
+from pytorchrl.scheme.base.faults import InFlight, death_cause, drain, failure_of, gather, raise_failure, worker_died
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.transport import WeightBroadcast
 
@@ -75,7 +75,7 @@ class UWorker(Worker):
         if collect_only and self.grad_workers._remote_workers:
             raise ValueError("a collection-only scheme has no gradient workers to spread over")
         self.local_worker = self.grad_workers.local_worker()
-        self._in_flight = {}
+        self._in_flight = InFlight()
         self._remote_version_known = True
         self.stats = {"dropped_gradients": 0}
         self.broadcast = WeightBroadcast(self.local_worker.get_weights, stats=self.stats)
@@ -267,12 +267,9 @@ class UWorker(Worker):
     def _raise_failures(self, outcomes):
         """Raise the first failure among ``outcomes`` (``gather``'s pairs) that is not a
         worker's death, as one line naming the gradient worker."""
-        from pytorchrl.scheme.base.ray_runtime import as_worker_error
         for i, (_, exc) in enumerate(outcomes):
             if exc is not None and not worker_died(exc):
-                failure = failure_of(exc)
-                raise (failure if failure is not None else
-                       as_worker_error(exc, self.grad_workers.worker_name(i + 1))) from None
+                raise_failure(exc, self.grad_workers.worker_name(i + 1))
 
     def _handle_deaths(self, dead):
         """Replace the gradient workers that died: ``dead`` maps their positions to the Ray
@@ -283,10 +280,7 @@ class UWorker(Worker):
             self._reform(dict(dead))
             return
         for position, exc in sorted(dead.items()):
-            old = self.grad_workers.remote_workers()[position]
-            stale = [ref for ref, w in self._in_flight.items() if w is old]
-            for ref in stale:
-                del self._in_flight[ref]
+            stale = self._in_flight.drop(self.grad_workers.remote_workers()[position])
             drain(stale, timeout=self.grad_workers.fault_policy.start_timeout_s)
             new = self.grad_workers.replace_worker(
                 position, f"died ({death_cause(exc)})",
@@ -377,7 +371,7 @@ class UWorker(Worker):
         """Restore a checkpointed state (``GWorker.get_state``) on every gradient worker, so
         that their weights, optimizers and versions agree before the next update."""
         drain(list(self._in_flight), timeout=None)
-        self._in_flight = {}
+        self._in_flight = InFlight()
         self.broadcast.invalidate()  # same version number, other weights
         self.local_worker.set_state(state)
         remotes = self.grad_workers.remote_workers()
@@ -403,8 +397,7 @@ class UWorker(Worker):
         if remotes:
             # Logged for replacements (which get it with the replay, so a worker found dead
             # now is simply replaced).
-            self.grad_workers.log_hot_swap(method, args)
-            outcomes = gather([getattr(w, method).remote(*args) for w in remotes])
+            outcomes = gather([ref for _, ref in self.grad_workers.send_to_remotes(method, args)])
             self._raise_failures(outcomes)
             self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
         return result
@@ -428,7 +421,7 @@ class UWorker(Worker):
         # (The gradients in flight are computed before the replacement reaches their workers
         # anyway: waited for and dropped.)
         drain(list(self._in_flight), timeout=None)
-        self._in_flight = {}
+        self._in_flight = InFlight()
         result = self._apply_everywhere("replace_agent_component", component_name, new_component_factory)
         if component_name in ("actor", "algo"):
             self.local_worker.publish()
@@ -465,7 +458,7 @@ class UWorker(Worker):
 
     def stop(self):
         """Stop every worker of the scheme (idempotent)."""
-        in_flight, self._in_flight = list(self._in_flight), {}
+        in_flight, self._in_flight = list(self._in_flight), InFlight()
         self.grad_workers.stop()
         # The requests still out failed when their workers were killed: read, not reported.
         drain(in_flight, timeout=self.grad_workers.stop_timeout)

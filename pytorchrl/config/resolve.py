@@ -1,0 +1,90 @@
+"""A run's configuration from a file: read it (``loader``), then validate it (``validate``).
+
+The two steps stay apart so that neither imports the other; this module is where they meet.
+"""
+
+import os
+
+from pytorchrl.config.errors import ConfigError
+from pytorchrl.config.loader import apply_agent_preset, apply_overrides, load_yaml
+from pytorchrl.config.schema import TOP_LEVEL
+from pytorchrl.config.validate import check_config, check_value
+
+
+def validate_config(raw):
+    """Validate a loaded configuration and return it resolved (its agent preset expanded,
+    defaults filled in).
+
+    Parameters
+    ----------
+    raw : dict
+        The configuration as loaded from YAML (and after overrides).
+
+    Returns and raises as ``pytorchrl.config.validate.check_config``; an error in a value
+    that the preset, not the file, wrote says so.
+    """
+    name = raw.get("preset") if isinstance(raw, dict) else None
+    if name is None:
+        return check_config(raw)
+    check_value(TOP_LEVEL["preset"], name, "preset")
+    expanded = apply_agent_preset(raw)
+    try:
+        return check_config(expanded)
+    except ConfigError as exc:
+        # A value the file did not write came from the preset: say so, the user did not write it.
+        if exc.path and _has_key(expanded, exc.path) and not _has_key(raw, exc.path):
+            raise ConfigError(exc.path, f"{exc.problem} (the value of preset {name}; write the key in the file to "
+                                        f"change it)", exc.source) from None
+        raise
+
+
+def _has_key(config, path):
+    """Whether the dotted ``path`` (``algorithm.lr``, ``schedules.0.end``) is written in ``config``."""
+    node = config
+    for part in path.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
+def _override_source(error, overrides):
+    """The override that set the key ``error`` is about, or None."""
+    for text in reversed(overrides):
+        key = text.partition("=")[0].strip()
+        if error.path == key or error.path.startswith(key + ".") or key.startswith(error.path + "."):
+            return f"override {text}"
+    return None
+
+
+def load_config(path, overrides=()):
+    """Load, override and validate a configuration file.
+
+    Parameters
+    ----------
+    path : str
+        YAML file.
+    overrides : list of str
+        ``"key=value"`` strings applied after loading (see ``apply_overrides``).
+
+    Returns
+    -------
+    dict
+        The resolved configuration (see ``validate_config``).
+
+    Raises
+    ------
+    ConfigError
+        Naming the key, the value and where it came from (the file or the override).
+    """
+    raw = apply_overrides(load_yaml(path), list(overrides))
+    try:
+        return validate_config(raw)
+    except ConfigError as exc:
+        raise exc.with_source(_override_source(exc, list(overrides)) or os.path.basename(str(path))) from None
+
+
+__all__ = ["validate_config", "load_config"]

@@ -1,0 +1,174 @@
+"""The Learner's saved models and checkpoints: what a checkpoint holds, how it is restored,
+and the checks that a file fits the run before anything is changed.
+
+The file I/O itself (atomic writes, plain types, reading without executing code) is
+``pytorchrl.checkpoint``'s; this module decides the content.
+"""
+
+import time
+
+import torch
+
+from pytorchrl import checkpoint as ckpt
+
+
+def save_model(update_worker, path):
+    """Save the actor's weights to ``path`` (see ``Learner.save_model``); returns the path.
+
+    Parameters
+    ----------
+    update_worker : UWorker
+        The scheme's update worker (its local copy of the weights is made current first).
+    path : str
+        The file.
+    """
+    refuse_nonfinite_weights(update_worker, path)
+    return ckpt.write_atomically(update_worker.save_model, path)
+
+
+def refuse_nonfinite_weights(update_worker, path):
+    """Raise SaveError (naming ``path``) when a weight is NaN or infinite (the local copy
+    of the weights is made current first: ``UWorker.get_weights``)."""
+    bad = [k for k, v in update_worker.get_weights().items()
+           if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise ckpt.SaveError(f"{path} not written: the weights hold NaN or infinite values "
+                             f"({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''})")
+
+
+def save_checkpoint(learner, path, extra=None, keep_previous=True):
+    """Write the full training state of ``learner`` to ``path`` (see ``Learner.save_checkpoint``);
+    returns the path.
+
+    Parameters
+    ----------
+    learner : Learner
+        The learner whose state is saved.
+    path : str
+        The file.
+    extra : object or None
+        Saved along, in plain types.
+    keep_previous : bool
+        Keep the checkpoint being replaced as ``<stem>.prev<ext>``.
+    """
+    refuse_nonfinite_weights(learner.update_worker, path)
+    local = learner.update_worker.local_worker
+    metrics = learner.metrics
+    state = {
+        "format": ckpt.FORMAT,
+        "algorithm": algorithm_name(local.algo),
+        "actor": type(local.actor).__name__,
+        "worker": local.get_state(),
+        "learner": {"num_samples_collected": metrics.env_steps, "num_updates": learner.num_updates,
+                    "num_episodes": metrics.num_episodes, "episodes": list(metrics.episodes),
+                    "episode_lengths": list(metrics.episode_lengths), "test_reward": metrics.test_reward,
+                    "hot_swaps": [list(swap) for swap in learner.hot_swaps],
+                    "elapsed": time.time() - metrics.start_time, "target_steps": learner.target_steps},
+        "storage": dict(local.storage.hyperparameters),
+        "schedules": [s.last_sent for s in learner.schedules],
+        # The actor's own generators (numpy acting samples from one) are part of the
+        # random state a resumed run must continue from.
+        "rng": {**ckpt.process_rng_state(), "actor": ckpt.generator_states(local.actor)},
+        "extra": extra,
+    }
+    if learner.checkpoint_replay:
+        # The replay's contents, counters and sampling state: a resumed run samples
+        # from the same transitions (local gradient worker's replay only).
+        state["replay"] = {"contents": local.storage.state_dict(), "rng": ckpt.generator_states(local.storage)}
+    return ckpt.save_torch(ckpt.to_plain(state), path, keep_previous=keep_previous)
+
+
+def load_checkpoint(learner, path):
+    """Restore on ``learner`` a state written by ``save_checkpoint`` (see
+    ``Learner.load_checkpoint``); returns the checkpoint's ``extra``.
+
+    Parameters
+    ----------
+    learner : Learner
+        The learner to restore; its scheme gets the weights, hyperparameters and versions.
+    path : str
+        The checkpoint file.
+    """
+    state = ckpt.read_checkpoint(path)
+    uw = learner.update_worker
+    local = uw.local_worker
+    metrics = learner.metrics
+    try:
+        check_fits(state, local.algo, local.actor, path)
+        uw.set_state(state["worker"])
+        for name, value in state["worker"]["algo"]["hyperparameters"].items():
+            uw.update_algorithm_parameter(name, value)
+        for name, value in state.get("storage", {}).items():
+            uw.update_storage_parameter(name, value)
+        ls = state["learner"]
+        metrics.env_steps = ls["num_samples_collected"]
+        learner.num_updates = ls["num_updates"]
+        metrics.num_episodes = ls["num_episodes"]
+        metrics.policy_version = int(state["worker"]["version"])
+        if learner.target_episodes is not None:
+            # The collectors count from zero again: only the episodes still to run.
+            uw.set_episode_budget(max(0, learner.target_episodes - metrics.num_episodes))
+        metrics.episodes.clear()
+        metrics.episodes.extend(ls["episodes"])
+        metrics.episode_lengths.clear()
+        metrics.episode_lengths.extend(ls["episode_lengths"])
+        metrics.test_reward = ls["test_reward"]
+        learner.hot_swaps = [tuple(swap) for swap in ls["hot_swaps"]]
+        metrics.restart_clock(ls["elapsed"])
+        for sched, last in zip(learner.schedules, state.get("schedules", [])):
+            sched.last_sent = last
+        ckpt.set_generator_states(local.actor, state["rng"]["actor"], "actor")
+        ckpt.set_process_rng_state(state["rng"])
+        if "replay" in state and hasattr(local.storage, "load_state_dict"):
+            local.storage.load_state_dict(state["replay"]["contents"])
+            ckpt.set_generator_states(local.storage, state["replay"]["rng"], "storage")
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
+        if isinstance(exc, ckpt.CheckpointError):
+            raise
+        # A state dict of another shape, or a hyperparameter this algorithm refuses.
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise ckpt.CheckpointError(path, f"does not fit this run: {detail[:300]}") from None
+    return state.get("extra")
+
+
+def algorithm_name(algo):
+    """The name checkpoints record for ``algo``: its ``name``, else its class name."""
+    return getattr(algo, "name", None) or type(algo).__name__
+
+
+def check_fits(state, algo, actor, path):
+    """Raise CheckpointError unless ``state`` was saved by the same algorithm and actor
+    class with a network of the same parameters (names and shapes) and the same random
+    generators as ``actor``'s; done
+    before anything is loaded, so that a mismatch changes nothing (``path``: the file, for
+    the message)."""
+    saved, mine = state.get("algorithm"), algorithm_name(algo)
+    if saved != mine:
+        raise ckpt.CheckpointError(path, f"saved by algorithm {saved}; this run's algorithm is {mine}")
+    if state.get("actor") != type(actor).__name__:
+        raise ckpt.CheckpointError(path, f"saved with actor {state.get('actor')}; this run's actor is "
+                                         f"{type(actor).__name__}")
+    saved_params = state["worker"]["algo"]["actor"]
+    own = algo.get_weights()   # the actor's and the learner's own networks (targets)
+    missing = [k for k in own if k not in saved_params]
+    unexpected = [k for k in saved_params if k not in own]
+    if missing or unexpected:
+        parts = ([f"this run's actor has {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
+                  f" which the checkpoint lacks"] if missing else []) + \
+                ([f"the checkpoint has {', '.join(unexpected[:3])}{' ...' if len(unexpected) > 3 else ''}"
+                  f" which this run's actor lacks"] if unexpected else [])
+        raise ckpt.CheckpointError(path, f"its network does not match this run's actor: {'; '.join(parts)}")
+    for key, value in own.items():
+        other = saved_params[key]
+        if tuple(getattr(other, "shape", ())) != tuple(value.shape):
+            raise ckpt.CheckpointError(path, f"its network does not match this run's actor: {key} has shape "
+                                             f"{tuple(other.shape)} in the checkpoint, {tuple(value.shape)} here")
+    saved_rngs, own_rngs = sorted(state["rng"]["actor"]), sorted(ckpt.generator_states(actor))
+    if saved_rngs != own_rngs:
+        # Resuming without them would draw other actions than the saved run: not silently.
+        raise ckpt.CheckpointError(path, f"the actor's random generators ({', '.join(own_rngs) or 'none'}) are "
+                                         f"not those saved ({', '.join(saved_rngs) or 'none'})")
+
+
+__all__ = ["save_model", "save_checkpoint", "load_checkpoint", "check_fits", "algorithm_name",
+           "refuse_nonfinite_weights"]
