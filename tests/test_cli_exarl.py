@@ -109,7 +109,6 @@ def test_exarl_rma_config_trains_from_the_command_line(tmp_path, name):
     assert int(last["Queues/MaxSize"]) <= (1 if name == "exarl-rma" else 4)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name,steps", [("exarl-sync", 10000), ("exarl-a2c-sync", 20000), ("exarl-a2c-async", 20000),
                                         ("exarl-multi-learner-async", 8000)])

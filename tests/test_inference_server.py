@@ -317,7 +317,6 @@ def test_command_line_refusal_exits_2(tmp_path):
 
 
 # -------------------------------------------------------------------- learning on Ray
-@pytest.mark.slow
 def test_seed_dqn_learns_cartpole_and_batches_across_collectors(ray_session):
     # timeout_ms raised from the example's 2: on a loaded test machine the second
     # collector's request must still find the first one waiting.
@@ -345,7 +344,6 @@ def test_seed_dqn_learns_cartpole_and_batches_across_collectors(ray_session):
     assert max(returns) >= 60.0, returns
 
 
-@pytest.mark.slow
 def test_seed_a2c_learns_cartpole_from_whole_episodes(ray_session):
     config = validate_config(load_config(os.path.join(EXARL, "exarl-seed-a2c.yaml"),
                                          ["learner.target_steps=8000", "learner.tensorboard=false",

@@ -21,7 +21,7 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
 
 SEED = int(os.environ.get("PYTORCHRL_TEST_SEED", "0"))
 

@@ -21,7 +21,7 @@ from pytorchrl.scheme import Scheme
 
 from test_learning import train_reward
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
 
 BUDGET = 30_000
 THRESHOLD = 80.0

@@ -128,7 +128,6 @@ def test_yaml_precision_reaches_the_off_policy_networks_and_trains():
 
 # ------------------------------------------------------------------- learning
 @needs_bf16
-@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sac_in_bf16_solves_pendulum():
     from test_learning_offpolicy import learner_for, train_until

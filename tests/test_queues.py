@@ -292,7 +292,6 @@ def test_an_episode_budget_ends_with_every_episode_popped_and_queues_empty(ray_f
         learner.stop()
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", RMA_WORKFLOWS)
 def test_rma_workflow_learns(ray_for_module, name):

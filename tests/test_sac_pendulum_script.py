@@ -13,7 +13,7 @@ import pytest
 
 from cli_helpers import REPO, env
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.timeout(600)]
 
 SCRIPT = os.path.join(REPO, "examples", "sac_pendulum.py")
 

@@ -276,7 +276,6 @@ def test_configuration_names_and_checks_the_storage():
 
 
 # ------------------------------------------------------------------- learning
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.usefixtures("no_ray_import")
 def test_a2c_on_vtrace_targets_improves_over_random():

@@ -210,7 +210,6 @@ def masked_impala_learner(recurrent, seed=0):
     return build_learner(load_config(IMPALA_GRU_CONF, overrides))
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_impala_with_a_gru_learns_masked_cartpole_with_asynchronous_collectors(ray_session):
     """The GRU passes a return the feed-forward actor (same settings and budget) cannot
