@@ -11,7 +11,8 @@ import sys
 
 import yaml
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
 
 #: A valid configuration that trains PPO on CartPole in about a second: 2 envs x 16 steps
 #: = 32 env steps per update round.
@@ -51,8 +52,13 @@ def write_config(directory, config=None, name="tiny.yaml"):
 
 
 def env():
-    """Environment of a child process: this checkout first on the path."""
-    return dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    """Environment of a child process: this checkout first on the path, then tests/ (a run
+    and its Ray workers build the environments of ``fault_envs``); a local Ray instance of
+    its own, never a cluster named by RAY_ADDRESS."""
+    variables = dict(os.environ, RAY_USAGE_STATS_ENABLED="0",
+                     PYTHONPATH=os.pathsep.join([REPO, TESTS, os.environ.get("PYTHONPATH", "")]))
+    variables.pop("RAY_ADDRESS", None)
+    return variables
 
 
 def pytorchrl(*args, cwd, timeout=180):

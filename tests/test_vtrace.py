@@ -281,7 +281,7 @@ def test_configuration_names_and_checks_the_storage():
 def test_a2c_on_vtrace_targets_improves_over_random():
     """In one process A2C + VTraceBuffer learns CartPole within the budget of A2C's own
     learning test (tests/test_learning.py)."""
-    from test_learning import cartpole_learner, train_until
+    from learning_helpers import cartpole_learner, train_until
 
     budget = 60_000
     algo_factory, name = A2C.create_factory(lr=1e-3, gamma=0.99, entropy_coef=0.0, value_loss_coef=0.5,

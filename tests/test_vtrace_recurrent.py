@@ -26,7 +26,7 @@ from pytorchrl.config import ConfigError, build_learner, load_config, validate_c
 from pytorchrl.scheme.collection.c_worker import CWorker
 
 from cli_helpers import REPO, with_sections
-from test_learning_recurrent import check_memory_is_needed
+from learning_helpers import check_memory_is_needed
 from test_recurrent import MASKED, actor_factory, env_factory
 from test_vtrace import paper_vtrace
 
