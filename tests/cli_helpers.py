@@ -2,8 +2,10 @@
 running ``pytorchrl`` as a separate process, the way a user does. ``with_sections`` serves
 the configuration tests (tests/test_config.py) too."""
 
+import ast
 import copy
 import csv
+import glob
 import os
 import signal
 import subprocess
@@ -124,3 +126,17 @@ def train_checking_float32(config):
         learner.stop()
     assert all(v.dtype == torch.float32 for v in after.values())
     assert any(not torch.equal(after[k], v) for k, v in before.items()), "no update happened"
+
+
+def source_of_test(module, test=None):
+    """Source of the test file ``module``.py, wherever it is under tests/, or of its
+    function ``test`` (None if it has none): for a test that leaves a case to another test
+    and checks that the other test is there. Read from the file, not imported: the other
+    test's folder is on sys.path only when pytest collects it."""
+    (path,) = glob.glob(os.path.join(TESTS, "**", f"{module}.py"), recursive=True)
+    with open(path) as f:
+        text = f.read()
+    if test is None:
+        return text
+    found = [node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef) and node.name == test]
+    return ast.get_source_segment(text, found[0]) if found else None

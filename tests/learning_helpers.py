@@ -19,7 +19,7 @@ from pytorchrl.scheme import Scheme
 SEED = int(os.environ.get("PYTORCHRL_TEST_SEED", "0"))
 
 
-def greedy_returns_along_run(learner, first, every, episodes=5, stop_at=None):
+def greedy_returns_along_run(learner, first, every, episodes=5, stop_at=None, on_infos=lambda infos: None):
     """Step ``learner`` until it is done, evaluating its greedy policy along the way.
 
     DQN's CartPole returns swing from one evaluation to the next (it has collapses), so a
@@ -37,6 +37,8 @@ def greedy_returns_along_run(learner, first, every, episodes=5, stop_at=None):
         Episodes of each evaluation.
     stop_at : float or None
         End the run early once an evaluation reaches this mean return (None: run to the end).
+    on_infos : callable
+        Sees the infos of every ``learner.step()`` (a ``LayoutProbe.observe``).
 
     Returns
     -------
@@ -45,7 +47,7 @@ def greedy_returns_along_run(learner, first, every, episodes=5, stop_at=None):
     """
     returns, next_eval = [], first
     while not learner.done() and (stop_at is None or max(returns, default=float("-inf")) < stop_at):
-        learner.step()
+        on_infos(learner.step())
         if learner.num_samples_collected >= next_eval:
             returns.append(learner.evaluate(episodes))
             next_eval += every

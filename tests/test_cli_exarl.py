@@ -9,8 +9,6 @@ directory and the metrics each workflow adds), with the smallest budget that has
 learner update: whether a workflow learns is its learning test's claim."""
 
 import csv
-import importlib
-import inspect
 import os
 
 import pytest
@@ -18,7 +16,8 @@ import yaml
 
 from pytorchrl.config import build_learner, load_config
 
-from cli_helpers import REPO, pytorchrl
+from cli_helpers import REPO, pytorchrl, source_of_test
+from distributed_fixtures import LayoutProbe
 from learning_helpers import greedy_returns_along_run
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
@@ -118,9 +117,8 @@ def test_every_exarl_config_is_run_by_a_test():
     assert set(LEARNED_ELSEWHERE) <= set(CONFIGS), sorted(set(LEARNED_ELSEWHERE) - set(CONFIGS))
     assert "drl-actor-model" in CONFIGS           # (run by test_exarl_config_trains)
     for name, (module, test) in LEARNED_ELSEWHERE.items():
-        # The learning test exists and names the file (in its parameters or its module).
-        source = inspect.getsource(importlib.import_module(module))
-        assert f"def {test}(" in source and f'"{name}' in source, (name, module, test)
+        # The learning test exists and its file names the configuration.
+        assert source_of_test(module, test) and f'"{name}' in source_of_test(module), (name, module, test)
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("name", ["exarl-rma", "exarl-ml-rma-queue-short"])
@@ -143,8 +141,10 @@ def test_exarl_workflow_learns_cartpole(ray_session, name, steps):
     learner = build_learner(load_config(os.path.join(EXARL, f"{name}.yaml"),
                                         [f"learner.target_steps={steps}", "learner.tensorboard=false"]))
     try:
-        returns = greedy_returns_along_run(learner, first=2000, every=1000, stop_at=60)
+        probe = LayoutProbe(learner)
+        returns = greedy_returns_along_run(learner, first=2000, every=1000, stop_at=60, on_infos=probe.observe)
         collected = learner.num_samples_collected
+        probe.check(name, learner.get_metrics(add_scheme_metrics=True))
     finally:
         learner.stop()
     print(name, collected, "greedy returns", [round(r, 1) for r in returns])
