@@ -109,7 +109,11 @@ def test_random_writes_its_results_from_the_command_line(tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", [n for n in CONFIGS if n not in OWN_TESTS and n not in LEARNED_ELSEWHERE])
 def test_exarl_config_trains(tmp_path, name):
-    train_from_file(tmp_path, name)
+    # A replay-server configuration samples once scheme.replay_server.min_size_to_sample
+    # transitions are in (drl-actor-model: 1,000; 3 updates at 1,024 steps, ~125 at 2,000).
+    server = load_config(os.path.join(EXARL, f"{name}.yaml"))["scheme"]["replay_server"] or {}
+    min_size = server.get("min_size_to_sample", 0)
+    train_from_file(tmp_path, name, steps=max(STEPS, 2 * min_size))
 
 
 def test_every_exarl_config_is_run_by_a_test():
