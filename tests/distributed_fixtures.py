@@ -132,7 +132,7 @@ def _status(proc):
 
 class LayoutProbe:
     """What a run of a scheme preset's layout did, read along the run and checked against
-    the preset: by the tiny run of each Ray preset (tests/test_cli_presets.py) and by the
+    the preset: by the tiny run of each Ray preset (tests/cli/test_cli_presets.py) and by the
     learning test that trains a preset's example configuration (the preset's layout is
     checked once, where it is built anyway).
 

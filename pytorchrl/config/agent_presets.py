@@ -11,7 +11,7 @@ win, key by key::
 
 Each preset is a YAML file under ``pytorchrl/config/presets/`` (shipped with the
 package), and ``examples/configs/`` holds a copy of the same file, so that its values are
-on view where users look (tests/test_agent_presets.py keeps the two identical).
+on view where users look (tests/unit/test_agent_presets.py keeps the two identical).
 A preset file may start from another preset (``preset: A2C`` in the A3C file): the same
 rule applies, its own keys win.
 

@@ -127,7 +127,7 @@ def test_every_exarl_config_is_run_by_a_test():
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("name", ["exarl-rma", "exarl-ml-rma-queue-short"])
 def test_exarl_rma_config_trains_from_the_command_line(tmp_path, name):
-    # (All six RMA workflows learn in tests/test_queues.py; here one learner and two
+    # (All six RMA workflows learn in tests/distributed/test_queues.py; here one learner and two
     # learners with per-learner queues run from their files, with the queue metrics.)
     run_dir = train_from_file(tmp_path, name, steps=STEPS if name == "exarl-rma" else 2 * STEPS)
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))

@@ -12,9 +12,9 @@ import textwrap
 
 import pytest
 
+from cli_helpers import TESTS
 from netns_cluster import NetnsCluster
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 
 pytestmark = [pytest.mark.timeout(240)]
 

@@ -280,7 +280,7 @@ def test_configuration_names_and_checks_the_storage():
 @pytest.mark.usefixtures("no_ray_import")
 def test_a2c_on_vtrace_targets_improves_over_random():
     """In one process A2C + VTraceBuffer learns CartPole within the budget of A2C's own
-    learning test (tests/test_learning.py)."""
+    learning test (tests/learning/test_learning.py)."""
     from learning_helpers import cartpole_learner, train_until
 
     budget = 60_000

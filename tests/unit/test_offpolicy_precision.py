@@ -1,7 +1,7 @@
 """bfloat16 mixed precision of the off-policy actors' MLP networks
 (``OffPolicyActor(precision="bf16")``, YAML ``actor.precision``): the products between two
 hidden layers read bfloat16 copies and accumulate in float32 (the numpy update and acting
-compute the same products: cases of tests/test_accel_parity.py); weights, gradients and
+compute the same products: cases of tests/unit/test_accel_parity.py); weights, gradients and
 optimizer state stay float32; what cannot act is refused; SAC still learns Pendulum with it."""
 
 import copy

@@ -107,7 +107,7 @@ def prepared_batch(storage, data):
 @pytest.mark.parametrize("net,shared", [("GRU", True), ("LSTM", False)])
 def test_targets_equal_a_step_by_step_run_of_the_current_actor(net, shared):
     """Off-policy: the learner's weights differ from the collector's. RET, ADV, LOGP and
-    VAL of the sequence batch are V-trace by its definition (tests/test_vtrace.py's
+    VAL of the sequence batch are V-trace by its definition (tests/unit/test_vtrace.py's
     ``paper_vtrace``) over the learner actor's outputs computed one step at a time, the
     state reset at the terminations and truncations inside the rollout."""
     worker, algo_factory = recurrent_collector(net, shared, num_mini_batch=1, num_epochs=1)

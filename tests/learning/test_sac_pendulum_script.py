@@ -5,7 +5,7 @@ Ray instance that the script's Scheme starts (2 CPUs).
 
 One learning run is enough: the two layouts make the same updates (one per environment
 step) with the script's same settings, and SAC learning Pendulum in one process is
-tests/test_learning_offpolicy.py's claim; the one-process run checks the script's own part
+tests/learning/test_learning_offpolicy.py's claim; the one-process run checks the script's own part
 (arguments, its run directory, the final evaluation) on a short budget."""
 
 import csv
