@@ -6,7 +6,7 @@ Private operators save time where the public API would cost a pass or a dispatch
 tensors at once), but they may change or vanish with a torch release. Each function here
 tries the private operator once and, when it is missing or refuses its arguments, uses the
 public way for good (``private_in_use`` says which runs); ``private=False`` always takes the
-public way (tests/test_accel_kernels.py checks that both give the same numbers).
+public way (tests/unit/test_accel.py checks that both give the same numbers).
 """
 
 import functools

@@ -541,7 +541,7 @@ def test_the_numpy_update_of_a_gaussian_or_recurrent_actor_is_refused_with_its_r
 def test_the_kl_penalty_acts_on_every_path_from_its_one_definition():
     """PPO's KL penalty (docs/architecture.md's worked example) is written once, in
     ``losses.actor_critic.ppo_policy_loss``: the numpy update, the fused loss and the
-    reference all change with it (and agree: tests/test_accel_parity.py's kl-penalty cases)."""
+    reference all change with it (and agree: tests/unit/test_accel_parity.py's kl-penalty cases)."""
     actor = _on_policy_actor("PPO", DISCRETE, TWIN_TANH)
     batch = _on_policy_batch(64, 4, DISCRETE)
     grads = {}
