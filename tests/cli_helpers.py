@@ -1,4 +1,4 @@
-"""Helpers of the command-line tests (tests/test_cli_*.py): a tiny configuration and
+"""Helpers of the command-line tests (tests/cli/test_cli_*.py): a tiny configuration and
 running ``pytorchrl`` as a separate process, the way a user does. ``with_sections`` serves
 the configuration tests (tests/unit/test_config.py) too."""
 
