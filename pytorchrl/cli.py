@@ -3,6 +3,7 @@
 ::
 
     pytorchrl train CONF [KEY=VALUE ...] [--run-dir DIR] [--dry-run] [--progress MODE]
+    pytorchrl pbt CONF [KEY=VALUE ...] [--population N] [--run-dir DIR] [--dry-run] [--progress MODE]
     pytorchrl resume RUN_DIR [KEY=VALUE ...] [--progress MODE]
     pytorchrl evaluate RUN_DIR [--episodes N] [--video out.gif|out.mp4]
     pytorchrl plot RUN_DIR [RUN_DIR ...] [-o curves.png]
@@ -128,6 +129,9 @@ def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False, 
 def train_command(args):
     """Handler of `train`: validate, make the run directory, train; returns the exit status."""
     config = load_config(args.conf, args.overrides)
+    if "pbt" in config:
+        raise UsageError(f"{args.conf} has a pbt section, which describes a population: train it with "
+                         f"'pytorchrl pbt {args.conf}', or remove the section")
     if args.run_dir is not None:
         config["run_dir"] = args.run_dir
     if args.dry_run:
@@ -135,6 +139,46 @@ def train_command(args):
         return EXIT_OK
     run_dir, created = make_run_dir(config, args.conf)
     return run_training(config, run_dir, remove_run_dir_on_failure=created, progress=args.progress)
+
+
+def pbt_command(args):
+    """Handler of `pbt`: validate, make the population's run directory, train the population;
+    returns the exit status."""
+    from pytorchrl.pbt import Population
+    overrides = list(args.overrides)
+    if args.population is not None:
+        overrides.append(f"pbt.population={args.population}")
+    config = load_config(args.conf, overrides)
+    if not config.get("pbt", {}).get("mutations"):
+        raise UsageError(f"{args.conf} names no parameter to perturb: 'pytorchrl pbt' needs a pbt section with "
+                         f"mutations (see examples/configs/pbt_ppo_cartpole.yaml)")
+    if args.run_dir is not None:
+        config["run_dir"] = args.run_dir
+    if args.dry_run:
+        sys.stdout.write(dump_config(config))
+        return EXIT_OK
+    run_dir, created = make_run_dir(config, args.conf)
+    population = Population(config, run_dir, progress=args.progress, remove_run_dir_on_failure=created)
+    return EXIT_INTERRUPTED if population.run() == "interrupted" else EXIT_OK
+
+
+def _resume_population(args, previous, config):
+    """``resume`` of a population's run directory (``previous``: the configuration it was
+    saved with, ``config``: with the overrides)."""
+    from pytorchrl.pbt import Population, member_name
+    run_dir = args.run_dir
+    for index in range(previous["pbt"]["population"]):
+        trainer = running_trainer(os.path.join(run_dir, member_name(index)))
+        if trainer is not None:
+            raise UsageError(f"a job is training {member_name(index)} of {run_dir} already (pid {trainer.get('pid')} "
+                             f"on {trainer.get('host')}); stop it first")
+    if config["pbt"]["population"] != previous["pbt"]["population"]:
+        raise UsageError(f"cannot change pbt.population when resuming: the population in {run_dir} has "
+                         f"{previous['pbt']['population']} members")
+    config["run_dir"] = run_dir
+    write_config(run_dir, config, "(resumed)")
+    return EXIT_INTERRUPTED if Population(config, run_dir, progress=args.progress,
+                                          resume={"previous": previous}).run() == "interrupted" else EXIT_OK
 
 
 def _check_run_dir(run_dir, *needed):
@@ -155,9 +199,12 @@ def _prefix_of(key):
 
 def resume_command(args):
     """Handler of `resume`: continue a run from its checkpoint; returns the exit status."""
+    from pytorchrl.pbt import is_population
     run_dir = args.run_dir
     _check_run_dir(run_dir, CONFIG)
-    if not any(os.path.isfile(os.path.join(run_dir, name)) for name in (CHECKPOINT, PREVIOUS_CHECKPOINT)):
+    population = is_population(run_dir)
+    if not population and not any(os.path.isfile(os.path.join(run_dir, name))
+                                  for name in (CHECKPOINT, PREVIOUS_CHECKPOINT)):
         # (checkpoint.prev.pt alone: a save was cut between its two renames; resume uses it.)
         _check_run_dir(run_dir, CHECKPOINT)
     trainer = running_trainer(run_dir)
@@ -175,6 +222,8 @@ def resume_command(args):
         if fixed is not None:
             raise UsageError(f"cannot change {key} when resuming: the checkpoint's model depends on "
                              f"{fixed}; start a new run with 'pytorchrl train'")
+    if population:
+        return _resume_population(args, previous, config)
     config["run_dir"] = run_dir
     return run_training(config, run_dir, progress=args.progress, resume={"previous": previous})
 
@@ -217,11 +266,13 @@ def plot_command(args):
     import importlib.util
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("pytorchrl plot needs matplotlib: pip install matplotlib (or pip install 'pytorchrl[plot]')")
-    from pytorchrl.tools.plot import plot_runs
+    from pytorchrl.tools.plot import plot_runs, population_copies
     drawn = plot_runs(args.run_dirs, args.output, metric=args.metric, labels=args.label or None,
                       band=args.band, size=args.size, dpi=args.dpi, title=args.title)
     curves = "; ".join(f"{label} ({n} run{'s' if n > 1 else ''})" for label, n in drawn)
-    print(f"wrote {args.output}: {curves}", flush=True)
+    copies = sum(len(population_copies(path) or ()) for path in args.run_dirs)
+    marks = f"; {copies} cop{'y' if copies == 1 else 'ies'} of a population marked" if copies else ""
+    print(f"wrote {args.output}: {curves}{marks}", flush=True)
     return EXIT_OK
 
 
@@ -370,6 +421,34 @@ exit status: 0 done, 2 error (configuration, environment, resources; a worker th
 environment error under scheme.on_env_error=stop, after the checkpoint is saved), 130 interrupted
 (Ctrl-C, SIGTERM)"""
 
+PBT_DESCRIPTION = """\
+Population-based training in place: train a population of pbt.population members of the
+configuration side by side (pbt section: interval, metric, quantile, mutations, initial
+values). Every pbt.interval env steps the members are ranked by pbt.metric; each of the
+bottom quantile takes over the weights, optimizer state and counters of a member of the
+top quantile (through Ray's object store, no file) and gets perturbed values by hot-swap:
+its run goes on, no process restarts. Members run as Ray actors side by side, or one after
+the other in this process on one core (pbt.execution). Ctrl-C saves every member;
+'pytorchrl resume RUN_DIR' continues the population."""
+
+PBT_EPILOG = """\
+run directory (default runs/<CONF stem>-<timestamp>):
+  config.yaml       the population's resolved configuration (with its pbt section)
+  population.csv    one row per perturbed parameter of each decision: step, elapsed, to, from,
+                    to_metric, from_metric, name, old, copied, new, how, copy_s
+  population.json   the population's state ('pytorchrl resume' continues from it)
+  summary.yaml      every member's final returns and values, the best member
+  member-<i>/       member i: an ordinary run directory (metrics.csv, hot_swaps.csv with every
+                    copy and perturbation, tensorboard/, checkpoint.pt, model.state_dict, ...)
+
+  pytorchrl plot RUN_DIR      draws the members and marks each copy
+
+example:
+  pytorchrl pbt examples/configs/pbt_ppo_cartpole.yaml --population 4 --run-dir runs/pbt
+
+exit status: 0 done, 2 error (configuration: a key that cannot be perturbed, ...; every member
+failed), 130 interrupted (Ctrl-C, SIGTERM)"""
+
 RESUME_DESCRIPTION = """\
 Continue a run from RUN_DIR/checkpoint.pt with the configuration in RUN_DIR/config.yaml:
 weights, optimizer, step counters, recent returns, schedules, hot-swapped values and
@@ -377,7 +456,9 @@ random states are restored; metrics.csv, hot_swaps.csv and the TensorBoard curve
 from the checkpoint's step (rows written after it, by a run that crashed, are dropped).
 Environments start new episodes. If checkpoint.pt cannot be read (empty, truncated,
 damaged), the one saved before it, checkpoint.prev.pt, is used, and the job says so; a
-checkpoint that does not fit the configuration (another network or algorithm) is an error."""
+checkpoint that does not fit the configuration (another network or algorithm) is an error.
+A population's run directory (pytorchrl pbt) continues as a population: every member from
+its checkpoint, population.csv and the decisions' random draws from population.json."""
 
 RESUME_EPILOG = """\
 overrides:
@@ -407,7 +488,8 @@ Draw learning curves from the metrics.csv of one or more runs: the return agains
 environment steps (left) and against wall-clock time (right). Runs with the same --label,
 or without labels runs whose configurations differ only in the seed (and run_dir and the
 learner section), are one curve: their mean, with a band from min to max (or +-1 std)
-over the steps all of them reached."""
+over the steps all of them reached. A population's directory (pytorchrl pbt) draws each
+member as a curve of its own and marks every copy of population.csv on the member replaced."""
 
 PLOT_EPILOG = """\
 examples:
@@ -482,7 +564,16 @@ def build_parser():
     add_train_arguments(train)
     train.set_defaults(handler=train_command)
 
-    resume = sub.add_parser("resume", help="continue a run from its checkpoint",
+    pbt = sub.add_parser("pbt", help="population-based training: a population that copies and perturbs in place",
+                         description=PBT_DESCRIPTION, epilog=PBT_EPILOG, formatter_class=raw)
+    pbt.add_argument("conf", metavar="CONF", help="YAML configuration file with a pbt section "
+                                                  "(e.g. examples/configs/pbt_ppo_cartpole.yaml)")
+    pbt.add_argument("--population", type=int, default=None, metavar="N",
+                     help="members of the population (sets pbt.population)")
+    add_train_arguments(pbt)
+    pbt.set_defaults(handler=pbt_command)
+
+    resume = sub.add_parser("resume", help="continue a run (or a population) from its checkpoint",
                             description=RESUME_DESCRIPTION, epilog=RESUME_EPILOG, formatter_class=raw)
     resume.add_argument("run_dir", metavar="RUN_DIR", help="run directory with config.yaml and checkpoint.pt")
     resume.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",

@@ -412,6 +412,33 @@ class Learner:
         """
         return learner_checkpoint.load_checkpoint(self, path)
 
+    def training_state(self):
+        """The full training state as a dict: what ``save_checkpoint`` writes, in memory (its
+        tensors may share memory with the live networks; copy it before training on)."""
+        return learner_checkpoint.training_state(self)
+
+    def restore_state(self, state, source, copy=False):
+        """Restore a ``training_state`` on every worker of the scheme.
+
+        Parameters
+        ----------
+        state : dict
+            From ``training_state`` (this learner's or another's) or a checkpoint file.
+        source : str
+            Where it comes from, for messages ("member-2", a file).
+        copy : bool
+            Take over another learner's policy (population-based training): the weights,
+            optimizer state, hyperparameters and the counters describing them come, the env
+            steps, hot-swap log, schedules and random states stay this learner's (see
+            ``pytorchrl.learner_checkpoint.restore``).
+
+        Raises
+        ------
+        pytorchrl.checkpoint.CheckpointError
+            The state does not fit this learner (another algorithm, actor or network).
+        """
+        learner_checkpoint.restore(self, state, source, copy=copy)
+
     def evaluate(self, num_episodes=None):
         """Deterministic mean return of the current weights on the test environments."""
         return self.update_worker.evaluate(num_episodes)

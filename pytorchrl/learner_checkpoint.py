@@ -36,22 +36,20 @@ def refuse_nonfinite_weights(update_worker, path):
                              f"({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''})")
 
 
-def save_checkpoint(learner, path, extra=None, keep_previous=True):
-    """Write the full training state of ``learner`` to ``path`` (see ``Learner.save_checkpoint``);
-    returns the path.
+def training_state(learner, extra=None):
+    """The full training state of ``learner`` as a dict: what a checkpoint holds (see
+    ``Learner.save_checkpoint``), and what a member of a population copies from another
+    (``restore(..., copy=True)``). Its tensors may share memory with the live networks:
+    copy it before the learner trains on, unless it is written or sent away at once.
 
     Parameters
     ----------
     learner : Learner
-        The learner whose state is saved.
-    path : str
-        The file.
+        The learner whose state is taken (the local copy of its weights is made current).
     extra : object or None
-        Saved along, in plain types.
-    keep_previous : bool
-        Keep the checkpoint being replaced as ``<stem>.prev<ext>``.
+        Kept along under ``"extra"``.
     """
-    refuse_nonfinite_weights(learner.update_worker, path)
+    learner.update_worker.sync_local_weights()
     local = learner.update_worker.local_worker
     metrics = learner.metrics
     state = {
@@ -75,7 +73,26 @@ def save_checkpoint(learner, path, extra=None, keep_previous=True):
         # The replay's contents, counters and sampling state: a resumed run samples
         # from the same transitions (local gradient worker's replay only).
         state["replay"] = {"contents": local.storage.state_dict(), "rng": ckpt.generator_states(local.storage)}
-    return ckpt.save_torch(ckpt.to_plain(state), path, keep_previous=keep_previous)
+    return state
+
+
+def save_checkpoint(learner, path, extra=None, keep_previous=True):
+    """Write the full training state of ``learner`` to ``path`` (see ``Learner.save_checkpoint``);
+    returns the path.
+
+    Parameters
+    ----------
+    learner : Learner
+        The learner whose state is saved.
+    path : str
+        The file.
+    extra : object or None
+        Saved along, in plain types.
+    keep_previous : bool
+        Keep the checkpoint being replaced as ``<stem>.prev<ext>``.
+    """
+    refuse_nonfinite_weights(learner.update_worker, path)
+    return ckpt.save_torch(ckpt.to_plain(training_state(learner, extra)), path, keep_previous=keep_previous)
 
 
 def load_checkpoint(learner, path):
@@ -90,29 +107,67 @@ def load_checkpoint(learner, path):
         The checkpoint file.
     """
     state = ckpt.read_checkpoint(path)
+    restore(learner, state, path)
+    return state.get("extra")
+
+
+def restore(learner, state, source, copy=False):
+    """Restore on ``learner`` a ``training_state`` (read from a checkpoint, or taken from
+    another learner), on every worker of its scheme.
+
+    Parameters
+    ----------
+    learner : Learner
+        The learner to restore.
+    state : dict
+        The state (``training_state``).
+    source : str
+        Where it comes from (the file, or "member-2"), for messages.
+    copy : bool
+        False: a resumed run, everything comes back (counters, hot-swap log, random states,
+        replay). True: the exploit step of population-based training, where ``learner``
+        takes over another learner's policy: the weights, optimizer state and
+        hyperparameters come, with the counters that describe them (updates, the recent
+        returns and test return; the weight version moves on by one, a new publication),
+        while the learner keeps its own env steps and episodes (its timeline), hot-swap
+        log, schedules, random states and replay.
+
+    Raises
+    ------
+    pytorchrl.checkpoint.CheckpointError
+        The state does not fit the learner (another algorithm, actor or network; checked
+        before anything is changed where possible), with a one-line cause.
+    """
     uw = learner.update_worker
     local = uw.local_worker
     metrics = learner.metrics
     try:
-        check_fits(state, local.algo, local.actor, path)
-        uw.set_state(state["worker"])
-        for name, value in state["worker"]["algo"]["hyperparameters"].items():
+        check_fits(state, local.algo, local.actor, source)
+        worker = state["worker"]
+        if copy:
+            # Other weights are a new publication of this scheme: rollouts still on their
+            # way from the old policy must look older than them (policy lag), never newer.
+            worker = {**worker, "version": uw.version + 1}
+        uw.set_state(worker)
+        for name, value in worker["algo"]["hyperparameters"].items():
             uw.update_algorithm_parameter(name, value)
         for name, value in state.get("storage", {}).items():
             uw.update_storage_parameter(name, value)
         ls = state["learner"]
-        metrics.env_steps = ls["num_samples_collected"]
         learner.num_updates = ls["num_updates"]
-        metrics.num_episodes = ls["num_episodes"]
-        metrics.policy_version = int(state["worker"]["version"])
-        if learner.target_episodes is not None:
-            # The collectors count from zero again: only the episodes still to run.
-            uw.set_episode_budget(max(0, learner.target_episodes - metrics.num_episodes))
+        metrics.policy_version = int(worker["version"])
         metrics.episodes.clear()
         metrics.episodes.extend(ls["episodes"])
         metrics.episode_lengths.clear()
         metrics.episode_lengths.extend(ls["episode_lengths"])
         metrics.test_reward = ls["test_reward"]
+        if copy:
+            return
+        metrics.env_steps = ls["num_samples_collected"]
+        metrics.num_episodes = ls["num_episodes"]
+        if learner.target_episodes is not None:
+            # The collectors count from zero again: only the episodes still to run.
+            uw.set_episode_budget(max(0, learner.target_episodes - metrics.num_episodes))
         learner.hot_swaps = [tuple(swap) for swap in ls["hot_swaps"]]
         metrics.restart_clock(ls["elapsed"])
         for sched, last in zip(learner.schedules, state.get("schedules", [])):
@@ -127,8 +182,7 @@ def load_checkpoint(learner, path):
             raise
         # A state dict of another shape, or a hyperparameter this algorithm refuses.
         detail = " ".join(str(exc).split()) or type(exc).__name__
-        raise ckpt.CheckpointError(path, f"does not fit this run: {detail[:300]}") from None
-    return state.get("extra")
+        raise ckpt.CheckpointError(source, f"does not fit this run: {detail[:300]}") from None
 
 
 def algorithm_name(algo):
@@ -170,5 +224,5 @@ def check_fits(state, algo, actor, path):
                                          f"not those saved ({', '.join(saved_rngs) or 'none'})")
 
 
-__all__ = ["save_model", "save_checkpoint", "load_checkpoint", "check_fits", "algorithm_name",
-           "refuse_nonfinite_weights"]
+__all__ = ["save_model", "training_state", "save_checkpoint", "load_checkpoint", "restore", "check_fits",
+           "algorithm_name", "refuse_nonfinite_weights"]

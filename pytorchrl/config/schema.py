@@ -497,6 +497,69 @@ SECTIONS = {
     },
 }
 
+#: Sections that a resolved configuration holds only when the file gives them: ``pbt``
+#: describes a population (``pytorchrl pbt``); an ordinary run has none.
+OPTIONAL_SECTIONS = ("pbt",)
+
+#: Population-based training (``pytorchrl pbt``, ``pytorchrl.pbt``): the ``pbt`` section.
+SECTIONS["pbt"] = {
+    "population": Key("int", 4, "Members trained side by side ('pytorchrl pbt --population N' sets it); member i "
+                                "is an ordinary run in <run_dir>/member-<i> whose seed is the top-level seed + i.",
+                      low=2),
+    "interval": Key("int", 10000, "Env steps of each member between two exploit/explore decisions: all members "
+                                  "train to the next multiple of it, then the decision is made (under Ray Tune: "
+                                  "the env steps of each step() of pytorchrl.tune.Trainable).", low=1),
+    "metric": Key("str", "train_return", "What ranks the members at a decision: train_return (Episodes/TrainReward, "
+                                         "the mean return of the last 100 training episodes) or test_return (a "
+                                         "deterministic evaluation of num_test_episodes at the decision; needs "
+                                         "env.test_env).", choices=("train_return", "test_return")),
+    "quantile": Key("number", 0.25, "Fraction of the members replaced at a decision: each of the bottom quantile "
+                                    "copies a member of the top quantile (at least one member, at most half).",
+                    low=0.0, low_inclusive=False, high=0.5),
+    "mutations": Key("dict", {}, "Parameters perturbed after a copy and how: parameter (lr, algorithm.lr, "
+                                 "storage.gae_lambda) -> factors, values, log_uniform, resample_probability (below); "
+                                 "any hot-swappable algorithm or storage parameter; 'pytorchrl pbt' needs one at "
+                                 "least (under Ray Tune its scheduler perturbs instead)."),
+    "initial": Key("dict", {}, "Starting values that differ between members: parameter -> a list of one value per "
+                               "member (member i starts with the i-th); the others start from the sections above."),
+    "target_return": Key("number", None, "End the population once the best member's metric reaches this at a "
+                                         "decision (null: every member trains to learner.target_steps)."),
+    "execution": Key("str", "auto", "How members run: ray (each in a Ray actor, side by side; a member's own "
+                                    "scheme may be distributed too), interleaved (one after the other in this "
+                                    "process, an interval each), or auto (ray when this process may use more than "
+                                    "one CPU core, interleaved on one).", choices=("auto", "ray", "interleaved")),
+    "member_resources": Key("resources", None, "Ray resources of each member's actor (execution ray); null: "
+                                               "num_cpus 1, or an equal share of the cluster's CPUs when it has "
+                                               "fewer than one per member."),
+}
+
+#: Keys of one entry of ``pbt.mutations``: how a copied value is perturbed. A parameter with
+#: factors and a distribution (values or log_uniform) is resampled with
+#: ``resample_probability``, multiplied otherwise; with one of the two, that one is used.
+MUTATION_KEYS = {
+    "factors": Key("any", None, "Numbers the copied value is multiplied by, one drawn at random (e.g. [0.8, 1.2]); "
+                                "an integer parameter is rounded, and the result kept in the parameter's range "
+                                "(and in log_uniform's, when given)."),
+    "values": Key("any", None, "A list of values the parameter is resampled from, uniformly."),
+    "log_uniform": Key("any", None, "[low, high]: the parameter is resampled log-uniformly between the two "
+                                    "(positive numbers)."),
+    "resample_probability": Key("number", 0.25, "With factors and a distribution (values or log_uniform): the "
+                                                "probability of resampling instead of multiplying.",
+                                low=0.0, high=1.0),
+}
+
+
+def hot_swappable_keys(target, name):
+    """The parameters of the algorithm (``target`` "algorithm") or storage called ``name``
+    that can change while training: every parameter but those fixed once the component is
+    built (``fixed_hyperparameters``, ``fixed_parameters``)."""
+    if target == "algorithm":
+        keys, fixed = algorithm_keys(name), ALGORITHMS[name].fixed_hyperparameters
+    else:
+        keys, fixed = storage_keys(name), getattr(STORAGES[name], "fixed_parameters", ())
+    return {k: v for k, v in keys.items() if k not in fixed}
+
+
 #: Keys of one entry of the ``schedules`` list; ``start`` and ``end`` take the type of the
 #: parameter they schedule.
 SCHEDULE_KEYS = {
@@ -560,13 +623,16 @@ def describe_schema():
     out = []
     for name, key in TOP_LEVEL.items():
         out.append(f"{name}: {key.describe()}")
-    for section in SECTION_ORDER:
+    for section in SECTION_ORDER + OPTIONAL_SECTIONS:
         if section == "schedules":
             out.append("\nschedules: list of planned hot-swaps, each with")
             out += [f"  {n}: {k.describe()}" for n, k in SCHEDULE_KEYS.items()]
             continue
-        out.append(f"\n{section}:")
+        out.append(f"\n{section}:" + ("  (pytorchrl pbt only)" if section == "pbt" else ""))
         out += [f"  {n}: {k.describe()}" for n, k in SECTIONS[section].items()]
+        if section == "pbt":
+            out.append("  each entry of mutations:")
+            out += [f"    {n}: {k.describe()}" for n, k in MUTATION_KEYS.items()]
         dynamic = {"algorithm": (ALGORITHMS, algorithm_keys), "storage": (STORAGES, storage_keys)}.get(section)
         if dynamic:
             for cls_name in dynamic[0]:

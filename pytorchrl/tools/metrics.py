@@ -192,8 +192,10 @@ class RunLog:
         Whose metrics and hot-swaps are logged.
     tensorboard : bool
         Write TensorBoard event files (when the package is installed).
-    continue_from_step : int or None
-        None for a new run; the checkpoint's env step when resuming.
+    continue_from_step : int or float or None
+        None for a new run; the checkpoint's env step when resuming; ``math.inf`` to keep
+        every row and append (a run whose state is restored later, from elsewhere: a trial
+        that Ray Tune restarted, see ``pytorchrl.tune``).
     """
 
     def __init__(self, run_dir, learner, tensorboard=True, continue_from_step=None):
@@ -201,10 +203,12 @@ class RunLog:
         self.csv = MetricsCSV(os.path.join(run_dir, METRICS), continue_from_step)
         self.hot_swaps = HotSwapCSV(os.path.join(run_dir, HOT_SWAPS), continue_from_step)
         self.timings = WorkerTimings()
-        self.writer = tensorboard_writer(os.path.join(run_dir, TENSORBOARD), continue_from_step) \
-            if tensorboard else None
+        appending = continue_from_step == math.inf
+        self.writer = tensorboard_writer(os.path.join(run_dir, TENSORBOARD),
+                                         None if appending else continue_from_step) if tensorboard else None
         # Hot-swaps already in the learner's list are logged (a new run: the schedules'
-        # first values) or were logged by the run being resumed (restored from the checkpoint).
+        # first values) or were logged by the run being resumed (restored from the
+        # checkpoint) or continued (appending).
         self._seen_swaps = len(learner.hot_swaps) if continue_from_step is not None else 0
         self.record_hot_swaps("schedule")
 
@@ -235,9 +239,10 @@ class RunLog:
         Parameters
         ----------
         source : str
-            What made them: "schedule", "live" (``pytorchrl set``) or "resume" (an override).
+            What made them: "schedule", "live" (``pytorchrl set``), "resume" (an override),
+            "pbt" (a population's copy and perturbation) or "tune" (Ray Tune's).
         detail : str
-            The request id of a live change.
+            The request id of a live change, the member copied, ...
 
         Returns
         -------
@@ -249,6 +254,11 @@ class RunLog:
         for step, kind, name, value in new:
             self._log_swap(step, kind, name, value, source, "applied", detail)
         return new
+
+    def skip_hot_swaps(self):
+        """Count the learner's hot-swaps as logged: its list was replaced by a restored
+        state's, whose changes were logged by the run that made them."""
+        self._seen_swaps = len(self.learner.hot_swaps)
 
     def record_refusal(self, name, value, reason, detail=""):
         """Log a change that was asked for and refused (the run goes on unchanged).

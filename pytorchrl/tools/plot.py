@@ -6,6 +6,11 @@ are equal but for the seed, the run directory and the ``learner`` section (the s
 one experiment). A group of several runs is drawn as the mean curve with a band (min to
 max, or one standard deviation) on the steps where all its runs have data; a group of
 one run as its curve.
+
+A population's run directory (``pytorchrl pbt``) stands for its members, each a curve of
+its own labelled by its name, and every copy recorded in its ``population.csv`` is marked
+on the curve of the member replaced (a triangle), joined by a dashed line to the value of
+the member it copied at that step.
 """
 
 import json
@@ -28,6 +33,8 @@ GRID_POINTS = 200
 BANDS = ("minmax", "std", "none")
 #: Longest label made from configuration differences; longer ones use the run names.
 MAX_LABEL = 40
+#: A population's record of its copies (``pytorchrl.pbt``), read to mark them.
+POPULATION_CSV = "population.csv"
 
 
 class PlotError(Exception):
@@ -56,6 +63,40 @@ def find_runs(paths):
         else:
             raise PlotError(f"no such directory: {path}")
     return runs
+
+
+def population_copies(path):
+    """The copies a population made, from its ``population.csv``: a list of
+    ``(step, member replaced, member copied)``, one per copy; None when ``path`` is not a
+    population's run directory."""
+    columns, rows = _read_csv(os.path.join(path, POPULATION_CSV))
+    if not columns:
+        return None
+    copies = []
+    for row in rows:
+        try:
+            copy = (float(row["step"]), int(row["to"]), int(row["from"]))
+        except (KeyError, ValueError):
+            continue
+        if copy not in copies:   # one row per perturbed parameter of a copy
+            copies.append(copy)
+    return copies
+
+
+def _labels_with_populations(paths, runs):
+    """One label per run when ``paths`` name a population: its members by their names
+    (with the population's name before them when several paths are given), every other run
+    by its own name; None when no path is a population."""
+    populations = [p for p in paths if population_copies(p) is not None]
+    if not populations:
+        return None
+    labels = []
+    for run in runs:
+        parent = os.path.dirname(os.path.normpath(run))
+        name = _run_name(run)
+        owner = next((p for p in populations if os.path.normpath(p) == parent), None)
+        labels.append(f"{_run_name(owner)}/{name}" if owner is not None and len(paths) > 1 else name)
+    return labels
 
 
 def resolve_metric(columns, metric):
@@ -263,7 +304,7 @@ def plot_runs(paths, output, metric="Episodes/TrainReward", labels=None, band="m
     if band not in BANDS:
         raise PlotError(f"band must be one of {', '.join(BANDS)}, got {band!r}")
     runs = find_runs(paths)
-    groups = group_runs(runs, labels)
+    groups = group_runs(runs, labels or _labels_with_populations(paths, runs))
     curves = {}
     for _, members in groups:
         for run in members:
@@ -287,8 +328,10 @@ def plot_runs(paths, output, metric="Episodes/TrainReward", labels=None, band="m
         fig, axes = plt.subplots(1, 2, figsize=size, dpi=dpi, sharey=True, layout="constrained")
         colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         drawn = []
+        color_of = {}
         for i, (label, members) in enumerate(groups):
             color = colors[i % len(colors)]
+            color_of.update({os.path.normpath(r): color for r in members})
             group = [curves[r] for r in members]
             name = label if len(members) == 1 else f"{label} ({len(members)} runs)"
             for ax, x_index in ((axes[0], 0), (axes[1], 1)):
@@ -302,6 +345,7 @@ def plot_runs(paths, output, metric="Episodes/TrainReward", labels=None, band="m
                 if low is not None:
                     ax.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
             drawn.append((label, len(members)))
+        _mark_copies(axes, paths, curves, color_of, scale)
         axes[0].set_xlabel("environment steps")
         axes[0].xaxis.set_major_formatter(EngFormatter(sep=""))
         axes[1].set_xlabel(f"wall-clock time ({unit})")
@@ -321,4 +365,31 @@ def plot_runs(paths, output, metric="Episodes/TrainReward", labels=None, band="m
     return drawn
 
 
-__all__ = ["PlotError", "find_runs", "load_curve", "group_runs", "aggregate", "plot_runs"]
+def _mark_copies(axes, paths, curves, color_of, scale):
+    """Mark the copies of the populations among ``paths`` on their members' curves (see
+    the module documentation); returns how many were marked."""
+    marked = 0
+    for path in paths:
+        for step, to, source in population_copies(path) or ():
+            loser = os.path.normpath(os.path.join(path, f"member-{to}"))
+            giver = os.path.normpath(os.path.join(path, f"member-{source}"))
+            mine = next((c for r, c in curves.items() if os.path.normpath(r) == loser), None)
+            theirs = next((c for r, c in curves.items() if os.path.normpath(r) == giver), None)
+            if mine is None or theirs is None or len(mine[0]) == 0:
+                continue
+            color = color_of.get(loser, "0.3")
+            y_to, y_from = np.interp(step, mine[0], mine[2]), np.interp(step, theirs[0], theirs[2])
+            for ax, x in ((axes[0], step), (axes[1], np.interp(step, mine[0], mine[1]) / scale)):
+                if not math.isfinite(x):
+                    continue
+                ax.plot([x, x], [y_from, y_to], color=color, linestyle=":", linewidth=0.9)
+                ax.plot([x], [y_to], marker="v", color=color, markersize=5, linestyle="none")
+            marked += 1
+    if marked:
+        # Drawn empty, for the legend's entry.
+        axes[0].plot([], [], color="0.3", marker="v", linestyle=":", linewidth=0.9, markersize=5,
+                     label="copy (from the source's value)")
+    return marked
+
+
+__all__ = ["PlotError", "find_runs", "load_curve", "group_runs", "aggregate", "plot_runs", "population_copies"]

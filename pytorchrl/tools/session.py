@@ -156,8 +156,8 @@ def _stop_schedules(learner, target, name):
 def _schema_check(config):
     """``check(target, name, value)`` validating a live change against the configuration
     schema (type and range of the parameter, as in the configuration file)."""
-    from pytorchrl.config.schema import Key, algorithm_keys, storage_keys
-    from pytorchrl.config.validate import check_value
+    from pytorchrl.config.schema import algorithm_keys, storage_keys
+    from pytorchrl.config.validate import check_value, strict_key
 
     keys = {"algorithm": algorithm_keys(config["algorithm"]["name"]),
             "storage": storage_keys(config["storage"]["name"])}
@@ -166,11 +166,8 @@ def _schema_check(config):
         key = keys[target].get(name)
         if key is None:
             return value
-        # null is never a value to switch to while training.
-        key = Key(key.kind, doc=key.doc, choices=key.choices, low=key.low, high=key.high,
-                  low_inclusive=key.low_inclusive)
         try:
-            return check_value(key, value, f"{target}.{name}")
+            return check_value(strict_key(key), value, f"{target}.{name}")
         except ConfigError as exc:
             raise ValueError(f"{exc.path}: {exc.problem}") from None
     return check
@@ -191,6 +188,16 @@ def _policy_label(config):
 
 def _finite(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def save_due(opts, seconds, last_steps, steps):
+    """Whether a checkpoint is due under the ``learner`` section ``opts``: ``seconds`` since
+    the last save reached ``save_every``, or the env steps passed a multiple of
+    ``save_every_steps`` between ``last_steps`` (at the last save) and ``steps``."""
+    every_s, every_steps = opts["save_every"], opts.get("save_every_steps")
+    if every_s and seconds >= every_s:
+        return True
+    return bool(every_steps) and steps // every_steps > last_steps // every_steps
 
 
 class TrainingSession:
@@ -217,6 +224,10 @@ class TrainingSession:
         Continue from ``<run_dir>/checkpoint.pt`` (or ``checkpoint.prev.pt`` when the newest
         is damaged): ``{"previous": config the checkpoint was made with}``. Algorithm and
         storage values that differ in ``config`` are applied as hot-swaps after loading.
+    append_logs : bool
+        A new learner whose state comes later from elsewhere (a Ray Tune trial restarted
+        in its run directory, which then loads a checkpoint of Tune's): keep the rows of
+        metrics.csv and hot_swaps.csv found in ``run_dir`` and append to them.
 
     Attributes
     ----------
@@ -227,8 +238,9 @@ class TrainingSession:
     """
 
     def __init__(self, config, run_dir, stream=None, remove_run_dir_on_failure=False, progress="auto",
-                 resume=None):
+                 resume=None, append_logs=False):
         self.config = config
+        self.append_logs = append_logs
         self.opts = config["learner"]
         self.run_dir = run_dir
         self.stream = stream or sys.stdout
@@ -316,7 +328,8 @@ class TrainingSession:
         learner, config, resuming = self.learner, self.config, self.resume_from is not None
         self.display = ProgressDisplay(learner.target_steps, self.stream, self.progress)
         self.log = RunLog(self.run_dir, learner, tensorboard=self.opts["tensorboard"],
-                          continue_from_step=learner.num_samples_collected if resuming else None)
+                          continue_from_step=learner.num_samples_collected if resuming else
+                          math.inf if self.append_logs else None)
         for note in self._notes:
             self.display.message(note)
         self.display.message(f"{'resuming' if resuming else 'training'} {config['algorithm']['name']} on "
@@ -338,9 +351,35 @@ class TrainingSession:
         learner.on_worker_event = lambda text: self.display.message(
             f"at {self.learner.num_samples_collected:,} env steps: {text}")
         learner.on_warning = self.display.message
+        self._open_control()
+
+    def _open_control(self):
+        """Answer live changes in the run directory; the intervals start now."""
         self.control = ControlServer(self.run_dir, self.handle_control_request)
         self._last_log = self._last_save = self._next_redraw = time.monotonic()
-        self._start_steps = self._save_step_mark = learner.num_samples_collected
+        self._start_steps = self._save_step_mark = self.learner.num_samples_collected
+
+    def move(self, config, run_dir):
+        """Go on in another run directory with the same learner: its logs and control move
+        there, the learner, its scheme and their processes stay (a Ray Tune actor that
+        goes on with another trial, whose checkpoint then brings that trial's state).
+
+        Parameters
+        ----------
+        config : dict
+            The resolved configuration of the run in ``run_dir`` (its hot-swappable values
+            are the caller's to apply; its other keys must be this run's).
+        run_dir : str
+            The run directory, existing, with its config.yaml; logs found there are kept
+            and appended to.
+        """
+        self.control.close()
+        self.log.close()
+        self.config, self.opts, self.run_dir = config, config["learner"], run_dir
+        self.learner.log_dir = run_dir
+        self.metrics, self._shown_step, self.saved_step, self._keep_previous = {}, None, None, True
+        self.log = RunLog(run_dir, self.learner, tensorboard=self.opts["tensorboard"], continue_from_step=math.inf)
+        self._open_control()
 
     # ---------------------------------------------------------------- training
     def handle_control_request(self, request_id, assignments):
@@ -428,11 +467,7 @@ class TrainingSession:
     def save_due(self, now):
         """True when ``learner.save_every`` seconds passed since the last save, or the env
         steps passed a multiple of ``learner.save_every_steps`` since then."""
-        every_s, every_steps = self.opts["save_every"], self.opts.get("save_every_steps")
-        if every_s and now - self._last_save >= every_s:
-            return True
-        steps = self.learner.num_samples_collected
-        return bool(every_steps) and steps // every_steps > self._save_step_mark // every_steps
+        return save_due(self.opts, now - self._last_save, self._save_step_mark, self.learner.num_samples_collected)
 
     def maybe_save(self, now):
         """Save when ``save_due``. A failure is reported on a line of its own and training
@@ -478,34 +513,61 @@ class TrainingSession:
         bool
             True when interrupted (Ctrl-C, SIGTERM).
         """
-        learner, log, display = self.learner, self.log, self.display
         with StopOnInterrupt() as stop:
-            while not learner.done() and not stop.requested:
-                log.timings.observe(learner.step())
-                log.record_hot_swaps("schedule")
-                now = time.monotonic()
-                self.control.poll(now)
-                if now - self._last_log >= self.opts["log_every"]:
-                    self.log_interval()      # (draws the status line in live mode)
-                    self._last_log = now
-                    self._next_redraw = now + REDRAW_EVERY_S
-                elif self.rows_due():
-                    self.log_interval(show=False)
-                if display.live and now >= self._next_redraw:
-                    display.status(self.status_line())
-                    self._next_redraw = now + REDRAW_EVERY_S
-                if not (learner.done() or stop.requested):   # (those end with a save anyway)
-                    self.maybe_save(now)
-            return stop.requested
+            return self.train_until(lambda: stop.requested)
+
+    def train_until(self, stop_requested, env_steps=None, autosave=True):
+        """The training loop, until ``target_steps``, ``env_steps`` or a stop request.
+
+        Parameters
+        ----------
+        stop_requested : callable
+            Asked between updates; True ends the loop (Ctrl-C).
+        env_steps : int or None
+            End the loop once this many env steps are collected (a member of a population
+            trains one interval at a time); None: no such limit.
+        autosave : bool
+            Save checkpoints at the ``learner.save_every`` intervals (a population saves its
+            members together instead).
+
+        Returns
+        -------
+        bool
+            True when a stop was requested.
+        """
+        learner, log, display = self.learner, self.log, self.display
+        while not (learner.done() or stop_requested()
+                   or (env_steps is not None and learner.num_samples_collected >= env_steps)):
+            log.timings.observe(learner.step())
+            log.record_hot_swaps("schedule")
+            now = time.monotonic()
+            self.control.poll(now)
+            if now - self._last_log >= self.opts["log_every"]:
+                self.log_interval()      # (draws the status line in live mode)
+                self._last_log = now
+                self._next_redraw = now + REDRAW_EVERY_S
+            elif self.rows_due():
+                self.log_interval(show=False)
+            if display.live and now >= self._next_redraw:
+                display.status(self.status_line())
+                self._next_redraw = now + REDRAW_EVERY_S
+            if autosave and not (learner.done() or stop_requested()):   # (those end with a save anyway)
+                self.maybe_save(now)
+        return bool(stop_requested())
+
+    def save_on_exit(self):
+        """Log a last row, end the status line and save the model and checkpoint (a failure
+        is a ``UsageError``); returns the model's path."""
+        self.log_interval(show=False)
+        self.display.close()
+        return self._final_save()
 
     def interrupted(self):
         """After Ctrl-C: log, save the model and checkpoint, say how to continue."""
-        learner = self.learner
         self.log_interval()
-        self.display.close()
-        path = self._final_save()
-        self.display.message(f"interrupted at {learner.num_samples_collected:,} env steps; model saved to {path}; "
-                             f"continue with: pytorchrl resume {self.run_dir}")
+        path = self.save_on_exit()
+        self.display.message(f"interrupted at {self.learner.num_samples_collected:,} env steps; model saved to "
+                             f"{path}; continue with: pytorchrl resume {self.run_dir}")
 
     def stopped_by_failure(self, exc):
         """After a failure that ends the run (a worker that keeps dying, an environment error
@@ -620,4 +682,5 @@ class TrainingSession:
             self.close()
 
 
-__all__ = ["TrainingSession", "UsageError", "StopOnInterrupt", "write_config", "REDRAW_EVERY_S", "CURVE_POINTS"]
+__all__ = ["TrainingSession", "UsageError", "StopOnInterrupt", "write_config", "save_due", "REDRAW_EVERY_S",
+           "CURVE_POINTS"]
