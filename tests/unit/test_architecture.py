@@ -118,6 +118,8 @@ LAYERS = [
     ("pytorchrl.scheme",),
     ("pytorchrl.learner", "pytorchrl.learner_metrics", "pytorchrl.learner_checkpoint", "pytorchrl.learner_control"),
     ("pytorchrl.config", "pytorchrl.tools", "pytorchrl.utils"),
+    # Population-based training drives training jobs (tools.session) like the command line.
+    ("pytorchrl.pbt", "pytorchrl.tune"),
     ("pytorchrl.cli",),
 ]
 
