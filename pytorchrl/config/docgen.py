@@ -15,7 +15,7 @@ import sys
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.agent_presets import AGENT_PRESETS
-from pytorchrl.config.schema import (REQUIRED, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL,
+from pytorchrl.config.schema import (MUTATION_KEYS, REQUIRED, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL,
                                      algorithm_keys, storage_keys)
 from pytorchrl.scheme.workflows.presets import PRESETS
 
@@ -125,6 +125,32 @@ SECTION_TEXT = {
 }
 
 
+PBT_TEXT = """\
+Population-based training (`pytorchrl pbt CONF`, see [pbt.md](pbt.md)): only a file given to
+`pytorchrl pbt` has this section (`pytorchrl train` refuses it). Every parameter named in
+`mutations` or `initial` must be a hot-swappable algorithm or storage parameter (`lr`,
+`algorithm.clip_param`, `storage.gae_lambda`): a key fixed once its component is built, a key of
+another section, or one a schedule drives is refused when the file is read, with exit status 2.
+
+```yaml
+pbt:
+  population: 4
+  interval: 10000
+  quantile: 0.25
+  mutations:
+    lr: {factors: [0.8, 1.25], log_uniform: [1.0e-5, 1.0e-2], resample_probability: 0.25}
+    storage.gae_lambda: {values: [0.9, 0.95, 0.99]}
+  initial:
+    lr: [3.0e-5, 3.0e-4, 3.0e-3, 1.0e-2]
+```
+"""
+
+MUTATIONS_TEXT = """\
+How a copied value is perturbed: multiplied by one of `factors`, or resampled from `values` or
+`log_uniform` (with both, resampled with `resample_probability`).
+"""
+
+
 def configuration_reference():
     """The whole reference as Markdown text."""
     out = [INTRO, "## Top level\n", _table(TOP_LEVEL), "", "### agent presets\n", AGENTS_TEXT, _agents_table(), ""]
@@ -153,6 +179,8 @@ def configuration_reference():
                     "`pytorchrl presets` prints this list. Resources are fractions of a CPU so that "
                     "every preset runs on a 2-core machine; raise them (and the worker counts) on "
                     "bigger ones.\n", _presets_table(), ""]
+    out += ["## pbt\n", PBT_TEXT, _table(SECTIONS["pbt"]), "", "### each entry of `mutations`\n",
+            MUTATIONS_TEXT, _table(MUTATION_KEYS), ""]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -623,7 +623,7 @@ class Population:
         values = ", ".join(f"{p.key} {_show(members[member_name(best)]['values'][p.qualified])}"
                            for p in self.parameters)
         self.display.message(f"best member: {member_name(best)} ({', '.join(returns) or 'no return yet'}) at "
-                             f"{s['env_steps']:,} env steps; {values}; {self.decisions} copies in {POPULATION_CSV}; "
+                             f"{s['env_steps']:,} env steps; {values}; {self.decisions} cop{'y' if self.decisions == 1 else 'ies'} in {POPULATION_CSV}; "
                              f"{format_duration(self.elapsed())} in all")
         return summary
 
