@@ -1,0 +1,230 @@
+"""Population-based training in place (``pytorchrl pbt``): the pbt section refused when it
+names what cannot be perturbed, the decisions (who copies whom, the perturbed values), and
+populations interleaved in this process: a copy in place, population.csv and the members'
+hot_swaps.csv, Ctrl-C and ``pytorchrl resume``. Members as Ray actors, with distributed
+schemes of their own: tests/distributed/test_pbt_ray.py."""
+
+import math
+import signal
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from cli_helpers import (read_csv, start_pytorchrl, tiny, write_config)
+from pytorchrl import cli
+from pytorchrl.config import load_config
+from pytorchrl.config.schema import MUTATION_KEYS
+from pytorchrl.pbt import Parameter, Population, member_name, perturb, plan_exploits
+
+#: A population of 3 interleaved members of TINY (32 env steps per update round), a
+#: decision every 4 rounds.
+PBT = {"population": 3, "interval": 128, "quantile": 0.34, "execution": "interleaved",
+       "mutations": {"lr": {"factors": [0.5, 2.0], "log_uniform": [1.0e-5, 1.0e-2], "resample_probability": 0.3},
+                     "storage.gae_lambda": {"values": [0.9, 0.95, 0.99]}},
+       "initial": {"lr": [1.0e-4, 1.0e-3, 3.0e-3]}}
+
+
+def pbt_config(tmp_path, target_steps=384, **pbt):
+    """Path of a tiny population's configuration (PBT with ``pbt`` keys replaced)."""
+    return write_config(tmp_path, tiny(learner={"target_steps": target_steps}, pbt={**PBT, **pbt}), "pbt.yaml")
+
+
+# ------------------------------------------------------------------ refused configurations
+BAD = {
+    "another section": ({"mutations": {"actor.hidden_sizes": {"values": [[8]]}}},
+                        "pbt.mutations.actor.hidden_sizes: only algorithm and storage parameters"),
+    "fixed once built": ({"mutations": {"numpy_update": {"values": [True]}}},
+                         "algorithm.numpy_update is fixed once PPO is built"),
+    "unknown": ({"mutations": {"lrr": {"factors": [2.0]}}}, "pbt.mutations.lrr"),
+    "no rule": ({"mutations": {"lr": {}}}, "says nothing: give factors, values or log_uniform"),
+    "factors of a bool": ({"mutations": {"use_clipped_value_loss": {"factors": [2.0]}}}, "multiply numbers"),
+    "values out of range": ({"mutations": {"clip_param": {"values": [0.1, -1.0]}}},
+                            "pbt.mutations.clip_param.values.1"),
+    "initial per member": ({"initial": {"lr": [1.0e-4, 1.0e-3]}}, "one value per member (3, pbt.population)"),
+    "population of one": ({"population": 1}, "pbt.population"),
+    "interval": ({"interval": 100000}, "no decision would ever be made"),
+    "unknown pbt key": ({"intervall": 100}, "pbt.intervall"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_pbt_section_is_refused_with_exit_2_and_one_line(tmp_path, capsys, case):
+    changes, expected = BAD[case]
+    code = cli.main(["pbt", pbt_config(tmp_path, **changes), "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and expected in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_scheduled_parameter_cannot_be_perturbed(tmp_path, capsys):
+    config = tiny(pbt=PBT, schedules=[{"name": "lr", "target": "algorithm", "kind": "linear", "start": 1e-3,
+                                      "end": 0.0}])
+    code = cli.main(["pbt", write_config(tmp_path, config), "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "algorithm.lr is driven by schedules.0" in err, err
+
+
+def test_train_refuses_a_population_and_pbt_needs_mutations(tmp_path, capsys):
+    assert cli.main(["train", pbt_config(tmp_path), "--run-dir", str(tmp_path / "run")]) == 2
+    assert "pytorchrl pbt" in capsys.readouterr().err
+    assert cli.main(["pbt", write_config(tmp_path), "--run-dir", str(tmp_path / "run")]) == 2
+    assert "names no parameter to perturb" in capsys.readouterr().err
+
+
+def test_population_on_the_command_line_and_the_keys_listed(tmp_path, capsys):
+    assert cli.main(["pbt", pbt_config(tmp_path, initial={}), "--population", "5", "--dry-run"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["pbt"]["population"] == 5
+    assert cli.main(["keys"]) == 0
+    out = capsys.readouterr().out
+    assert "pbt:" in out and all(f"  {key}:" in out for key in ("interval", "mutations", "quantile"))
+    assert all(f"    {key}:" in out for key in MUTATION_KEYS)
+
+
+# ------------------------------------------------------------------------ decisions
+def _lr(spec):
+    return Parameter("lr", "algorithm", "lr", "number", 0.0, None, False,
+                     {"factors": None, "values": None, "log_uniform": None, "resample_probability": 0.25, **spec})
+
+
+def test_perturbations_stay_in_their_ranges_and_say_how():
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(200):
+        value, how = perturb(_lr({"factors": [0.5, 2.0], "log_uniform": [1e-4, 1e-2]}), 8e-3, rng)
+        assert 1e-4 <= value <= 1e-2 and how in ("x0.5", "x2", "resampled")
+        seen.add(how)
+    assert seen == {"x0.5", "x2", "resampled"}
+    assert perturb(_lr({"values": [0.9, 0.95]}), 0.5, rng)[0] in (0.9, 0.95)
+    steps = Parameter("k", "storage", "k", "int", 1, None, True,
+                      {"factors": [0.5], "values": None, "log_uniform": None, "resample_probability": 0.25})
+    assert perturb(steps, 1, rng) == (1, "x0.5")        # rounded, kept at the lower bound
+
+
+def test_the_bottom_quantile_copies_the_top_and_members_without_a_return_wait():
+    rng = np.random.default_rng(0)
+    assert plan_exploits({0: 10.0, 1: 50.0, 2: 30.0, 3: 20.0}, 0.25, rng) == [(0, 1)]
+    plan = plan_exploits({0: 10.0, 1: 50.0, 2: 30.0, 3: 20.0}, 0.5, rng)
+    assert [loser for loser, _ in plan] == [0, 3] and all(source in (1, 2) for _, source in plan)
+    assert plan_exploits({0: None, 1: 5.0, 2: math.nan}, 0.5, rng) == []
+    assert plan_exploits({0: 5.0, 1: 5.0}, 0.5, rng) == []      # no better member to copy
+
+
+# --------------------------------------------------------------- interleaved populations
+def test_a_copied_member_has_its_sources_weights_optimizer_and_perturbed_values(tmp_path):
+    config = load_config(pbt_config(tmp_path))
+    config["run_dir"] = str(tmp_path / "population")
+    (tmp_path / "population").mkdir()
+    population = Population(config, config["run_dir"], progress="quiet")
+    try:
+        population.start()
+        population._call("train_until", lambda i: (128,))
+        members = population.members.members
+        source, loser = members[0], members[2]
+        steps_before = loser.session.learner.num_samples_collected
+        expected = source.state()
+        answer = population.members.exploit(2, 0, {"algorithm.lr": 0.0042, "storage.gae_lambda": 0.9})
+        copied = loser.session.learner
+        weights = copied.update_worker.get_weights()
+        assert weights.keys() == source.get_weights().keys()
+        assert all(torch.equal(weights[k], v) for k, v in source.get_weights().items())
+        saved, mine = _tensors(expected["worker"]["algo"]["optimizers"]), _tensors(
+            copied.training_state()["worker"]["algo"]["optimizers"])
+        assert saved and len(saved) == len(mine) and all(torch.equal(a, b) for a, b in zip(saved, mine))
+        # The env steps stay the member's own; the update count comes with the policy.
+        assert copied.num_samples_collected == steps_before
+        assert copied.num_updates == source.session.learner.num_updates
+        assert answer["values"]["algorithm.lr"] == 0.0042 and answer["values"]["storage.gae_lambda"] == 0.9
+        for worker in copied.update_worker.get_hyperparameters()[0]:
+            assert worker["algorithm"]["lr"] == 0.0042 and worker["storage"]["gae_lambda"] == 0.9
+        # Training goes on from there, with the perturbed values.
+        report = loser.train_until(192)
+        assert report["env_steps"] >= 192 and report["values"]["algorithm.lr"] == 0.0042
+    finally:
+        population.close()
+    swaps = read_csv(tmp_path / "population" / member_name(2) / "hot_swaps.csv")
+    assert {(s["name"], s["source"], s["detail"]) for s in swaps} >= {("lr", "pbt", "copied member-0"),
+                                                                      ("gae_lambda", "pbt", "copied member-0")}
+
+
+def _tensors(state):
+    """The tensors of a nested state (an optimizer's), in a fixed order."""
+    out = []
+
+    def walk(value):
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, dict):
+            for key in sorted(value, key=str):
+                walk(value[key])
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+    walk(state)
+    return out
+
+
+def test_pbt_writes_the_population_and_names_the_best_member(tmp_path, capsys):
+    run_dir = tmp_path / "population"
+    assert cli.main(["pbt", pbt_config(tmp_path), "--run-dir", str(run_dir), "--progress", "plain"]) == 0
+    out = capsys.readouterr().out
+    rows = read_csv(run_dir / "population.csv")
+    assert rows, out
+    best = yaml.safe_load((run_dir / "summary.yaml").read_text())["best"]
+    assert f"best member: {best}" in out
+    for index in range(3):
+        member = run_dir / member_name(index)
+        assert (member / "metrics.csv").is_file() and (member / "checkpoint.pt").is_file()
+        assert "pbt" not in yaml.safe_load((member / "config.yaml").read_text())
+    # Every perturbation of population.csv is a row of the replaced member's hot_swaps.csv.
+    for row in rows:
+        swaps = read_csv(run_dir / member_name(int(row["to"])) / "hot_swaps.csv")
+        target, _, name = row["name"].partition(".")
+        assert any(s["kind"] == target and s["name"] == name and s["source"] == "pbt"
+                   and float(s["value"]) == float(row["new"]) and s["detail"] == f"copied member-{row['from']}"
+                   for s in swaps), (row, swaps)
+        assert float(row["to_metric"]) < float(row["from_metric"])
+
+
+def test_resume_continues_the_population(tmp_path, capsys):
+    run_dir = tmp_path / "population"
+    assert cli.main(["pbt", pbt_config(tmp_path, target_steps=256), "--run-dir", str(run_dir)]) == 0
+    rows = read_csv(run_dir / "population.csv")
+    assert cli.main(["resume", str(run_dir), "learner.target_steps=512"]) == 0
+    out = capsys.readouterr().out
+    assert "resuming a population of 3" in out
+    more = read_csv(run_dir / "population.csv")
+    assert more[:len(rows)] == rows and len(more) > len(rows)
+    # The decisions go on from there: the one at 256 env steps, which the end of the first
+    # run left unmade (as a population trained to 512 at once would have made it), then later ones.
+    assert min(int(r["step"]) for r in more[len(rows):]) >= 256 > max(int(r["step"]) for r in rows)
+    for index in range(3):
+        metrics = read_csv(run_dir / member_name(index) / "metrics.csv")
+        assert int(metrics[-1]["Scheme/EnvSteps"]) >= 512
+    # A finished population asks for more steps, in one line.
+    assert cli.main(["resume", str(run_dir)]) == 2
+    assert "learner.target_steps" in capsys.readouterr().err
+
+
+def test_ctrl_c_saves_every_member_and_resume_goes_on(tmp_path):
+    run_dir = tmp_path / "population"
+    proc = start_pytorchrl("pbt", pbt_config(tmp_path, target_steps=10_000_000), "--run-dir", run_dir,
+                           "--progress", "plain", cwd=tmp_path)
+    try:
+        for line in proc.stdout:
+            if " copies member-" in line:        # a decision was made
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "every member saved" in out and f"pytorchrl resume {run_dir}" in out
+    for index in range(3):
+        assert (run_dir / member_name(index) / "checkpoint.pt").is_file()
+    state = yaml.safe_load((run_dir / "population.json").read_text())
+    assert cli.main(["resume", str(run_dir), f"learner.target_steps={state['env_steps'] + 256}"]) == 0
+    assert len(read_csv(run_dir / "population.csv")) >= state["rows"]
