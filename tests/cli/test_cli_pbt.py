@@ -228,3 +228,30 @@ def test_ctrl_c_saves_every_member_and_resume_goes_on(tmp_path):
     state = yaml.safe_load((run_dir / "population.json").read_text())
     assert cli.main(["resume", str(run_dir), f"learner.target_steps={state['env_steps'] + 256}"]) == 0
     assert len(read_csv(run_dir / "population.csv")) >= state["rows"]
+
+
+def test_a_member_whose_run_fails_is_dropped_with_one_line_and_the_rest_go_on(tmp_path, capsys):
+    from pytorchrl.scheme.base.ray_runtime import WorkerFailure
+    config = load_config(pbt_config(tmp_path))
+    config["run_dir"] = str(tmp_path / "population")
+    (tmp_path / "population").mkdir()
+    population = Population(config, config["run_dir"], progress="plain")
+    try:
+        population.start()
+        learner = population.members.members[1].session.learner
+
+        def failing():
+            raise WorkerFailure("collection worker 1 died 3 times (its restart limit): EOFError")
+        learner.step = failing
+        assert population.train() == "done"
+        population.finish()
+    finally:
+        population.close()
+    out = capsys.readouterr().out
+    dropped = [line for line in out.splitlines() if "dropped" in line]
+    assert len(dropped) == 1 and dropped[0].startswith("member-1 dropped from the population: collection worker 1 "
+                                                        "died 3 times") and "2 members go on" in dropped[0], out
+    summary = yaml.safe_load((tmp_path / "population" / "summary.yaml").read_text())
+    assert set(summary["members"]) == {"member-0", "member-2"} and "member-1" in summary["dropped"]
+    assert all(int(row["to"]) != 1 and int(row["from"]) != 1 for row in read_csv(tmp_path / "population" /
+                                                                                   "population.csv"))
