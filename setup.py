@@ -38,6 +38,8 @@ setup(
         "mujoco": ["mujoco>=3"],
         "bench": ["psutil>=5"],
         "plot": ["matplotlib>=3.6"],                 # pytorchrl plot
+        # pytorchrl.tune.Trainable: Ray Tune's schedulers (PBT, PB2) perturbing in place.
+        "tune": ["ray[tune]>=2.9"],
         "tensorboard": ["tensorboard>=2.10"],        # TensorBoard event files of every run
         # pytorchrl evaluate --video: GIF (Pillow), MP4 (imageio-ffmpeg), and pygame, which
         # gymnasium's classic-control environments render with.

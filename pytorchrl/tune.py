@@ -101,6 +101,13 @@ class Trainable(tune.Trainable):
     """
 
     def setup(self, config):
+        """Build the trial's learner in ``<logdir>/run`` (called by Tune).
+
+        Parameters
+        ----------
+        config : dict
+            The run configuration, nested like the YAML file, after Tune's sampling.
+        """
         self._trial = self.trial_id
         self._weights_of_trial = True
         self.run_config = self._resolve(config)
@@ -151,6 +158,8 @@ class Trainable(tune.Trainable):
             print(line, flush=True)
 
     def step(self):
+        """Train ``pbt.interval`` more env steps; returns the result dict described in the
+        class documentation (a run that cannot go on raises, with its one-line cause)."""
         if not self._weights_of_trial:
             # Tune moved this actor to a trial without giving it a checkpoint: the weights
             # held are another trial's, so the trial's learner is built anew.
@@ -172,12 +181,18 @@ class Trainable(tune.Trainable):
         return result
 
     def save_checkpoint(self, checkpoint_dir):
+        """Write the full training state (``checkpoint.pt``, as a run's) into
+        ``checkpoint_dir``, the directory Tune gives."""
         self.member.session.learner.save_checkpoint(os.path.join(checkpoint_dir, CHECKPOINT),
                                                     extra={"config": self.run_config, "trial": self.trial_id},
                                                     keep_previous=False)
         return None
 
     def load_checkpoint(self, checkpoint):
+        """Restore the training state saved in the directory ``checkpoint`` (this trial's, or
+        the trial's that Tune's scheduler copies), then apply this trial's hot-swappable
+        values again where they differ from the checkpoint's: Tune's perturbations stay in
+        force, each a ``tune`` row of hot_swaps.csv."""
         path = os.path.join(checkpoint, CHECKPOINT)
         state = ckpt.read_checkpoint(path)
         self.member.restore(state, path, copy=False)
@@ -189,6 +204,9 @@ class Trainable(tune.Trainable):
         self.member.apply(kept, "tune", f"kept over the checkpoint of trial {source}")
 
     def reset_config(self, new_config):
+        """Take ``new_config`` (nested like the YAML file) in place: True when every value
+        that changed is hot-swappable (applied on every worker of the scheme), False when
+        another key changed (Tune then restarts the actor)."""
         resolved = self._resolve(new_config)
         moving = self.trial_id != self._trial
         resolved["run_dir"] = os.path.join(self.logdir, RUN_DIR) if moving else self.run_config["run_dir"]
@@ -208,10 +226,15 @@ class Trainable(tune.Trainable):
             self._trial, self._weights_of_trial = self.trial_id, False
         else:
             self._write_config(f"(Ray Tune trial {self.trial_id}, reset_config)")
-        self.member.apply({k: swappable[k] for k in changed}, "tune", "reset_config")
+        # An actor moved to another trial takes that trial's values now, unrecorded: the
+        # trial's checkpoint comes next, and load_checkpoint records those that differ
+        # from it (the perturbations), not the previous trial's values.
+        self.member.apply({k: swappable[k] for k in changed}, "tune", "reset_config", record=not moving)
         return True
 
     def cleanup(self):
+        """Save the trial's model and checkpoint in its run directory (when the weights
+        held are the trial's) and stop its scheme."""
         member, self.member = getattr(self, "member", None), None
         if member is not None:
             if self._weights_of_trial:

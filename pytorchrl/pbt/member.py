@@ -206,9 +206,11 @@ class Member(Worker):
         self.session.learner.restore_state(state, source, copy=copy)
         self.session.log.skip_hot_swaps()
 
-    def apply(self, values, source, detail):
+    def apply(self, values, source, detail, record=True):
         """Hot-swap ``values`` (``{"algorithm.lr": 0.001, ...}``) on every worker of the
-        member, each a row of its hot_swaps.csv with ``source`` and ``detail``."""
+        member, each a row of its hot_swaps.csv with ``source`` and ``detail`` (none with
+        ``record`` False: values set ahead of a state that replaces them, whose differences
+        are recorded then)."""
         learner = self.session.learner
         for key, value in values.items():
             target, _, name = key.partition(".")
@@ -216,7 +218,10 @@ class Member(Worker):
                 learner.update_algorithm_parameter(name, value)
             else:
                 learner.update_storage_parameter(name, value)
-        self.session.log.record_hot_swaps(source, detail)
+        if record:
+            self.session.log.record_hot_swaps(source, detail)
+        else:
+            self.session.log.skip_hot_swaps()
 
     # ------------------------------------------------------------------ inspection
     def get_weights(self):

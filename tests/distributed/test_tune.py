@@ -1,0 +1,77 @@
+"""Ray Tune integration (``pytorchrl.tune.Trainable``): ``reset_config`` hot-swaps in place
+and returns True (False for a key that cannot change), a checkpoint brings another trial's
+weights while the perturbed values stay, and Tune's own PBT runs with ``reuse_actors``."""
+
+import os
+
+import pytest
+import torch
+
+from cli_helpers import read_csv, tiny
+
+tune = pytest.importorskip("ray.tune")
+
+from pytorchrl.tune import Trainable  # noqa: E402  (after the skip: needs ray[tune])
+
+
+def _config(lr=1e-3, **sections):
+    config = tiny(**{"learner": {"target_steps": 10_000}, "pbt": {"interval": 64}, **sections})
+    config["algorithm"]["lr"] = lr
+    return config
+
+
+def _lr_everywhere(trainable):
+    groups = trainable.member.get_hyperparameters()
+    return {w["algorithm"]["lr"] for group in groups for w in group}
+
+
+def test_reset_config_hot_swaps_and_a_checkpoint_keeps_the_perturbed_values(ray_session, tmp_path):
+    first, second = Trainable(config=_config(1e-3)), Trainable(config=_config(3e-4))
+    try:
+        result = first.train()
+        assert result["env_steps"] >= 64 and "train_return" in result
+        assert result["hyperparameters"]["algorithm.lr"] == 1e-3
+        # A hot-swappable change is taken in place, on every worker.
+        assert first.reset_config(_config(2e-3)) is True
+        assert _lr_everywhere(first) == {2e-3}
+        swaps = read_csv(os.path.join(first.logdir, "run", "hot_swaps.csv"))
+        assert any(s["name"] == "lr" and float(s["value"]) == 2e-3 and s["source"] == "tune" for s in swaps)
+        # Any other change needs a new actor.
+        assert first.reset_config(_config(2e-3, actor={"hidden_sizes": [8]})) is False
+        # Exploit: the second trial loads the first's checkpoint, and keeps its own lr.
+        checkpoint = str(tmp_path / "checkpoint")
+        os.makedirs(checkpoint)
+        first.save_checkpoint(checkpoint)
+        second.train()
+        second.load_checkpoint(checkpoint)
+        expected, copied = first.member.get_weights(), second.member.get_weights()
+        assert all(torch.equal(copied[k], v) for k, v in expected.items())
+        assert _lr_everywhere(second) == {3e-4}
+        swaps = read_csv(os.path.join(second.logdir, "run", "hot_swaps.csv"))
+        assert swaps[-1]["name"] == "lr" and "kept over the checkpoint" in swaps[-1]["detail"]
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_tunes_pbt_perturbs_in_place_with_reused_actors(ray_session, tmp_path):
+    config = _config(tune.grid_search([1e-4, 3e-3]), learner={"target_steps": 768})
+    scheduler = tune.schedulers.PopulationBasedTraining(
+        time_attr="env_steps", perturbation_interval=128, quantile_fraction=0.5,
+        hyperparam_mutations={"algorithm": {"lr": tune.loguniform(1e-5, 1e-2)}})
+    tuner = tune.Tuner(tune.with_resources(Trainable, {"cpu": 0.5}), param_space=config,
+                       tune_config=tune.TuneConfig(scheduler=scheduler, metric="train_return", mode="max",
+                                                   reuse_actors=True),
+                       run_config=tune.RunConfig(storage_path=str(tmp_path), name="pbt", stop={"env_steps": 768},
+                                                 verbose=0, sync_config=tune.SyncConfig(sync_artifacts=True)))
+    results = tuner.fit()
+    assert not results.errors
+    details = []
+    for result in results:
+        assert result.metrics["env_steps"] >= 768
+        # The values in force on the workers are the trial's, perturbed ones included.
+        assert result.metrics["hyperparameters"]["algorithm.lr"] == result.config["algorithm"]["lr"]
+        assert os.path.isfile(os.path.join(result.path, "run", "metrics.csv"))
+        details += [s["detail"] for s in read_csv(os.path.join(result.path, "run", "hot_swaps.csv"))]
+    # A trial took another's checkpoint and kept its perturbed lr over it.
+    assert any(d.startswith("kept over the checkpoint of trial") for d in details), details
