@@ -55,7 +55,7 @@ def test_readme_keeps_its_quick_start():
 
 def test_docs_pages_exist_and_links_resolve():
     pages = ["README.md", "schemes.md", "workflows.md", "agents.md", "configuration.md", "hot-swapping.md",
-             "cluster.md", "benchmarks.md"]
+             "pbt.md", "cluster.md", "benchmarks.md"]
     for page in pages:
         assert os.path.isfile(os.path.join(DOCS, page)), page
     for path in [os.path.join(REPO, "README.md")] + [os.path.join(DOCS, p) for p in pages]:
@@ -70,6 +70,8 @@ def test_docs_pages_exist_and_links_resolve():
 COMMANDS = {
     "train": ["CONF", "KEY=VALUE", "--run-dir", "--dry-run", "--progress", "metrics.csv", "tensorboard/",
               "hot_swaps.csv", "pytorchrl set", "exit status"],
+    "pbt": ["CONF", "KEY=VALUE", "--population", "--run-dir", "--dry-run", "--progress", "population.csv",
+            "hot_swaps.csv", "pytorchrl resume", "exit status"],
     "resume": ["RUN_DIR", "KEY=VALUE", "learner.target_steps", "--progress", "exit status"],
     "evaluate": ["RUN_DIR", "--episodes", "--video", "--video-episodes", "--seed", "--model", ".mp4",
                  "imageio-ffmpeg", "exit status"],
