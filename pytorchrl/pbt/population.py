@@ -280,6 +280,9 @@ class Population:
         Member index -> why it was dropped.
     decisions : int
         Members replaced so far (one per exploit).
+    history : list of (int, dict)
+        ``(env steps, {member index: metric})`` at each decision of this job, in order
+        (what a benchmark reads; population.csv keeps the copies across resumes).
     """
 
     def __init__(self, config, run_dir, stream=None, progress="auto", resume=None, remove_run_dir_on_failure=False):
@@ -298,7 +301,7 @@ class Population:
             self.execution = "ray" if available_cores() > 1 else "interleaved"
         self.interrupt = StopOnInterrupt()
         self.members = None
-        self.reports, self.dropped = {}, {}
+        self.reports, self.dropped, self.history = {}, {}, []
         self.round = self.decisions = self.rows = 0
         self.rng = np.random.default_rng(config["seed"])
         self._elapsed_before = 0.0
@@ -492,6 +495,7 @@ class Population:
             if all(r["done"] for r in self.reports.values()):
                 return "done"
             metrics = self._metrics()
+            self.history.append((boundary, dict(metrics)))
             self._progress(boundary, metrics)
             goal = self.pbt["target_return"]
             best = max((m for m in metrics.values() if m is not None), default=None)
