@@ -52,6 +52,9 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=100_000, help="env steps per member (default 100,000)")
     ap.add_argument("--interval", type=int, default=5000, help="env steps between decisions (default 5,000)")
     ap.add_argument("--tune", action="store_true", help="also run Ray Tune's PBT, in place and restarting")
+    ap.add_argument("--configs", default=None,
+                    help="comma-separated configurations to run (fixed, pbt, tune-inplace, tune-restart; default: "
+                         "fixed and pbt, and the Tune ones with --tune)")
     args = ap.parse_args(argv)
     if args.quick:
         args.repeats, args.steps = 1, 20_000
@@ -170,7 +173,8 @@ def measure_tune(args, seed, root, in_place):
                            tune_config=tune.TuneConfig(scheduler=scheduler, metric="test_return", mode="max",
                                                        reuse_actors=in_place),
                            run_config=tune.RunConfig(storage_path=root, name="tune", verbose=0,
-                                                     stop={"env_steps": args.steps}))
+                                                     stop={"env_steps": args.steps},
+                                                     sync_config=tune.SyncConfig(sync_artifacts=True)))
         results = tuner.fit()
         wall = time.perf_counter() - t0
     finally:
@@ -183,7 +187,11 @@ def measure_tune(args, seed, root, in_place):
             step = int(row["env_steps"]) // args.interval * args.interval
             history.setdefault(step, {})[index] = row.get("test_return")
     final = {i: r.metrics.get("test_return") for i, r in enumerate(results)}
-    copies = sum(1 for r in results for _ in _restores(r))
+    # Tune's count of its exploits (private, hence the fallback): each restores a trial from
+    # another's checkpoint, which Trainable.load_checkpoint records in hot_swaps.csv.
+    copies = getattr(scheduler, "_num_perturbations", None)
+    if copies is None:
+        copies = sum(len(_restores(r)) for r in results)
     return {"history": sorted(history.items()), "final": final, "wall_s": wall, "copies": copies,
             "errors": len(results.errors)}
 
@@ -243,6 +251,8 @@ def render(records, meta):
 
 def run(args):
     names = ["fixed", "pbt"] + (["tune-inplace", "tune-restart"] if args.tune else [])
+    if args.configs:
+        names = [n for n in args.configs.split(",") if n]
     seeds = [args.seed + i for i in range(args.repeats)]
     configs = [(name, seed) for seed in seeds for name in names]
     jsonl, meta = start_results("pbt", args, extra={
