@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from cli_helpers import (read_csv, start_pytorchrl, tiny, write_config)
+from cli_helpers import png_size, read_csv, start_pytorchrl, tiny, write_config
 from pytorchrl import cli
 from pytorchrl.config import load_config
 from pytorchrl.config.schema import MUTATION_KEYS
@@ -186,6 +186,13 @@ def test_pbt_writes_the_population_and_names_the_best_member(tmp_path, capsys):
                    and float(s["value"]) == float(row["new"]) and s["detail"] == f"copied member-{row['from']}"
                    for s in swaps), (row, swaps)
         assert float(row["to_metric"]) < float(row["from_metric"])
+    # pytorchrl plot draws the members and marks the copies.
+    copies = len({(row["step"], row["to"]) for row in rows})
+    assert cli.main(["plot", str(run_dir), "-o", str(tmp_path / "curves.png")]) == 0
+    out = capsys.readouterr().out
+    assert "member-0 (1 run); member-1 (1 run); member-2 (1 run)" in out
+    assert f"{copies} cop{'y' if copies == 1 else 'ies'} of a population marked" in out, out
+    assert png_size(tmp_path / "curves.png")[0] > 0
 
 
 def test_resume_continues_the_population(tmp_path, capsys):
