@@ -61,3 +61,23 @@ def test_pbt_with_ray_actors_end_to_end(ray_session, tmp_path, capsys):
     for row in rows:
         swaps = read_csv(run_dir / member_name(int(row["to"])) / "hot_swaps.csv")
         assert any(s["source"] == "pbt" and s["detail"] == f"copied member-{row['from']}" for s in swaps)
+
+
+def test_a_member_whose_actor_dies_is_dropped_and_the_rest_go_on(ray_session, tmp_path, capsys):
+    config = load_config(_config(tmp_path, target_steps=384))
+    config["pbt"]["population"], config["pbt"]["initial"] = 3, {"lr": [1.0e-4, 1.0e-3, 3.0e-3]}
+    config["scheme"] = {**config["scheme"], "num_col_workers": 1}
+    config["run_dir"] = str(tmp_path / "population")
+    (tmp_path / "population").mkdir()
+    population = Population(config, config["run_dir"], progress="plain")
+    try:
+        population.start()
+        ray_session.kill(population.members.members[2])
+        assert population.train() == "done"
+        summary = population.finish()
+    finally:
+        population.close()
+    dropped = [line for line in capsys.readouterr().out.splitlines() if "dropped" in line]
+    assert len(dropped) == 1 and dropped[0].startswith("member-2 dropped from the population: the process of "
+                                                        "member-2") and "2 members go on" in dropped[0], dropped
+    assert set(summary["members"]) == {"member-0", "member-1"} and list(summary["dropped"]) == ["member-2"]
