@@ -9,9 +9,17 @@ import torch
 
 from cli_helpers import read_csv, tiny
 
-tune = pytest.importorskip("ray.tune")
 
-from pytorchrl.tune import Trainable  # noqa: E402  (after the skip: needs ray[tune])
+@pytest.fixture
+def tune(ray_session):
+    """Ray Tune (skips without it: ``ray[tune]`` is an optional extra). Imported by the tests
+    that ask for it, never at collection: the unit tests check that they import no Ray."""
+    return pytest.importorskip("ray.tune")
+
+
+def _trainable():
+    from pytorchrl.tune import Trainable
+    return Trainable
 
 
 def _config(lr=1e-3, **sections):
@@ -25,7 +33,8 @@ def _lr_everywhere(trainable):
     return {w["algorithm"]["lr"] for group in groups for w in group}
 
 
-def test_reset_config_hot_swaps_and_a_checkpoint_keeps_the_perturbed_values(ray_session, tmp_path):
+def test_reset_config_hot_swaps_and_a_checkpoint_keeps_the_perturbed_values(tune, tmp_path):
+    Trainable = _trainable()
     first, second = Trainable(config=_config(1e-3)), Trainable(config=_config(3e-4))
     try:
         result = first.train()
@@ -54,12 +63,12 @@ def test_reset_config_hot_swaps_and_a_checkpoint_keeps_the_perturbed_values(ray_
         second.stop()
 
 
-def test_tunes_pbt_perturbs_in_place_with_reused_actors(ray_session, tmp_path):
+def test_tunes_pbt_perturbs_in_place_with_reused_actors(tune, tmp_path):
     config = _config(tune.grid_search([1e-4, 3e-3]), learner={"target_steps": 768})
     scheduler = tune.schedulers.PopulationBasedTraining(
         time_attr="env_steps", perturbation_interval=128, quantile_fraction=0.5,
         hyperparam_mutations={"algorithm": {"lr": tune.loguniform(1e-5, 1e-2)}})
-    tuner = tune.Tuner(tune.with_resources(Trainable, {"cpu": 0.5}), param_space=config,
+    tuner = tune.Tuner(tune.with_resources(_trainable(), {"cpu": 0.5}), param_space=config,
                        tune_config=tune.TuneConfig(scheduler=scheduler, metric="train_return", mode="max",
                                                    reuse_actors=True),
                        run_config=tune.RunConfig(storage_path=str(tmp_path), name="pbt", stop={"env_steps": 768},
