@@ -32,7 +32,7 @@ def rollout(tag):
 
 
 def tags(items):
-    return [data["tag"] for data, _, _ in items]
+    return [data["tag"] for data, *_ in items]
 
 
 # ------------------------------------------------------------------ the server
@@ -60,8 +60,8 @@ def test_pop_all_drains_the_queue_oldest_first():
         server.put((1, 2), rollout(i), version=i)
     outcome, items, stolen = server.pop(1)
     assert outcome == OK and not stolen
-    assert tags(items) == [0, 1, 2] and [v for _, v, _ in items] == [0, 1, 2]
-    assert {c for _, _, c in items} == {(1, 2)} and server.sizes()[(1, 2)] == 0
+    assert tags(items) == [0, 1, 2] and [v for _, v, _, _ in items] == [0, 1, 2]
+    assert {c for _, _, c, _ in items} == {(1, 2)} and server.sizes()[(1, 2)] == 0
     assert server.stats()["pops"] == 1 and server.stats()["popped_rollouts"] == 3
 
 
@@ -87,7 +87,7 @@ def test_random_selection_reads_every_collectors_queue():
                 server.put((g, c), rollout(None), 0, timeout=0)
         for _ in range(4):
             _, items, stolen = server.pop(1, timeout=0)
-            seen |= {c for _, _, c in items}
+            seen |= {c for _, _, c, _ in items}
             assert not stolen                 # reading any collector is what random selection does
     assert seen == {(1, 1), (1, 2), (2, 1), (2, 2)}
 

@@ -455,9 +455,6 @@ def _check_data_path(config):
     if s["max_policy_lag"] is not None:
         raise ConfigError("scheme.max_policy_lag", "has no effect with scheme.data_path: replay_server (rollouts "
                                                    "are in the server before their lag is known); remove it")
-    if config["learner"]["checkpoint_replay"]:
-        raise ConfigError("learner.checkpoint_replay", "the replay lives in the replay server "
-                                                       "(scheme.data_path: replay_server), which is not saved")
 
 
 def _check_inference_server(config):

@@ -5,6 +5,8 @@ import logging
 import pytorchrl as prl
 from pytorchrl.scheme.base.checks import check_fraction, check_int, ineffective_options
 from pytorchrl.scheme.base.faults import FaultPolicy
+from pytorchrl.scheme.base.servers import (SERVER_TITLES, ServerClient, ServerLost, ServerSupervisor, close_server,
+                                          stop_server)
 from pytorchrl.scheme.base.worker import default_remote_config
 from pytorchrl.scheme.collection.c_worker import no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
@@ -12,8 +14,8 @@ from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
 from pytorchrl.scheme.updates.u_worker import UWorker
 from pytorchrl.scheme.workflows import inference_server as inference
 from pytorchrl.scheme.workflows.queues import QueueLink, check_queue_path, make_queue_server
-from pytorchrl.scheme.workflows.replay_server import (ServerClient, check_data_path, close_server, make_server,
-                                                        stop_server)
+from pytorchrl.scheme.workflows.replay_server import check_data_path, make_server
+from pytorchrl.scheme.workflows.replay_server import start_remote as start_replay_server
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
 
 DEFAULT_COL_RESOURCES = default_remote_config(num_cpus=1)
@@ -159,6 +161,15 @@ class Scheme:
         The three options above (and ``start_timeout_s``, the time a replacement may wait
         for resources), shared by the worker sets in this process; remote gradient workers
         hold a copy made when they were built (see ``pytorchrl.scheme.base.faults``).
+    servers : ServerSupervisor
+        Replaces the data servers (replay, inference, queue server) that run as Ray actors
+        when they die, under the same limit and delay as the workers; every client is
+        given the replacement (see ``pytorchrl.scheme.base.servers``). The replay server's
+        replacement holds the contents of the last checkpoint that saved them
+        (``set_replay_snapshot``), else none; the inference server's gets the current
+        weights; the queue server's starts empty.
+    replay_server, inference_server, queue_server : ray.actor.ActorHandle, object or None
+        The running data servers (None where the layout has none).
     """
 
     def __init__(self, algo_factory, actor_factory, storage_factory, train_envs_factory,
@@ -272,34 +283,17 @@ class Scheme:
             except BaseException:
                 self._release_ray()
                 raise
-        if replay_options is not None:
-            try:
-                self.replay_server = make_server(algo_factory, actor_factory, storage_factory, replay_options,
-                                                 remote=self.uses_ray)
-            except BaseException:
-                self._release_ray()
-                raise
-        if server_options is not None:
-            try:
-                # Each collector waits for its answer before it asks again: once all of them
-                # wait, the batch is complete.
-                self.inference_server = inference.make_server(algo_factory, actor_factory, server_options,
-                                                              remote=self.uses_ray, num_callers=num_col_workers)
-            except BaseException:
-                self._stop_replay_server()
-                self._release_ray()
-                raise
+        self.servers = ServerSupervisor(self.fault_policy)
+        self.replay_snapshot = None   # see set_replay_snapshot
         queue_link = None
+        try:
+            self._start_servers(algo_factory, actor_factory, storage_factory, replay_options, server_options,
+                                queue_options, num_col_workers, num_grad_workers)
+        except BaseException:
+            self._stop_servers()
+            self._release_ray()
+            raise
         if queue_options is not None:
-            # Gradient workers are indexed 1..M when remote, 0 when the only one is local.
-            parents = [0] if num_grad_workers == 1 else list(range(1, num_grad_workers + 1))
-            groups = {p: list(range(1, num_col_workers + 1)) for p in parents}
-            try:
-                self.queue_server = make_queue_server(groups, queue_options, remote=self.uses_ray)
-            except BaseException:
-                self._stop_servers()
-                self._release_ray()
-                raise
             queue_link = QueueLink(self.queue_server, queue_options["prefetch"])
 
         col_kwargs = dict(algo_factory=algo_factory, actor_factory=actor_factory,
@@ -335,6 +329,109 @@ class Scheme:
             self._stop_servers()
             self._release_ray()
             raise
+        self.servers.listen(self._server_replaced)
+        self.update_worker.watch_servers(self.servers)
+
+    def _start_servers(self, algo_factory, actor_factory, storage_factory, replay_options, inference_options,
+                       queue_options, num_col_workers, num_grad_workers):
+        """Start the data servers the layout has (their options None: none), and have the
+        remote ones supervised (``servers``)."""
+        remote = self.uses_ray
+        if replay_options is not None:
+            self.replay_server = make_server(algo_factory, actor_factory, storage_factory, replay_options,
+                                             remote=remote)
+            if remote:
+                self.servers.add("replay", self.replay_server, restore=self._restore_replay, start=lambda: (
+                    start_replay_server(algo_factory, actor_factory, storage_factory, replay_options, wait=False)))
+        if inference_options is not None:
+            # Each collector waits for its answer before it asks again: once all of them
+            # wait, the batch is complete.
+            self.inference_server = inference.make_server(algo_factory, actor_factory, inference_options,
+                                                          remote=remote, num_callers=num_col_workers)
+            if remote:
+                # (The collector set gives it the current weights before any collector acts.)
+                self.servers.add("inference", self.inference_server,
+                                 restore=lambda client: "replaced, with the current weights", start=lambda: (
+                                     inference.start_remote(algo_factory, actor_factory, inference_options,
+                                                            num_col_workers, wait=False)))
+        if queue_options is not None:
+            # Gradient workers are indexed 1..M when remote, 0 when the only one is local.
+            parents = [0] if num_grad_workers == 1 else list(range(1, num_grad_workers + 1))
+            groups = {p: list(range(1, num_col_workers + 1)) for p in parents}
+            self.queue_server = make_queue_server(groups, queue_options, remote=remote)
+            if remote:
+                self.servers.add("queue", self.queue_server, restore=lambda client: "replaced, empty",
+                                 start=lambda: make_queue_server(groups, queue_options, remote=True, wait=False))
+
+    def _server_replaced(self, kind, handle, generation):
+        setattr(self, _SERVER_ATTRIBUTES[kind], handle)
+
+    # ---------------------------------------------------------------- servers
+    def set_replay_snapshot(self, load):
+        """Where a replacement of the replay server gets its contents.
+
+        Parameters
+        ----------
+        load : callable or None
+            ``load()`` -> ``(contents, env_steps)``: what ``replay_contents`` returned when
+            the last checkpoint was saved (read back from it) and that checkpoint's env
+            steps; it raises OSError or ValueError when they cannot be read. Kept as
+            ``replay_snapshot``. None: replacements start empty.
+        """
+        self.replay_snapshot = load
+
+    def _restore_replay(self, client):
+        """Fill a replacement of the replay server (``client``) from the last checkpoint;
+        returns the words of the restart's line."""
+        if self.replay_snapshot is None:
+            return "replaced, empty"
+        try:
+            contents, env_steps = self.replay_snapshot()
+        except (OSError, ValueError) as exc:
+            return f"replaced, empty (the last checkpoint's transitions cannot be read: {' '.join(str(exc).split())})"
+        held = client.call("load_state_dict", contents)
+        return f"replaced with the {held:,} transitions saved at {env_steps:,} env steps"
+
+    def replay_contents(self):
+        """The replay server's transitions and counters (``ReplayServer.state_dict``), for a
+        checkpoint; None without a replay server.
+
+        Raises
+        ------
+        ServerLost
+            The server is dead. It is not replaced here: a checkpoint saved on the way out
+            of a run that a dying server ended must not start another.
+        """
+        if self.replay_server is None:
+            return None
+        return self._client("replay").call("state_dict")
+
+    def load_replay(self, contents):
+        """Make the replay server hold ``contents`` (``replay_contents``' output, from a
+        checkpoint); returns the transitions it holds (raises ``ServerLost`` if it died)."""
+        if self.replay_server is None:
+            raise ValueError("this scheme has no replay server to load transitions into")
+        return self._client("replay").call("load_state_dict", contents)
+
+    def server_processes(self):
+        """``{kind: (node id, pid)}`` of the data servers that run as Ray actors and are
+        alive (empty in one process)."""
+        out = {kind: self._live_call(kind, "process_info") for kind in SERVER_TITLES if kind in self.servers}
+        return {kind: where for kind, where in out.items() if where is not None}
+
+    def _client(self, kind):
+        server = getattr(self, _SERVER_ATTRIBUTES[kind])
+        generation = self.servers.generation(kind) if kind in self.servers else 0
+        return ServerClient(server, kind=kind, generation=generation)
+
+    def _live_call(self, kind, method, *args):
+        """``method(*args)`` of the data server of ``kind``, or None when it is dead: a
+        query (metrics, process ids) replaces nothing; the next step of the run that needs
+        the server does (or ends the run when it may not)."""
+        try:
+            return self._client(kind).call(method, *args)
+        except ServerLost:
+            return None
 
     @staticmethod
     def _check_inference_server(col_policy, options, algo_factory, actor_factory, num_grad_workers):
@@ -359,26 +456,29 @@ class Scheme:
         return out
 
     def inference_stats(self):
-        """The inference server's counters (``InferenceServer.stats``), or None without one."""
+        """The inference server's counters (``InferenceServer.stats``), or None without one (or
+        while it is dead: see ``_live_call``)."""
         if self.inference_server is None:
             return None
-        return inference.call(self.inference_server, "stats")
+        return self._live_call("inference", "stats")
 
     def process_info(self):
         """(node id, pid) of every remote worker process of the scheme (empty in-process)."""
         return self.update_worker.process_info() if self.update_worker is not None else []
 
     def replay_stats(self):
-        """The replay server's counters (``ReplayServer.stats``), or None on the direct data path."""
+        """The replay server's counters (``ReplayServer.stats``), or None on the direct data path
+        (or while it is dead)."""
         if self.replay_server is None:
             return None
-        return ServerClient(self.replay_server).call("stats")
+        return self._live_call("replay", "stats")
 
     def queue_stats(self):
-        """The queue server's counters (``QueueServer.stats``), or None on another data path."""
+        """The queue server's counters (``QueueServer.stats``), or None on another data path (or
+        while it is dead)."""
         if self.queue_server is None:
             return None
-        return ServerClient(self.queue_server).call("stats")
+        return self._live_call("queue", "stats")
 
     def get_hyperparameters(self):
         """Parameters held by every worker (see ``UWorker.get_hyperparameters``)."""
@@ -389,6 +489,8 @@ class Scheme:
         Ray instance started for this scheme is shut down once no other scheme uses it.
         Calling it again does nothing."""
         try:
+            # Nothing is replaced any more: a server found dead while stopping stays so.
+            self.servers.stop()
             # Collectors waiting to insert and gradient workers waiting to sample are let
             # go first, so that no worker is stopped in the middle of a wait.
             if self.replay_server is not None:
@@ -402,25 +504,22 @@ class Scheme:
             self._release_ray()
 
     def _stop_servers(self):
-        self._stop_replay_server()
-        server, self.inference_server = self.inference_server, None
-        if server is not None:
-            inference.stop_server(server)
-
-    def _stop_replay_server(self):
-        """Stop the data path's servers (replay server, queue server) that are running."""
-        server, self.replay_server = self.replay_server, None
-        if server is not None:
-            stop_server(server)
-        server, self.queue_server = self.queue_server, None
-        if server is not None:
-            stop_server(server)
+        """Stop the data servers that are running."""
+        for attribute in _SERVER_ATTRIBUTES.values():
+            server = getattr(self, attribute)
+            setattr(self, attribute, None)
+            if server is not None:
+                stop_server(server)
 
     def _release_ray(self):
         if self._holds_ray:
             self._holds_ray = False
             from pytorchrl.scheme.base.ray_runtime import release_ray
             release_ray()
+
+
+#: Scheme attribute holding each kind of data server.
+_SERVER_ATTRIBUTES = {"replay": "replay_server", "inference": "inference_server", "queue": "queue_server"}
 
 
 def _python_name(option):

@@ -10,6 +10,7 @@ from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.components import (AGENT_COMPONENTS, LEARNER_COMPONENTS, build_agent,  # noqa: F401
                                               check_component_name, rebuild_learner_component)
+from pytorchrl.scheme.base.servers import ServerLost
 from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.step_log import StepLog
 from pytorchrl.scheme.transport import pack, payload_bytes, weights_from_wire
@@ -97,13 +98,22 @@ class CWorker(Worker):
         the hot-swaps of the algorithm and replaces the actor or algorithm first; this
         worker follows. ``initial_weights`` are then the owner's to load. None (default):
         built from the factories.
+    inference_generation : int
+        Generation of ``inference_server`` (one more each time the scheme replaced a dead
+        one; see ``pytorchrl.scheme.base.servers``).
+
+    A data server that dies never makes this worker fail (it would be taken for dead): an
+    insert or put that meets a dead server is reported lost (``server_lost`` in the
+    information), and a rollout whose inference server died stops where it is and is
+    reported paused; the next ``collect_data``, after ``set_inference_server`` gave the
+    replacement, goes on from there, sending the observations it was waiting on again.
     """
 
     def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
                  fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, initial_weights=None, device=None, rollout_unit="steps",
                  policy="learned", step_log_dir=None, weight_board=None, weight_pull_every=None,
-                 inference_server=None, borrow_from=None):
+                 inference_server=None, borrow_from=None, inference_generation=0):
         if rollout_unit not in ROLLOUT_UNITS:
             raise ValueError(f"rollout_unit must be one of {ROLLOUT_UNITS}, got {rollout_unit!r}")
         if policy not in POLICIES:
@@ -143,11 +153,12 @@ class CWorker(Worker):
         if inference_server is not None:
             from pytorchrl.scheme.workflows.inference_server import ServerActing, check_server_agent
             check_server_agent(self.actor, self.algo)
-            self._server_acting = ServerActing(inference_server)
+            self._server_acting = ServerActing(inference_server, inference_generation)
             self.actor.route_acting(self._server_acting)
         self.iter = 0
         self.actor_version = 0
         self._cut_round = None
+        self._paused = None   # a rollout stopped by the death of its inference server (see _rollout)
         self.obs = self.envs_train.reset_numpy().copy() if self.envs_train is not None else None
         if step_log_dir and self.envs_train is not None:
             self._step_log = StepLog(step_log_dir, index_parent, index_worker, self.envs_train.num_envs, policy)
@@ -170,7 +181,7 @@ class CWorker(Worker):
 
     # ---------------------------------------------------------------- collection
     def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None,
-                     pack_data=None, replay_server=None, queue_server=None):
+                     pack_data=None, replay_server=None, queue_server=None, server_generation=None):
         """Collect one rollout and return it with information about the collection.
 
         Parameters
@@ -198,6 +209,8 @@ class CWorker(Worker):
         queue_server : ray.actor.ActorHandle or None
             Queue data path: put the rollout into this worker's queue of this server
             (waiting while it is full: back-pressure) and return None in its place.
+        server_generation : int or None
+            Generation of ``replay_server`` or ``queue_server`` (reported with a loss).
 
         Returns
         -------
@@ -209,8 +222,11 @@ class CWorker(Worker):
             (weights that produced it), ``episodes`` (return, length) finished,
             ``index_worker``, ``cut`` (stopped early), ``TestReward`` when an evaluation ran,
             ``raw_bytes``/``sent_bytes`` when packed or inserted into a replay server,
-            ``replay_outcome`` ("ok", "closed") when inserted into one, ``queue_outcome`` when
-            put into a queue. With a weight board:
+            ``replay_outcome`` ("ok", "closed", "lost") when inserted into one,
+            ``queue_outcome`` when put into a queue; ``server_lost`` (a
+            ``ServerLost.report()``) when the server died: the insert or put is lost, or,
+            with ``paused`` True, the inference server died mid-rollout and the rollout is
+            not finished (no data, no samples: ask again once the replacement is given). With a weight board:
             ``weight_swaps``, the (step, version) of every version pulled during the rollout
             (``version`` is then the one its first step acted with, the oldest), and
             ``pulled_bytes``, the size of the weights loaded.
@@ -228,6 +244,10 @@ class CWorker(Worker):
         first_version = self.actor_version
         try:
             col_time, steps, cut = self._guarded(self._rollout, "envs_train", self.update_every, listen)
+        except ServerLost as lost:
+            info.update(server_lost=lost.report(), paused=True, collected_samples=0, steps=0, col_time=0.0,
+                        version=self.actor_version, episodes=[], index_worker=self.index_worker, cut=False)
+            return None, info
         finally:
             self._listening_round = None
         # The algorithm's collector-side step (EXARL's ASYNC: Bellman targets computed
@@ -241,17 +261,23 @@ class CWorker(Worker):
             self._weight_swaps, self._pulled_bytes = [], 0
         if replay_server is not None:
             from pytorchrl.scheme.workflows.replay_server import insert_remote
-            info["replay_outcome"] = insert_remote(replay_server, data, info["version"])
+            outcome, lost = insert_remote(replay_server, data, info["version"], server_generation)
+            info["replay_outcome"] = outcome or "lost"
             info["raw_bytes"] = info["sent_bytes"] = payload_bytes(data)
             data = None
         elif queue_server is not None:
             from pytorchrl.scheme.workflows.queues import put_remote
-            info["queue_outcome"] = put_remote(queue_server, (self.index_parent, self.index_worker), data,
-                                               self.actor_version)
+            outcome, lost = put_remote(queue_server, (self.index_parent, self.index_worker), data,
+                                       self.actor_version, len(info["episodes"]), server_generation)
+            info["queue_outcome"] = outcome or "lost"
             data = None
-        elif pack_data or (pack_data is None and self.compress_data_to_send):
-            data = pack(data, self.compress_data_to_send)
-            info.update(raw_bytes=data.raw_bytes, sent_bytes=data.sent_bytes)
+        else:
+            lost = None
+            if pack_data or (pack_data is None and self.compress_data_to_send):
+                data = pack(data, self.compress_data_to_send)
+                info.update(raw_bytes=data.raw_bytes, sent_bytes=data.sent_bytes)
+        if lost is not None:
+            info["server_lost"] = lost
         self.iter += 1
         return data, info
 
@@ -393,46 +419,58 @@ class CWorker(Worker):
         t0 = time.perf_counter()
         storage, actor, envs = self.storage, self.actor, self.envs_train
         reader = self._board_reader
-        state = self.state
-        if self._server_acting is not None:
-            self._server_acting.start_rollout()
-        storage.start(self.obs, state)
-        num_steps = min(num_steps, self.update_every)
-        steps, cut = 0, False
-        for _ in range(num_steps):
-            # Checked at the step boundary only, so a cut rollout holds whole transitions.
-            if round_id is not None and self._cut_round == round_id:
-                cut = True
-                break
-            if reader is not None:
-                pulled = reader.poll()
-                if pulled is not None:
-                    self._load_pulled(steps, *pulled)
-            # The actor reads the storage's observation row: no copy on the way in.
-            env_action, extras, state = actor.act(storage.current_obs(), state)
-            if self.policy == "random":
-                env_action = self._random_actions(env_action)
-            if self._step_log is not None:
-                obs = storage.current_obs().copy()
-            next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
-            if self._step_log is not None:
-                self._step_log.write(obs, env_action, rew, next_obs, term, trunc, final_obs)
-            step = {ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
-                    FINAL_OBS: final_obs}
-            if state is not None:
-                step[RHS] = state
-            storage.insert(step)
-            if final_obs and state is not None:
-                state = actor.reset_state(state, list(final_obs))
-            steps += 1
-            if final_obs and self.rollout_unit == "episodes":
-                break
-        storage.finish(state)
+        paused, self._paused = self._paused, None
+        if paused is None:
+            state = self.state
+            if self._server_acting is not None:
+                self._server_acting.start_rollout()
+            storage.start(self.obs, state)
+            num_steps = min(num_steps, self.update_every)
+            steps, cut, stepping, spent = 0, False, True, 0.0
+        else:
+            # Stopped by its inference server's death: on from the step it was waiting for.
+            num_steps, steps, cut, stepping, spent, state = paused
+        try:
+            for _ in range(num_steps - steps if stepping else 0):
+                # Checked at the step boundary only, so a cut rollout holds whole transitions.
+                if round_id is not None and self._cut_round == round_id:
+                    cut = True
+                    break
+                if reader is not None:
+                    pulled = reader.poll()
+                    if pulled is not None:
+                        self._load_pulled(steps, *pulled)
+                # The actor reads the storage's observation row: no copy on the way in.
+                env_action, extras, state = actor.act(storage.current_obs(), state)
+                if self.policy == "random":
+                    env_action = self._random_actions(env_action)
+                if self._step_log is not None:
+                    obs = storage.current_obs().copy()
+                next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
+                if self._step_log is not None:
+                    self._step_log.write(obs, env_action, rew, next_obs, term, trunc, final_obs)
+                step = {ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
+                        FINAL_OBS: final_obs}
+                if state is not None:
+                    step[RHS] = state
+                storage.insert(step)
+                if final_obs and state is not None:
+                    state = actor.reset_state(state, list(final_obs))
+                steps += 1
+                if final_obs and self.rollout_unit == "episodes":
+                    break
+            stepping = False
+            storage.finish(state)
+        except ServerLost:
+            # Raised by the inference server's acting program before the step (or the
+            # bootstrap) it was asked for: nothing of it happened, the rollout is kept.
+            self._paused = (num_steps, steps, cut, stepping, spent + time.perf_counter() - t0, state)
+            raise
         if self._step_log is not None:
             self._step_log.flush()
         self.obs = storage.next_rollout_obs()
         self.state = state
-        return time.perf_counter() - t0, steps, cut
+        return spent + time.perf_counter() - t0, steps, cut
 
     def _load_pulled(self, step, version, weights):
         """Load weights pulled from the board before step ``step`` of the rollout (a version
@@ -493,6 +531,15 @@ class CWorker(Worker):
         return float(np.mean(picked))
 
     # ----------------------------------------------------------------- control
+    def set_inference_server(self, server, generation):
+        """Act through ``server`` (of ``generation``), the replacement of a dead inference
+        server, from now on (a paused rollout goes on with it at the next request)."""
+        if self._server_acting is None:
+            raise ValueError("set_inference_server: this worker does not act through an inference server "
+                             f"(policy={self.policy!r})")
+        self._server_acting.set_server(server, generation)
+        return True
+
     def set_weights(self, actor_weights, version=None):
         """Load actor weights.
 
@@ -534,6 +581,9 @@ class CWorker(Worker):
             Factory of the new component, with that component's factory signature.
         """
         rebuild_component(self, component_name, new_component_factory, self._owner)
+        if component_name != "envs_test":
+            # A rollout paused by its server's death belonged to the components replaced.
+            self._paused = None
         if component_name == "actor" and self._server_acting is not None:
             self.actor.route_acting(self._server_acting)
         if component_name in self._env_factories:

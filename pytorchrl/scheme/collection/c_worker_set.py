@@ -3,8 +3,9 @@
 This module holds the collection policy (synchronous rounds with preemption of stragglers,
 asynchronous streams) and the episode budget. The set's other roles are its parts: how
 the workers get the weights (``weight_distribution.WeightDistribution``), what happens
-when a worker fails (``recovery.CollectorRecovery``) and how hot-swaps reach every worker
-(``control.ControlFanOut``).
+when a worker fails (``recovery.CollectorRecovery``), how hot-swaps reach every worker
+(``control.ControlFanOut``) and the data servers its workers use, replaced when they die
+(``server_links.ServerLinks``).
 """
 
 import math
@@ -13,11 +14,13 @@ import time
 import pytorchrl as prl
 from pytorchrl.scheme.base.checks import check_fraction, check_int
 from pytorchrl.scheme.base.faults import InFlight, drain
+from pytorchrl.scheme.base.servers import ServerLost
 from pytorchrl.scheme.base.worker import Worker, default_remote_config
 from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
 from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
 from pytorchrl.scheme.collection.control import ControlFanOut
 from pytorchrl.scheme.collection.recovery import CollectorRecovery
+from pytorchrl.scheme.collection.server_links import ServerLinks
 from pytorchrl.scheme.collection.weight_distribution import WeightDistribution
 from pytorchrl.scheme.transport import unpack
 
@@ -121,6 +124,10 @@ class CWorkerSet(WorkerSet):
     borrow_from : object or None
         The gradient worker that owns this set: the local worker acts with its actor and
         algorithm (``CWorker``'s ``borrow_from``). None: the local worker builds its own.
+    server_generations : dict or None
+        Generations of ``replay_server`` and ``inference_server`` by kind (``"replay"``,
+        ``"inference"``; the queue server's is ``queues.generation``): one more each time
+        the scheme replaced a dead one. None: all 0.
 
     Episode budget (``set_episode_budget``). Once the rollouts handed over hold that many
     finished episodes, ``collect`` raises ``EpisodeBudgetSpent`` instead of collecting. With
@@ -130,7 +137,9 @@ class CWorkerSet(WorkerSet):
     (with one environment per collector; a request to a collector of several environments
     may end several episodes on its last step, which then all count).
 
-    Failures. A remote worker that dies is replaced (``WorkerSet.replace_worker``) with the
+    Failures. A data server that dies is replaced by the scheme (see ``ServerLinks``): the
+    set counts what its workers lost with it and sends their next requests to the
+    replacement. A remote worker that dies is replaced (``WorkerSet.replace_worker``) with the
     current weights and version and the hot-swaps applied since the start; its rollout in
     flight is dropped. In a synchronous round the replacement is asked for the rollout
     again (same weights, same round), so every round still holds one rollout of every
@@ -146,6 +155,8 @@ class CWorkerSet(WorkerSet):
         ``set_version`` read and change it).
     recovery : CollectorRecovery
         Replaces workers that die and rebuilds environments that fail.
+    servers : ServerLinks
+        The data servers the workers use, and what their death cost.
     control : ControlFanOut
         Delivers hot-swaps to every worker (``apply_to_all``).
     stats : dict
@@ -164,7 +175,8 @@ class CWorkerSet(WorkerSet):
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
                  rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
-                 weight_pull_every=None, inference_server=None, queues=None, borrow_from=None):
+                 weight_pull_every=None, inference_server=None, queues=None, borrow_from=None,
+                 server_generations=None):
         from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES
         if communication not in (prl.SYNC, prl.ASYNC):
             raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
@@ -192,13 +204,7 @@ class CWorkerSet(WorkerSet):
         if queues is not None and num_workers and communication != prl.ASYNC:
             raise ValueError("queues need asynchronous collection (prl.ASYNC): a synchronous round would wait "
                              "for puts that only the waiting learner's pops admit")
-        self.queues = queues
-        # The server remote workers hand their rollouts to, if any: a call queued behind a
-        # rollout may wait on its insert or put, which only the learner unblocks.
-        self._data_server = replay_server if replay_server is not None else getattr(queues, "server", None)
         self.requests_in_flight = requests_in_flight
-        self.replay_server = replay_server
-        self.inference_server = inference_server
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
         self.communication = communication
@@ -209,7 +215,8 @@ class CWorkerSet(WorkerSet):
                       storage_factory=storage_factory, compress_data_to_send=compress_data_to_send,
                       fraction_samples=fraction_samples, initial_weights=initial_weights,
                       rollout_unit=rollout_unit, policy=policy, step_log_dir=step_log_dir,
-                      inference_server=inference_server)
+                      inference_server=inference_server,
+                      inference_generation=(server_generations or {}).get("inference", 0))
         self.rollout_unit = rollout_unit
         self.episode_budget = None  # episodes to hand over in all (None: no limit)
         self.episodes_received = 0
@@ -223,12 +230,13 @@ class CWorkerSet(WorkerSet):
                                   compress_data_to_send=False, weight_board=None, borrow_from=borrow_from)
         if num_workers and inference_server is not None:
             # A local worker that collects nothing acts (evaluates) with the learner's weights.
-            self._local_params.update(policy="learned", inference_server=None)
+            self._local_params.update(policy="learned", inference_server=None, inference_generation=0)
         self._remote_params = dict(train_envs_factory=train_envs_factory, test_envs_factory=no_envs)
         self._round = 0
         self._in_flight = InFlight()  # async: ref -> worker
         self._abandoned = []        # requests of a round given up, read by stop()
         self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0, "weight_bytes": 0}
+        self.servers = ServerLinks(self, self.stats, replay_server, inference_server, queues, server_generations)
         board = None
         if weights == "pull" and num_workers:
             from pytorchrl.scheme.workflows.weight_board import start_remote_board
@@ -238,8 +246,12 @@ class CWorkerSet(WorkerSet):
         # Built before the workers: a set that fails to start stops (and reads) all its parts.
         self.weights = WeightDistribution(lambda: self._local_worker.get_weights(), self.stats,
                                           inference_server=inference_server, board=board)
+        if inference_server is not None:
+            self.weights.set_inference_server(inference_server, self.servers.generations["inference"])
         self.recovery = CollectorRecovery(self, self.weights.bring_up_to_date)
-        self.control = ControlFanOut(self, self._recover, data_server=self._data_server)
+        # The server remote workers hand their rollouts to, if any: a call queued behind a
+        # rollout may wait on its insert or put, which only the learner unblocks.
+        self.control = ControlFanOut(self, self._recover, data_server=self.servers.data_server)
         try:
             super().__init__(CWorker, params, index_parent, num_workers,
                              worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device,
@@ -248,6 +260,32 @@ class CWorkerSet(WorkerSet):
             self.weights.stop()
             raise
         self.weights.publish()
+
+    # ------------------------------------------------------------------ servers
+    @property
+    def replay_server(self):
+        """The replay server the remote workers insert into (None on another data path)."""
+        return self.servers.replay_server
+
+    @property
+    def inference_server(self):
+        """The inference server the workers act through (None without one)."""
+        return self.servers.inference_server
+
+    @property
+    def queues(self):
+        """The queue path's ``QueueLink`` (None on another data path)."""
+        return self.servers.queues
+
+    def set_server(self, kind, server, generation):
+        """Use ``server`` (of ``generation``), the replacement of the scheme's dead server of
+        ``kind``, from now on (see ``ServerLinks.set_server``)."""
+        self.servers.set_server(kind, server, generation)
+
+    def settle_queue(self, popped):
+        """What every gradient worker popped of this set's rollouts from the dead queue
+        servers (see ``ServerLinks.settle``)."""
+        self.servers.settle(popped)
 
     def _build_local(self, worker_class, worker_params, local_device):
         params = dict(worker_params, **self._local_params)
@@ -269,7 +307,8 @@ class CWorkerSet(WorkerSet):
                        compress_data_to_send=False, col_worker_resources=None, col_fraction_workers=1.0,
                        communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None,
                        replay_server=None, rollout_unit="steps", policy="learned", step_log_dir=None,
-                       weights="push", weight_pull_every=None, inference_server=None, queues=None):
+                       weights="push", weight_pull_every=None, inference_server=None, queues=None,
+                       server_generations=None):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -287,7 +326,8 @@ class CWorkerSet(WorkerSet):
                                 requests_in_flight=requests_in_flight, fault_policy=fault_policy,
                                 replay_server=replay_server, rollout_unit=rollout_unit, policy=policy,
                                 step_log_dir=step_log_dir, weights=weights, weight_pull_every=weight_pull_every,
-                                inference_server=inference_server, queues=queues)
+                                inference_server=inference_server, queues=queues,
+                                server_generations=dict(server_generations or {}))
 
     # ------------------------------------------------------------------ weights
     @property
@@ -319,7 +359,9 @@ class CWorkerSet(WorkerSet):
         return episodes
 
     def _budget_spent(self):
-        return self.episode_budget is not None and self.episodes_received >= self.episode_budget
+        # Not while a dead queue server's loss is unknown: its episodes are to be run again.
+        return (self.episode_budget is not None and self.episodes_received >= self.episode_budget
+                and not self.servers.unsettled())
 
     def _may_request(self, handing_over=0):
         """Whether one more request may go out: always without a budget; with one, while
@@ -357,7 +399,13 @@ class CWorkerSet(WorkerSet):
         info = {}
         local = self._local_worker
         self.control.read_finished()
-        self.weights.push_to_server()
+        while True:
+            try:
+                self.weights.push_to_server()
+                break
+            except ServerLost as lost:
+                # The inference server died: replaced (and given the weights) here, or raised.
+                self.servers.recover(lost)
         if not block and self._remote_workers and self.communication == prl.ASYNC and not self._any_ready():
             return [], {"collect_wait": time.perf_counter() - t0}
         if not self._remote_workers:
@@ -373,13 +421,16 @@ class CWorkerSet(WorkerSet):
         self._round += 1
         self.stats["rounds"] = self._round
         for _, winfo in rollouts:
-            self.episodes_received += len(winfo["episodes"])
+            if not winfo.get("data_lost"):   # (a lost rollout's episodes are run again)
+                self.episodes_received += len(winfo["episodes"])
             winfo["policy_lag"] = self.version - winfo["version"]
             if winfo.get("cut"):
                 self.stats["cut_rollouts"] += 1
             if "weight_swaps" in winfo:
                 self.stats["weight_pulls"] += len(winfo["weight_swaps"])
                 self.stats["weight_bytes"] += winfo["pulled_bytes"]
+        if self.queues is not None:
+            self.servers.take_queue_losses()
         info["collect_wait"] = time.perf_counter() - t0
         return rollouts, info
 
@@ -388,6 +439,8 @@ class CWorkerSet(WorkerSet):
         ``CollectorRecovery.remote_failed``). The worker's other requests in flight
         (asynchronous collection) are dropped with it and sent again to the replacement."""
         stale = self._in_flight.drop(self._remote_workers[position])
+        for ref in stale:
+            self.servers.dropped(ref)
         try:
             self.recovery.remote_failed(position, exc)
         finally:
@@ -445,6 +498,15 @@ class CWorkerSet(WorkerSet):
                 pending.append(ref)
                 continue
             winfo = results[i][1]
+            if "server_lost" in winfo:
+                # Its inference server died mid-rollout: once it is replaced, the rollout goes
+                # on where it stopped (same round, same weights).
+                self.servers.lost(self._remote_workers[i], None, winfo, defer=False)
+                sent.pop(i, None)
+                ref = request(i)
+                slot[ref] = i
+                pending.append(ref)
+                continue
             done_samples += winfo["collected_samples"]
             if full_steps is None and not winfo.get("cut"):
                 # Collectors are built by the same factories: a full rollout of one is the
@@ -474,6 +536,9 @@ class CWorkerSet(WorkerSet):
         from ray.exceptions import RayError
         self._start_requests()
         while True:
+            if self.servers.stash:
+                # Reported while their server died: env steps and episodes to hand over.
+                return [self.servers.stash.pop(0)]
             # In submission order: of several ready rollouts the oldest is handed over first,
             # which keeps the largest policy lag smallest.
             ready, _ = ray.wait(list(self._in_flight), num_returns=1)
@@ -482,12 +547,18 @@ class CWorkerSet(WorkerSet):
             try:
                 data, winfo = ray.get(ready[0])
             except RayError as exc:
+                self.servers.dropped(ready[0])
                 # Its other queued requests go with it (a dead worker fails them all; a worker
                 # whose environments failed refuses them until they are rebuilt), and the
                 # replacement (or the rebuilt worker) gets as many new ones, and this one's.
                 # (If it raises, the requests still in flight are read when the set stops.)
                 self._recover(position, exc)
                 self._submit(self._remote_workers[position])
+                continue
+            self.servers.reported(ready[0], winfo)
+            if "server_lost" in winfo:
+                # Its next request waits for the replacement (stashed: what it still hands over).
+                self.servers.lost(worker, data, winfo)
                 continue
             lag = self.version - winfo["version"]
             # On the queue path the rollout is already queued: its lag counts when it is popped.
@@ -500,9 +571,14 @@ class CWorkerSet(WorkerSet):
             self.stats["dropped_rollouts"] += 1
 
     def _any_ready(self):
-        """Whether a rollout request in flight has finished (the first call sends them)."""
+        """Whether a rollout request in flight has finished, or a report is stashed (the
+        first call sends the requests)."""
         import ray
         self._start_requests()
+        if self.servers.stash:
+            return True
+        if not self._in_flight:
+            return False
         ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=0)
         return bool(ready)
 
@@ -519,9 +595,9 @@ class CWorkerSet(WorkerSet):
         # Weights pulled, or actions from an inference server: the request carries none.
         weights, version = self.weights.for_request()
         ref = worker.collect_data.remote(weights=weights, version=version, pack_data=True,
-                                         replay_server=self.replay_server,
-                                         queue_server=None if self.queues is None else self.queues.server)
+                                         **self.servers.request_kwargs())
         self._in_flight[ref] = worker
+        self.servers.sent(ref)
 
     # ------------------------------------------------------------------ control
     def apply_to_all(self, method, *args):
@@ -546,12 +622,13 @@ class CWorkerSet(WorkerSet):
         """On the replay-server data path the server admits every insert meanwhile (a query
         waits behind each worker's current rollout)."""
         from pytorchrl.scheme.workflows.replay_server import sampling_paused
-        return sampling_paused(self._data_server)
+        return sampling_paused(self.servers.data_server)
 
     def stop(self):
         """Drop in-flight requests and stop every worker."""
         in_flight = list(self._in_flight) + self._abandoned + [r for _, r in self.control.pending]
         self._in_flight, self._abandoned, self.control.pending = InFlight(), [], []
+        self.servers.clear()
         super().stop()
         self.weights.stop()
         # The requests still out failed when their workers were killed (or earlier, with the

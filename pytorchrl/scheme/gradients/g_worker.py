@@ -76,13 +76,16 @@ class GWorker(Worker):
         if getattr(self.col_workers, "replay_server", None) is not None:
             from pytorchrl.scheme.workflows.replay_server import ReplayDataPath
             self._data_path = ReplayDataPath(self.col_workers.replay_server, lambda: self.algo.mini_batch_size,
-                                             self.device, local_collection=not self.col_workers.remote_workers())
+                                             self.device, local_collection=not self.col_workers.remote_workers(),
+                                             generation=self.col_workers.servers.generations["replay"],
+                                             counts=self.col_workers.stats)
         # Queue data path: rollouts are popped from the scheme's queue server into this
         # worker's storage (see pytorchrl.scheme.workflows.queues).
         self._queue_path = None
         if getattr(self.col_workers, "queues", None) is not None and self.col_workers.remote_workers():
             from pytorchrl.scheme.workflows.queues import QueueDataPath
-            self._queue_path = QueueDataPath(self.col_workers.queues, index_worker)
+            self._queue_path = QueueDataPath(self.col_workers.queues, index_worker,
+                                             ledger=self.col_workers.servers.ledger)
 
     @property
     def local_worker(self):
@@ -213,13 +216,15 @@ class GWorker(Worker):
         episode counted is left untrained."""
         finished = self._read_reports()
         items = self._queue_path.pop(finished)
+        if items is None:
+            return   # the server died and was replaced: the reports are read again first
         if not items:
             if finished:
                 raise EpisodeBudgetSpent(self.col_workers.episodes_received)
             return
         max_lag = self.col_workers.max_policy_lag
         lags = []
-        for data, version, _ in items:
+        for data, version, _, _ in items:
             lag = self.version - version
             if max_lag is not None and lag > max_lag:
                 self.col_workers.stats["dropped_rollouts"] += 1
@@ -320,6 +325,45 @@ class GWorker(Worker):
             self._unpublished = False
             self.col_workers.set_version(self.version)
         return self.version
+
+    # ------------------------------------------------------------------ servers
+    def set_server_recovery(self, recover):
+        """Have ``recover(lost)`` handle the death of a data server that this worker's data
+        paths and collectors find (the scheme's supervisor, in the learner's process);
+        without it the ``ServerLost`` is raised out of ``step``."""
+        self.col_workers.servers.recover = recover
+        for path in (self._data_path, self._queue_path):
+            if path is not None:
+                path.recover = recover
+
+    def set_server(self, kind, server, generation):
+        """Use ``server`` (of ``generation``), the replacement of the scheme's dead server of
+        ``kind`` (``"replay"``, ``"inference"``, ``"queue"``), from now on: in the data paths
+        and for the collectors.
+
+        Returns
+        -------
+        dict
+            Queue server: this worker's pops of the dead generations, by owner
+            (``{generation: {gradient worker index: [rollouts, episodes]}}``), for the update
+            worker to give each owner its total (``settle_queue``); else empty.
+        """
+        self.col_workers.set_server(kind, server, generation)
+        if kind == "replay" and self._data_path is not None:
+            self._data_path.set_server(server, generation)
+        if kind == "queue":
+            if self._queue_path is not None:
+                return self._queue_path.set_server(server, generation)
+            return self.col_workers.servers.ledger.take_pops() if self.col_workers.servers.ledger else {}
+        return {}
+
+    def settle_queue(self, popped):
+        """Every gradient worker's pops of this worker's collectors' rollouts from dead queue
+        server generations, ``{generation: [rollouts, episodes]}``: what is missing from its
+        collectors' puts was lost with them (``ServerLinks.settle``)."""
+        if self.col_workers.servers.ledger is not None:
+            self.col_workers.settle_queue(popped)
+        return True
 
     # ------------------------------------------------------------ decentralized
     def get_address(self):

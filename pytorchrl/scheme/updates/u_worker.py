@@ -6,6 +6,7 @@ import torch
 
 import pytorchrl as prl
 from pytorchrl.scheme.base.faults import InFlight, death_cause, drain, failure_of, gather, raise_failure, worker_died
+from pytorchrl.scheme.base.servers import server_lost_of
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.transport import WeightBroadcast
 
@@ -57,6 +58,13 @@ class UWorker(Worker):
     weights, optimizer state and version of one survivor (one that completed the step if
     any), and the torch.distributed group is formed again with a new rendezvous. Restarts
     are reported with the step's information (``worker_events``).
+
+    Data servers. With a supervisor (``watch_servers``), a data server that a remote
+    gradient worker found dead (its step raised ``ServerLost``) is replaced by it, the
+    replacement given to every gradient worker (``set_server``), and that worker asked
+    again (synchronous: its gradient is missing from this update, as a dead worker's;
+    asynchronous: a new request). The gradient worker in this process hands the deaths it
+    finds to the supervisor itself. Server restarts are reported with the step's events.
     """
 
     def __init__(self, grad_workers_factory, index_worker=0, grad_communication=prl.SYNC,
@@ -79,6 +87,7 @@ class UWorker(Worker):
         self._remote_version_known = True
         self.stats = {"dropped_gradients": 0}
         self.broadcast = WeightBroadcast(self.local_worker.get_weights, stats=self.stats)
+        self.servers = None   # the scheme's ServerSupervisor (watch_servers)
 
     @property
     def version(self):
@@ -131,6 +140,8 @@ class UWorker(Worker):
         infos[0]["wait_time"] = t1 - t0
         infos[0]["update_time"] = t2 - t1
         events = self.grad_workers.pop_events()
+        if self.servers is not None and self.servers.restarts.events:   # (read only when there are some)
+            events += self.servers.pop_events()
         if events:
             infos[0]["worker_events"] = list(infos[0].get("worker_events", [])) + events
         return infos
@@ -142,6 +153,13 @@ class UWorker(Worker):
             outcomes = gather([w.step.remote(return_grads=False) for w in self.grad_workers.remote_workers()])
             t1 = time.perf_counter()
             dead = {i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None and worker_died(exc)}
+            if any(server_lost_of(exc) is not None for _, exc in outcomes if exc is not None):
+                self._raise_limit_failures(outcomes)
+                self._recover_servers(outcomes)
+                # A worker that met the dead server never joined the all-reduce: the others'
+                # failed with it (or timed out), and the group is formed again.
+                self._reform(dead)
+                continue
             if not dead:
                 self._raise_failures(outcomes)
                 infos = [info for _, info in (value for value, _ in outcomes)]
@@ -157,10 +175,7 @@ class UWorker(Worker):
                 return infos, t1
             # A peer died: the survivors' all-reduce failed with it (their errors are that),
             # unless it died after the all-reduce; a collector's restart limit still ends the run.
-            for _, exc in outcomes:
-                failure = failure_of(exc) if exc is not None else None
-                if failure is not None:
-                    raise failure from None
+            self._raise_limit_failures(outcomes)
             succeeded = [i for i, (_, exc) in enumerate(outcomes) if exc is None]
             self._reform(dead, succeeded)
             if succeeded:
@@ -174,9 +189,11 @@ class UWorker(Worker):
                                for w in self.grad_workers.remote_workers()])
             t1 = time.perf_counter()
             self._raise_failures(outcomes)
-            # The gradients of workers that died are dropped; the others' are averaged.
+            # The gradients of workers that died, or met a dead server, are dropped; the
+            # others' are averaged.
             results = [value for value, exc in outcomes if exc is None]
-            self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
+            self._recover_servers(outcomes)
+            self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None and worker_died(exc)})
             if results:
                 break
         infos = [i for _, i in results]
@@ -218,6 +235,9 @@ class UWorker(Worker):
                             for i in range(len(self.grad_workers.remote_workers()))]
                 # (If it raises, the requests still in flight are read when the worker stops.)
                 self._raise_failures(outcomes)
+                if self._recover_servers(outcomes):
+                    self._submit(worker)   # asked again, with the replacement
+                    continue
                 # Its gradient is dropped; the replacement starts on a new request.
                 self._handle_deaths({position: exc})
                 continue
@@ -266,10 +286,70 @@ class UWorker(Worker):
     # ------------------------------------------------------------------ failures
     def _raise_failures(self, outcomes):
         """Raise the first failure among ``outcomes`` (``gather``'s pairs) that is not a
-        worker's death, as one line naming the gradient worker."""
+        worker's death or a data server's (``ServerLost``), as one line naming the
+        gradient worker."""
         for i, (_, exc) in enumerate(outcomes):
-            if exc is not None and not worker_died(exc):
+            if exc is not None and not worker_died(exc) and server_lost_of(exc) is None:
                 raise_failure(exc, self.grad_workers.worker_name(i + 1))
+
+    @staticmethod
+    def _raise_limit_failures(outcomes):
+        """Raise the ``WorkerFailure`` reported from further down among ``outcomes`` (a
+        collector or a server past its restart limit), if any."""
+        for _, exc in outcomes:
+            failure = failure_of(exc) if exc is not None else None
+            if failure is not None:
+                raise failure from None
+
+    def _recover_servers(self, outcomes):
+        """Have the supervisor replace the data servers that gradient workers found dead
+        among ``outcomes`` (``gather``'s pairs); returns whether there was one."""
+        found = False
+        for _, exc in outcomes:
+            lost = server_lost_of(exc) if exc is not None else None
+            if lost is not None:
+                if self.servers is None:
+                    raise_failure(exc, "a gradient worker")
+                self.servers.recover(lost)   # (a later report of the same death changes nothing)
+                found = True
+        return found
+
+    # ------------------------------------------------------------------ servers
+    def watch_servers(self, supervisor):
+        """Have ``supervisor`` (the scheme's ``ServerSupervisor``) replace the data servers
+        that die: the gradient worker in this process hands it the deaths it finds, the
+        ones remote gradient workers report are handed over here, and every replacement is
+        given to all of them (``set_server``)."""
+        self.servers = supervisor
+        self.local_worker.set_server_recovery(supervisor.recover)
+        supervisor.listen(self.set_server)
+
+    def set_server(self, kind, server, generation):
+        """Give every gradient worker (and, through them, their collectors) ``server`` (of
+        ``generation``), the replacement of the dead server of ``kind``; replacements of
+        gradient workers are built with it. With the queue server, each gradient worker
+        then learns how many of its collectors' rollouts the others popped from the dead
+        one (``GWorker.settle_queue``), which says what it took with it."""
+        gws = self.grad_workers
+        gws.set_server_params(kind, server, generation)
+        workers = [self.local_worker] + list(gws.remote_workers())
+        popped = [self.local_worker.set_server(kind, server, generation)]
+        remote = gather([w.set_server.remote(kind, server, generation) for w in workers[1:]])
+        # A gradient worker found dead here is replaced by the next step (with this server).
+        self._raise_failures([(None, exc) for _, exc in remote])
+        popped += [value or {} for value, _ in remote]
+        if kind != "queue":
+            return
+        # Gradient worker i owns the rollouts of its collectors (index 0: this process's).
+        dead = int(generation) - 1
+        shares = [{dead: [0, 0]} for _ in workers]
+        for pops in popped:
+            for owner, (rollouts, episodes) in pops.get(dead, {}).items():
+                shares[owner][dead][0] += rollouts
+                shares[owner][dead][1] += episodes
+        self.local_worker.settle_queue(shares[0])
+        outcomes = gather([w.settle_queue.remote(share) for w, share in zip(workers[1:], shares[1:])])
+        self._raise_failures(outcomes)
 
     def _handle_deaths(self, dead):
         """Replace the gradient workers that died: ``dead`` maps their positions to the Ray

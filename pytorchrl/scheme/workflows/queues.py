@@ -28,6 +28,7 @@ Options (``scheme.queues``, ``QUEUE_DEFAULTS``):
 - ``num_cpus``: Ray CPUs of the server actor.
 """
 
+import collections
 import random
 import threading
 import time
@@ -37,6 +38,7 @@ import numpy as np
 import torch
 
 from pytorchrl.scheme.base.checks import check_int, check_non_negative, merge_options
+from pytorchrl.scheme.base.servers import ServerClient, ServerLost, ServerProcess, call_or_lost, raise_lost
 
 #: Options of ``Scheme(queues=...)`` (``scheme.queues``) and their defaults.
 QUEUE_DEFAULTS = {"size": 4, "pop": "one", "prefetch": True, "selection": "binned", "steal": False,
@@ -130,7 +132,7 @@ def _nbytes(data):
     return total
 
 
-class QueueServer:
+class QueueServer(ServerProcess):
     """Bounded rollout queues shared by every collector and gradient worker.
 
     Thread-safe: puts and pops wait on one condition (a remote server is a threaded Ray
@@ -171,7 +173,7 @@ class QueueServer:
                          "pop_blocked_s": 0.0, "bytes_in": 0, "max_size": 0}
 
     # -------------------------------------------------------------- collectors
-    def put(self, collector, data, version, timeout=None):
+    def put(self, collector, data, version, timeout=None, episodes=0):
         """Put one rollout of ``collector`` once its queue has room.
 
         Parameters
@@ -184,6 +186,9 @@ class QueueServer:
             Weight version that produced it.
         timeout : float or None
             Seconds to wait at most (None: until there is room or the server is closed).
+        episodes : int
+            Finished episodes the rollout holds, handed back with it by ``pop`` (what a
+            server that dies takes with it is counted in episodes too, see ``QueueLedger``).
 
         Returns
         -------
@@ -205,7 +210,7 @@ class QueueServer:
                     return TIMEOUT
                 self.cond.wait(remaining)
             self.counters["put_blocked_s"] += time.perf_counter() - t0
-            self.queues[key].append((self._seq, data, int(version), collector))
+            self.queues[key].append((self._seq, data, int(version), collector, int(episodes)))
             self._seq += 1
             self.counters["puts"] += 1
             self.counters["bytes_in"] += _nbytes(data)
@@ -245,8 +250,8 @@ class QueueServer:
         -------
         outcome : str
             ``"ok"``, ``"empty"`` (nothing within the timeout) or ``"closed"``.
-        items : list of (data, version, collector)
-            The rollouts, oldest first.
+        items : list of (data, version, collector, episodes)
+            The rollouts, oldest first, with the finished episodes each holds.
         stolen : bool
             They came from another gradient worker's bin.
         """
@@ -271,7 +276,7 @@ class QueueServer:
             self.counters["popped_rollouts"] += len(taken)
             self.counters["stolen_pops"] += stolen
             self.cond.notify_all()   # room for the collectors waiting on this queue
-        return OK, [(data, version, collector) for _, data, version, collector in taken], stolen
+        return OK, [item[1:] for item in taken], stolen
 
     def _pop_source(self, group, finished):
         """(queue key, stolen) of the queue ``group`` pops now, or (None, False)."""
@@ -330,7 +335,7 @@ class QueueServer:
             return dict(self.counters, held=sum(len(q) for q in self.queues.values()))
 
 
-def make_queue_server(groups, options, remote, seed=None):
+def make_queue_server(groups, options, remote, seed=None, wait=True):
     """The scheme's queue server: a threaded Ray actor (``remote``) or an object here.
 
     Parameters
@@ -343,6 +348,9 @@ def make_queue_server(groups, options, remote, seed=None):
         Whether the scheme uses Ray.
     seed : int or None
         Seed of the server's random choices.
+    wait : bool
+        Wait until a remote one is built (its error raised here); False returns the handle
+        at once (the supervisor starting a replacement waits within its start timeout).
     """
     kwargs = {k: options[k] for k in ("size", "pop", "selection", "steal", "route")}
     if not remote:
@@ -351,20 +359,28 @@ def make_queue_server(groups, options, remote, seed=None):
     ray = require_ray()
     handle = ray.remote(QueueServer).options(num_cpus=options["num_cpus"], max_concurrency=MAX_CONCURRENCY).remote(
         groups, seed=seed, **kwargs)
-    ray.get(handle.stats.remote())   # built, or its error raised here
+    if wait:
+        ray.get(handle.stats.remote())   # built, or its error raised here
     return handle
 
 
-def put_remote(server, collector, data, version):
+def put_remote(server, collector, data, version, episodes=0, generation=0):
     """Put a remote collector's rollout into ``server`` (a Ray actor handle), waiting for
-    room; returns the outcome."""
-    import ray
-    return ray.get(server.put.remote(collector, data, version))
+    room.
+
+    Returns
+    -------
+    outcome : str or None
+        ``"ok"``, ``"closed"``, or None when the server died (the rollout is lost).
+    lost : dict or None
+        ``ServerLost.report()`` of a dead server (see ``call_or_lost``).
+    """
+    return call_or_lost(server, "put", (collector, data, version, None, episodes), "queue", generation)
 
 
 class QueueLink:
-    """What a collector set and its gradient worker need of the queue path: the server and
-    whether the gradient worker prefetches.
+    """What a collector set and its gradient worker need of the queue path: the server, its
+    generation and whether the gradient worker prefetches.
 
     Parameters
     ----------
@@ -372,11 +388,94 @@ class QueueLink:
         The scheme's server.
     prefetch : bool
         The gradient worker asks for its next pop before training on the current data.
+    generation : int
+        Generation of ``server`` (see ``pytorchrl.scheme.base.servers``): one more each
+        time it was replaced.
     """
 
-    def __init__(self, server, prefetch):
+    def __init__(self, server, prefetch, generation=0):
         self.server = server
         self.prefetch = bool(prefetch)
+        self.generation = int(generation)
+
+
+class QueueLedger:
+    """The rollouts a gradient worker's collectors put into each generation of the queue
+    server and the rollouts it popped, so that what a dead server took with it is counted.
+
+    A put is known to the collector set whose collector made it (its report); a pop to the
+    gradient worker that made it, which may hold another one's rollouts (random
+    selection, stealing). When the server is replaced, the update worker gathers every
+    gradient worker's pops of the dead generation by owner (``take_pops``) and gives each
+    owner its total (``settle``). The owner's loss is its puts minus those pops, known once
+    every request that carried that generation has reported (``take_lost``); until then
+    the generation is ``unsettled`` and the owner's episode budget cannot be spent: the
+    episodes lost are taken off the episodes handed over, so that collectors run others in
+    their place.
+
+    Attributes
+    ----------
+    generation : int
+        Generation of the server the collector set uses now; older ones are dead.
+    """
+
+    def __init__(self):
+        self.generation = 0
+        self._out = collections.Counter()   # generation -> requests in flight that carry it
+        self._puts = {}        # generation -> [rollouts, episodes] put by this set's collectors
+        self._pops = {}        # generation -> {owner: [rollouts, episodes]} popped by this gradient worker
+        self._settled = {}     # dead generation -> [rollouts, episodes] of this set's popped by anyone
+
+    def sent(self, generation):
+        """A request carrying ``generation`` went to a collector."""
+        self._out[generation] += 1
+
+    def reported(self, generation, put, episodes=0):
+        """The request carrying ``generation`` came back (or was dropped with a dead
+        collector); ``put``: its rollout went into the server (with ``episodes``)."""
+        self._out[generation] -= 1
+        if self._out[generation] <= 0:
+            del self._out[generation]
+        if put:
+            counts = self._puts.setdefault(generation, [0, 0])
+            counts[0] += 1
+            counts[1] += int(episodes)
+
+    def popped(self, generation, items):
+        """Rollouts ``items`` (as ``QueueServer.pop`` returns them) taken from ``generation``."""
+        pops = self._pops.setdefault(generation, {})
+        for _, _, collector, episodes in items:
+            counts = pops.setdefault(collector[0], [0, 0])
+            counts[0] += 1
+            counts[1] += int(episodes)
+
+    def take_pops(self):
+        """This gradient worker's pops of the dead generations, by owner (forgotten here):
+        ``{generation: {owner: [rollouts, episodes]}}``."""
+        dead = [g for g in self._pops if g < self.generation]
+        return {g: self._pops.pop(g) for g in dead}
+
+    def settle(self, generation, popped):
+        """Every gradient worker's pops of this set's rollouts from dead ``generation``:
+        ``[rollouts, episodes]``."""
+        self._settled[generation] = list(popped)
+
+    def unsettled(self):
+        """Whether a dead generation's loss is not known yet."""
+        dead = {g for g in list(self._out) + list(self._puts) if g < self.generation}
+        return bool(dead - set(self._settled)) or any(self._out.get(g) for g in self._settled)
+
+    def take_lost(self):
+        """``(rollouts, episodes)`` lost with the dead generations settled since the last
+        call (their puts that nobody popped)."""
+        rollouts = episodes = 0
+        for g in [g for g in self._settled if not self._out.get(g)]:
+            put = self._puts.pop(g, [0, 0])
+            popped = self._settled.pop(g)
+            # (Never below zero: the puts of a replaced gradient worker's collectors died with it.)
+            rollouts += max(0, put[0] - popped[0])
+            episodes += max(0, put[1] - popped[1])
+        return rollouts, episodes
 
 
 class QueueDataPath:
@@ -385,42 +484,89 @@ class QueueDataPath:
     Parameters
     ----------
     link : QueueLink
-        The server and the prefetch switch.
+        The server, its generation and the prefetch switch.
     group : int
         This gradient worker's index (its bin).
+    ledger : QueueLedger or None
+        Where the pops are recorded (the collector set's, which records the puts); None:
+        one of its own.
+
+    Attributes
+    ----------
+    recover : callable
+        ``recover(lost)`` with the ``ServerLost`` of a dead server: in the learner's
+        process the scheme's supervisor replaces it (and ``set_server`` gives it to this
+        path); elsewhere it raises, and the loss reaches the update worker.
     """
 
-    def __init__(self, link, group):
-        from pytorchrl.scheme.workflows.replay_server import ServerClient
-        self.client = ServerClient(link.server, remote=not isinstance(link.server, QueueServer))
+    def __init__(self, link, group, ledger=None):
+        self.client = ServerClient(link.server, remote=not isinstance(link.server, QueueServer), kind="queue",
+                                   generation=link.generation)
         self.group = group
         self.prefetch = link.prefetch and self.client.remote
+        self.ledger = ledger if ledger is not None else QueueLedger()
+        self.recover = raise_lost
         self._prefetched = None    # Ray reference of the pop asked for ahead
+        self._carried = []         # rollouts of a prefetch answered by a server replaced since
         self.prefetches = 0
 
     def pop(self, finished):
-        """The next rollouts: a list of (data, version, collector), empty when none came
-        within ``POP_POLL_S`` (at once when ``finished``: nothing more will come from this
-        worker's collectors).
+        """The next rollouts: a list of (data, version, collector, episodes), empty when none
+        came within ``POP_POLL_S`` (at once when ``finished``: nothing more will come from
+        this worker's collectors); None when the server died and was replaced meanwhile
+        (ask again: what ``finished`` says may have changed).
 
         Raises
         ------
         RuntimeError
             The server was closed (the run is stopping).
+        ServerLost
+            The server died and this process cannot replace it (see ``recover``).
         """
+        if self._carried:
+            items, self._carried = self._carried, []
+            return items
         outcome, items = EMPTY, []
-        if self._prefetched is not None:
-            import ray
-            ref, self._prefetched = self._prefetched, None
-            outcome, items, _ = ray.get(ref)
-        if outcome == EMPTY:
-            # (Also after an empty prefetched pop: it was asked before this worker knew its
-            # collectors finished, and a rollout may have been put since it returned.)
-            outcome, items, _ = self.client.call("pop", self.group, finished, 0 if finished else POP_POLL_S)
+        try:
+            if self._prefetched is not None:
+                ref, self._prefetched = self._prefetched, None
+                outcome, items, _ = self.client.get(ref)
+            if outcome == EMPTY:
+                # (Also after an empty prefetched pop: it was asked before this worker knew its
+                # collectors finished, and a rollout may have been put since it returned.)
+                outcome, items, _ = self.client.call("pop", self.group, finished, 0 if finished else POP_POLL_S)
+        except ServerLost as lost:
+            self.recover(lost)
+            return None
         if outcome == CLOSED:
             raise RuntimeError("the queue server is closed: the scheme is stopping")
+        self.ledger.popped(self.client.generation, items)
         if items and self.prefetch:
             # Asked now, served while this worker trains on ``items``.
             self._prefetched = self.client.server.pop.remote(self.group, finished, POP_POLL_S)
             self.prefetches += 1
         return items
+
+    def set_server(self, server, generation):
+        """Pop from ``server`` (of ``generation``), the replacement of a dead one, from now on.
+
+        A pop asked ahead of the old server is read first: the rollouts it took before the
+        server died are this worker's (handed over by the next ``pop``).
+
+        Returns
+        -------
+        dict
+            This worker's pops of the dead generations by owner (``QueueLedger.take_pops``).
+        """
+        if self._prefetched is not None:
+            ref, self._prefetched = self._prefetched, None
+            try:
+                outcome, items, _ = self.client.get(ref)
+            except ServerLost:
+                outcome, items = EMPTY, []
+            if outcome == OK and items:
+                self.ledger.popped(self.client.generation, items)
+                self._carried += items
+        self.client.set(server, generation)
+        self.ledger.generation = int(generation)
+        return self.ledger.take_pops()
