@@ -6,14 +6,10 @@ may end before it is noticed) is replaced and counted by kind. Memory and timing
 asserted (a minute is no soak). The report's figures are checked on a fixed record."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
-from test_benchmarks_smoke import BENCH, REPO, _load_bench
+from test_benchmarks_smoke import _load_bench, run_soak
 
 KINDS = {"drl-actor-model": {"collector", "gradient worker", "replay server"},
          "exarl-seed": {"collector", "inference server"}}
@@ -23,17 +19,8 @@ KINDS = {"drl-actor-model": {"collector", "gradient worker", "replay server"},
 @pytest.mark.parametrize("layout,extra", [("drl-actor-model", ["--grad-workers", "2"]), ("exarl-seed", [])])
 def test_soak_kills_any_process_and_reaches_its_target(tmp_path, layout, extra):
     out = tmp_path / "results"
-    cmd = [sys.executable, os.path.join(BENCH, "soak", "run.py"), "--layout", layout, *extra, "--minutes", "0.5",
-           "--kill-every", "10", "--max-overrun", "4", "--sample-every", "1", "--live-tree", "--out-dir", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=REPO, start_new_session=True)
-    try:
-        stdout, _ = proc.communicate(timeout=360)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)   # the script stops its learner and Ray on SIGTERM
-        stdout, _ = proc.communicate(timeout=30)
-        pytest.fail(f"soak/run.py did not finish:\n{stdout[-3000:]}")
-    assert proc.returncode == 0, stdout[-3000:]
+    stdout = run_soak(["--layout", layout, *extra, "--minutes", "0.5", "--kill-every", "10", "--max-overrun", "4"],
+                      out, timeout=360)
     records = [json.loads(ln) for f in out.glob("soak_*.jsonl") for ln in f.read_text().splitlines()]
     summary = next(r for r in records if r.get("record") == "summary")
     kills = [r for r in records if r.get("record") == "kill"]

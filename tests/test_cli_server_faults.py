@@ -106,6 +106,8 @@ def test_a_server_that_keeps_dying_ends_the_run_with_a_checkpoint(tmp_path):
     assert proc.returncode == 2, stdout[-3000:] + stderr[-3000:]
     errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    # Every failed call of a dead server was read (Ray reports those nobody read).
+    assert "Unhandled error" not in stdout + stderr, (stdout + stderr)[-3000:]
     m = re.fullmatch(r"error: replay server died \(its process ended unexpectedly: .*\) after 1 restart; restart "
                      r"limit reached \(scheme\.max_worker_restarts=1\): the run stops; stopped at ([\d,]+) env "
                      r"steps, checkpoint saved: continue with 'pytorchrl resume (.*)'", errors[0])

@@ -92,29 +92,54 @@ def seed_agent(*overrides):
     return algo, build_actor_factory(config, obs_space, action_space, name), build_storage_factory(config), train
 
 
-# ------------------------------------------------------------------ replay server
-def test_killed_replay_server_is_replaced_and_the_run_reaches_its_target():
-    """drl-actor-model: the replacement starts empty (no checkpoint), its rate limiter
-    starts over, and the inserts and samples that met the dead server are counted."""
-    torch.manual_seed(0)
-    learner = learner_for("drl-actor-model", "scheme.replay_server.min_size_to_sample=500")
-    try:
-        killed = run_killing(learner, "replay")
-        m = learner.get_metrics(add_scheme_metrics=True)
-        stats = learner.scheme.replay_stats()
-        assert_replaced(learner.scheme, "replay", killed)
-    finally:
-        learner.stop()
-    assert learner.num_samples_collected >= TARGET
-    assert_one_restart(learner, "replay server", "replaced, empty")
-    # The new server holds only what was inserted after the death (and was sampled from).
+# ------------------------------------------------------------ every server
+def replay_server_checks(m, stats):
+    """The replacement started empty (no checkpoint) and its rate limiter over: it holds only
+    what was inserted after the death, sampled from once past its minimum size; the inserts
+    and samples that met the dead server are counted."""
     assert 500 <= stats["inserts"] <= TARGET - KILL_AT and stats["samples"] > 0
-    for key in ("Replay/LostInserts", "Replay/LostTransitions", "Replay/LostSamples", "Replay/DroppedPriorities"):
+    for key in ("Replay/LostInserts", "Replay/LostSamples", "Replay/DroppedPriorities"):
         assert m[key] >= 0, key
     # A lost insert is a whole rollout of one environment: 32 transitions.
     assert m["Replay/LostTransitions"] == 32 * m["Replay/LostInserts"]
 
 
+def inference_server_checks(m, stats):
+    """It acted for the collectors since, with the weights published (not its initial ones)."""
+    assert stats["batches"] > 0 and stats["version"] > 0 and m["Inference/ResentActs"] >= 0
+
+
+def queue_server_checks(m, stats):
+    """Collectors put into the replacement and the learner pops from it; what the dead one
+    held is counted."""
+    assert stats["puts"] > 0 and stats["pops"] > 0
+    assert m["Queues/LostRollouts"] >= 0 and m["Queues/LostEpisodes"] >= 0
+
+
+@pytest.mark.parametrize("example,kind,done,overrides,checks", [
+    ("drl-actor-model", "replay", "replaced, empty", ["scheme.replay_server.min_size_to_sample=500"],
+     replay_server_checks),
+    ("exarl-seed", "inference", "replaced, with the current weights", [], inference_server_checks),
+    ("exarl-rma", "queue", "replaced, empty", [], queue_server_checks),
+], ids=["replay", "inference", "queue"])
+def test_killed_server_is_replaced_and_the_run_reaches_its_target(example, kind, done, overrides, checks):
+    """The server of ``example`` killed a third of the way: the run reaches its target, the
+    restart is one line and counted, and the scheme names the new server's process."""
+    torch.manual_seed(0)
+    learner = learner_for(example, *overrides)
+    try:
+        killed = run_killing(learner, kind)
+        m = learner.get_metrics(add_scheme_metrics=True)
+        stats = getattr(learner.scheme, f"{kind}_stats")()
+        assert_replaced(learner.scheme, kind, killed)
+    finally:
+        learner.stop()
+    assert learner.num_samples_collected >= TARGET
+    assert_one_restart(learner, f"{kind} server", done)
+    checks(m, stats)
+
+
+# ------------------------------------------------------------------ replay server
 def test_replay_server_replacement_holds_the_last_checkpoints_transitions(tmp_path):
     """With checkpoint_replay the checkpoint keeps the server's transitions, and a
     replacement starts from them (its line says how many, and from when)."""
@@ -142,24 +167,6 @@ def test_replay_server_replacement_holds_the_last_checkpoints_transitions(tmp_pa
 
 
 # --------------------------------------------------------------- inference server
-def test_killed_inference_server_is_replaced_and_the_run_reaches_its_target():
-    """exarl-seed: the replacement gets the current weights; the collectors act through it."""
-    torch.manual_seed(0)
-    learner = learner_for("exarl-seed")
-    try:
-        killed = run_killing(learner, "inference")
-        stats = learner.scheme.inference_stats()
-        m = learner.get_metrics(add_scheme_metrics=True)
-        assert_replaced(learner.scheme, "inference", killed)
-    finally:
-        learner.stop()
-    assert learner.num_samples_collected >= TARGET
-    assert_one_restart(learner, "inference server", "replaced, with the current weights")
-    # It acted for the collectors since, with the weights published (not its initial ones).
-    assert stats["batches"] > 0 and stats["version"] == learner.policy_version > 0
-    assert m["Inference/ResentActs"] >= 0
-
-
 def test_a_collector_whose_inference_server_was_killed_waits_for_the_replacement():
     """A collector whose inference server was killed reports its rollout paused (it is not
     taken for dead), as often as asked, until it is given the replacement; then the same
@@ -232,20 +239,6 @@ def test_a_rollout_paused_mid_way_goes_on_where_it_stopped():
 
 
 # ------------------------------------------------------------------- queue server
-def test_killed_queue_server_is_replaced_and_the_run_reaches_its_target():
-    torch.manual_seed(0)
-    learner = learner_for("exarl-rma")
-    try:
-        killed = run_killing(learner, "queue")
-        m = learner.get_metrics(add_scheme_metrics=True)
-        assert_replaced(learner.scheme, "queue", killed)
-    finally:
-        learner.stop()
-    assert learner.num_samples_collected >= TARGET
-    assert_one_restart(learner, "queue server", "replaced, empty")
-    assert m["Queues/LostRollouts"] >= 0 and m["Queues/LostEpisodes"] >= 0
-
-
 @pytest.mark.parametrize("example", ["exarl-rma", "exarl-ml-rma-queue"])
 def test_an_episode_budget_ends_with_every_counted_episode_trained_on(example):
     """learner.target_episodes with the queue server killed: the episodes it took with it

@@ -149,6 +149,41 @@ class ServerClient:
         return ServerLost(self.kind, self.generation, death_cause(exc))
 
 
+class ServerPath:
+    """Base of a gradient worker's data path to a server (``ReplayDataPath``,
+    ``QueueDataPath``): the client of the server, and what is done when it died.
+
+    Parameters
+    ----------
+    server : object or ray.actor.ActorHandle
+        The server.
+    kind : str
+        Which server (see ``SERVER_TITLES``).
+    generation : int
+        Generation of ``server``.
+    remote : bool or None
+        As in ``ServerClient``.
+
+    Attributes
+    ----------
+    client : ServerClient
+        Calls the server.
+    recover : callable
+        ``recover(lost)`` with the ``ServerLost`` of a dead server: in the learner's
+        process the scheme's supervisor replaces it (and ``set_server`` gives the
+        replacement to this path); elsewhere it raises (the default), and the loss reaches
+        the update worker, which does the same.
+    """
+
+    def __init__(self, server, kind, generation=0, remote=None):
+        self.client = ServerClient(server, remote=remote, kind=kind, generation=generation)
+        self.recover = raise_lost
+
+    def set_server(self, server, generation):
+        """Use ``server`` (of ``generation``), the replacement of a dead one, from now on."""
+        self.client.set(server, generation)
+
+
 def call_or_lost(server, method, args, kind, generation):
     """Call remote ``server.method(*args)`` from a collector and wait for it: ``(result,
     None)``, or ``(None, ServerLost report)`` when the server died, so that the collector
@@ -357,5 +392,5 @@ def _kill(handle):
         pass
 
 
-__all__ = ["SERVER_TITLES", "ServerLost", "ServerClient", "ServerProcess", "ServerSupervisor", "call_or_lost",
+__all__ = ["SERVER_TITLES", "ServerLost", "ServerClient", "ServerPath", "ServerProcess", "ServerSupervisor", "call_or_lost",
            "close_server", "is_remote", "raise_lost", "server_lost_of", "server_title", "stop_server"]

@@ -10,7 +10,7 @@ from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.components import (AGENT_COMPONENTS, LEARNER_COMPONENTS, build_agent,  # noqa: F401
                                               check_component_name, rebuild_learner_component)
-from pytorchrl.scheme.base.servers import ServerLost
+from pytorchrl.scheme.base.servers import ServerLost, call_or_lost
 from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.step_log import StepLog
 from pytorchrl.scheme.transport import pack, payload_bytes, weights_from_wire
@@ -260,15 +260,17 @@ class CWorker(Worker):
             info.update(weight_swaps=self._weight_swaps, pulled_bytes=self._pulled_bytes)
             self._weight_swaps, self._pulled_bytes = [], 0
         if replay_server is not None:
-            from pytorchrl.scheme.workflows.replay_server import insert_remote
-            outcome, lost = insert_remote(replay_server, data, info["version"], server_generation)
+            # (Waits as long as the server's rate limiter says.)
+            outcome, lost = call_or_lost(replay_server, "insert", (data, info["version"]), "replay",
+                                         server_generation)
             info["replay_outcome"] = outcome or "lost"
             info["raw_bytes"] = info["sent_bytes"] = payload_bytes(data)
             data = None
         elif queue_server is not None:
-            from pytorchrl.scheme.workflows.queues import put_remote
-            outcome, lost = put_remote(queue_server, (self.index_parent, self.index_worker), data,
-                                       self.actor_version, len(info["episodes"]), server_generation)
+            # (Waits for room in this worker's queue: back-pressure.)
+            outcome, lost = call_or_lost(queue_server, "put", ((self.index_parent, self.index_worker), data,
+                                                               self.actor_version, None, len(info["episodes"])),
+                                         "queue", server_generation)
             info["queue_outcome"] = outcome or "lost"
             data = None
         else:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from pytorchrl.scheme.base.checks import check_int, check_non_negative, merge_options
-from pytorchrl.scheme.base.servers import ServerClient, ServerLost, ServerProcess, call_or_lost, raise_lost
+from pytorchrl.scheme.base.servers import ServerLost, ServerPath, ServerProcess
 
 #: Options of ``Scheme(queues=...)`` (``scheme.queues``) and their defaults.
 QUEUE_DEFAULTS = {"size": 4, "pop": "one", "prefetch": True, "selection": "binned", "steal": False,
@@ -364,20 +364,6 @@ def make_queue_server(groups, options, remote, seed=None, wait=True):
     return handle
 
 
-def put_remote(server, collector, data, version, episodes=0, generation=0):
-    """Put a remote collector's rollout into ``server`` (a Ray actor handle), waiting for
-    room.
-
-    Returns
-    -------
-    outcome : str or None
-        ``"ok"``, ``"closed"``, or None when the server died (the rollout is lost).
-    lost : dict or None
-        ``ServerLost.report()`` of a dead server (see ``call_or_lost``).
-    """
-    return call_or_lost(server, "put", (collector, data, version, None, episodes), "queue", generation)
-
-
 class QueueLink:
     """What a collector set and its gradient worker need of the queue path: the server, its
     generation and whether the gradient worker prefetches.
@@ -478,8 +464,9 @@ class QueueLedger:
         return rollouts, episodes
 
 
-class QueueDataPath:
-    """The gradient worker's side of the queue data path.
+class QueueDataPath(ServerPath):
+    """The gradient worker's side of the queue data path (its ``client`` and ``recover``:
+    see ``ServerPath``).
 
     Parameters
     ----------
@@ -490,22 +477,13 @@ class QueueDataPath:
     ledger : QueueLedger or None
         Where the pops are recorded (the collector set's, which records the puts); None:
         one of its own.
-
-    Attributes
-    ----------
-    recover : callable
-        ``recover(lost)`` with the ``ServerLost`` of a dead server: in the learner's
-        process the scheme's supervisor replaces it (and ``set_server`` gives it to this
-        path); elsewhere it raises, and the loss reaches the update worker.
     """
 
     def __init__(self, link, group, ledger=None):
-        self.client = ServerClient(link.server, remote=not isinstance(link.server, QueueServer), kind="queue",
-                                   generation=link.generation)
+        super().__init__(link.server, "queue", link.generation, remote=not isinstance(link.server, QueueServer))
         self.group = group
         self.prefetch = link.prefetch and self.client.remote
         self.ledger = ledger if ledger is not None else QueueLedger()
-        self.recover = raise_lost
         self._prefetched = None    # Ray reference of the pop asked for ahead
         self._carried = []         # rollouts of a prefetch answered by a server replaced since
         self.prefetches = 0
@@ -567,6 +545,6 @@ class QueueDataPath:
             if outcome == OK and items:
                 self.ledger.popped(self.client.generation, items)
                 self._carried += items
-        self.client.set(server, generation)
+        super().set_server(server, generation)
         self.ledger.generation = int(generation)
         return self.ledger.take_pops()

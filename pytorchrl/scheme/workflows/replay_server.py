@@ -19,7 +19,7 @@ import torch
 
 from pytorchrl import INDEX, REW, TD_ERROR
 from pytorchrl.scheme.base.checks import check_non_negative, merge_options
-from pytorchrl.scheme.base.servers import ServerClient, ServerLost, ServerProcess, call_or_lost, raise_lost
+from pytorchrl.scheme.base.servers import ServerClient, ServerLost, ServerPath, ServerProcess
 from pytorchrl.scheme.workflows.rate_limiter import CLOSED, OK, TIMEOUT, RateLimiter
 
 #: Values of ``Scheme(data_path=...)`` and ``scheme.data_path`` ("queues": see
@@ -331,8 +331,9 @@ def start_remote(algo_factory, actor_factory, storage_factory, options, wait=Tru
     return handle
 
 
-class ReplayDataPath:
-    """The gradient worker's side of the replay-server data path.
+class ReplayDataPath(ServerPath):
+    """The gradient worker's side of the replay-server data path (its ``client`` and
+    ``recover``: see ``ServerPath``).
 
     Parameters
     ----------
@@ -353,30 +354,18 @@ class ReplayDataPath:
         (mini-batches being sampled when the server died) and ``dropped_priorities``
         (TD errors of mini-batches sampled from a server that has been replaced since,
         whose transitions are no longer where they were). None: kept here.
-
-    Attributes
-    ----------
-    recover : callable
-        ``recover(lost)`` with the ``ServerLost`` of a dead server: in the learner's
-        process the scheme's supervisor replaces it (and ``set_server`` gives it to this
-        path); elsewhere it raises, and the loss reaches the update worker.
     """
 
     def __init__(self, server, batch_size, device, local_collection=False, generation=0, counts=None):
-        self.client = ServerClient(server, kind="replay", generation=generation)
+        super().__init__(server, "replay", generation)
         self.batch_size = batch_size
         self.device = device
         self.local_collection = local_collection
         self.counts = counts if counts is not None else {}
         for key in ("lost_samples", "dropped_priorities"):
             self.counts.setdefault(key, 0)
-        self.recover = raise_lost
         self._pending = None   # (data, version) of a local rollout the server has not admitted yet
         self._sampled_from = generation   # generation of the server the last mini-batch came from
-
-    def set_server(self, server, generation):
-        """Use ``server`` (of ``generation``), the replacement of a dead one, from now on."""
-        self.client.set(server, generation)
 
     def next_batch(self, collect):
         """The next mini-batch.
@@ -494,17 +483,3 @@ class sampling_paused:
         except Exception:  # noqa: BLE001 - the run is stopping: the error that stops it is raised instead
             if exc[0] is None:
                 raise
-
-
-def insert_remote(server, data, version, generation=0):
-    """Insert a remote collector's rollout into ``server`` (a Ray actor handle), waiting
-    as long as the rate limiter says.
-
-    Returns
-    -------
-    outcome : str or None
-        ``"ok"``, ``"closed"``, or None when the server died (the rollout is lost).
-    lost : dict or None
-        ``ServerLost.report()`` of a dead server (see ``call_or_lost``).
-    """
-    return call_or_lost(server, "insert", (data, version), "replay", generation)
