@@ -416,7 +416,9 @@ class CWorkerSet(WorkerSet):
                 if reward is not None:
                     info["TestReward"] = reward
             self.weights.publish()   # once per version: the workers pull it
-            rollouts = self._collect_sync() if self.communication == prl.SYNC else self._collect_async()
+            rollouts = self._collect_sync() if self.communication == prl.SYNC else self._collect_async(block)
+            if not rollouts:   # a poll whose ready request was a failure, a loss or a dropped rollout
+                return [], {"collect_wait": time.perf_counter() - t0}
             rollouts = [(unpack(d), i) for d, i in rollouts]
         self._round += 1
         self.stats["rounds"] = self._round
@@ -530,7 +532,11 @@ class CWorkerSet(WorkerSet):
                     sent[j] = min_steps
         return results
 
-    def _collect_async(self):
+    def _collect_async(self, block=True):
+        """The first ready rollout within the policy-lag bound, as a one-item list; with
+        ``block`` False, an empty list once none is ready (a poll never waits: the
+        collectors may be waiting on this worker, in an insert or put that only its samples
+        or pops admit)."""
         from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
         from ray.exceptions import RayError
@@ -541,7 +547,9 @@ class CWorkerSet(WorkerSet):
                 return [self.servers.stash.pop(0)]
             # In submission order: of several ready rollouts the oldest is handed over first,
             # which keeps the largest policy lag smallest.
-            ready, _ = ray.wait(list(self._in_flight), num_returns=1)
+            ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=None if block else 0)
+            if not ready:
+                return []
             worker = self._in_flight.pop(ready[0])
             position = self._remote_workers.index(worker)
             try:
