@@ -1,7 +1,12 @@
 """The EXARL workflow configurations (examples/configs/exarl/) train from the command line,
 and a collection-only run writes its results file. Every file of that directory is run by
-a test here: those without a test of their own by ``test_exarl_config_trains``, so that a
-configuration added there is covered without naming it."""
+a test: from the command line here, or trained to a return threshold from the file by the
+learning test named in ``LEARNED_ELSEWHERE``; a file in neither list is run by
+``test_exarl_config_trains``, so that a configuration added there is covered without naming it.
+
+The command-line runs check the command line's part (the file, its overrides, the run
+directory and the metrics each workflow adds), with the smallest budget that has the
+learner update: whether a workflow learns is its learning test's claim."""
 
 import csv
 import os
@@ -11,7 +16,8 @@ import yaml
 
 from pytorchrl.config import build_learner, load_config
 
-from cli_helpers import REPO, pytorchrl
+from cli_helpers import REPO, pytorchrl, source_of_test
+from distributed_fixtures import LayoutProbe
 from learning_helpers import greedy_returns_along_run
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
@@ -20,17 +26,32 @@ CONFIGS = sorted(f[:-len(".yaml")] for f in os.listdir(EXARL) if f.endswith(".ya
 #: Configurations with a test of their own below.
 OWN_TESTS = ("exarl-a2c-sync", "exarl-a2c-async", "exarl-async", "exarl-random", "exarl-seed", "exarl-seed-a2c",
              "exarl-rma", "exarl-ml-rma-queue-short")
+#: Configurations that a learning test builds from their file and trains to a return
+#: threshold (test file, and the test): a short command-line run of the same file would
+#: prove nothing more than the command-line runs of the other workflows do.
+LEARNED_ELSEWHERE = {
+    "exarl-sync": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
+    "exarl-multi-learner-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
+    "exarl-nonblocking-async": ("test_weight_pull", "test_exarl_nonblocking_async_learns_cartpole"),
+    "exarl-rma-window-random": ("test_queues", "test_rma_workflow_learns"),
+    "exarl-rma-window-binned": ("test_queues", "test_rma_workflow_learns"),
+    "exarl-rma-queue-pop-all": ("test_queues", "test_rma_workflow_learns"),
+    "exarl-ml-rma-queue": ("test_queues", "test_rma_workflow_learns"),
+}
+#: DQN's workflows update once start_steps (500) transitions are in; with two learners
+#: (exarl-ml-rma-queue-short) each learner's replay holds about half of them.
+STEPS = 1000
 
 
-def train_5000(tmp_path, name, timeout=180):
-    """Train examples/configs/exarl/NAME.yaml for 5000 env steps (issue 10's budget) from the
-    command line; checks the exit, steps and updates, and returns the run directory."""
+def train_from_file(tmp_path, name, steps=STEPS, timeout=180):
+    """Train examples/configs/exarl/NAME.yaml for ``steps`` env steps from the command line;
+    checks the exit, steps and updates, and returns the run directory."""
     run_dir = tmp_path / "run"
-    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=5000",
+    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), f"learner.target_steps={steps}",
                      "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
-    assert summary["env_steps"] >= 5000 and summary["updates"] > 0
+    assert summary["env_steps"] >= steps and summary["updates"] > 0
     return run_dir
 
 
@@ -56,13 +77,13 @@ def test_exarl_a2c_config_trains_once_per_episode(tmp_path, name):
 
 @pytest.mark.timeout(300)
 def test_exarl_async_config_trains_with_collector_targets(tmp_path):
-    train_5000(tmp_path, "exarl-async")
+    train_from_file(tmp_path, "exarl-async")
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["exarl-seed", "exarl-seed-a2c"])
 def test_exarl_seed_configs_train_through_the_inference_server(tmp_path, name):
-    run_dir = train_5000(tmp_path, name)
+    run_dir = train_from_file(tmp_path, name)
     # The server's counters reach metrics.csv.
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
     assert float(rows[-1]["Inference/MeanBatch"]) >= 1.0 and int(rows[-1]["Inference/Calls"]) > 0
@@ -86,30 +107,35 @@ def test_random_writes_its_results_from_the_command_line(tmp_path):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", [n for n in CONFIGS if n not in OWN_TESTS])
+@pytest.mark.parametrize("name", [n for n in CONFIGS if n not in OWN_TESTS and n not in LEARNED_ELSEWHERE])
 def test_exarl_config_trains(tmp_path, name):
-    # The budget of issue 10: every workflow trains 5000 steps from its file.
-    train_5000(tmp_path, name)
+    # A replay-server configuration samples once scheme.replay_server.min_size_to_sample
+    # transitions are in (drl-actor-model: 1,000; 3 updates at 1,024 steps, ~125 at 2,000).
+    server = load_config(os.path.join(EXARL, f"{name}.yaml"))["scheme"]["replay_server"] or {}
+    min_size = server.get("min_size_to_sample", 0)
+    train_from_file(tmp_path, name, steps=max(STEPS, 2 * min_size))
 
 
 def test_every_exarl_config_is_run_by_a_test():
     assert set(OWN_TESTS) <= set(CONFIGS), sorted(set(OWN_TESTS) - set(CONFIGS))
-    for name in ("exarl-sync", "exarl-multi-learner-async", "exarl-nonblocking-async", "drl-actor-model"):
-        assert name in CONFIGS
+    assert set(LEARNED_ELSEWHERE) <= set(CONFIGS), sorted(set(LEARNED_ELSEWHERE) - set(CONFIGS))
+    assert "drl-actor-model" in CONFIGS           # (run by test_exarl_config_trains)
+    for name, (module, test) in LEARNED_ELSEWHERE.items():
+        # The learning test exists and its file names the configuration.
+        assert source_of_test(module, test) and f'"{name}' in source_of_test(module), (name, module, test)
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("name", ["exarl-rma", "exarl-ml-rma-queue-short"])
 def test_exarl_rma_config_trains_from_the_command_line(tmp_path, name):
-    # (All six RMA workflows learn in tests/test_queues.py; here one learner and two
+    # (All six RMA workflows learn in tests/distributed/test_queues.py; here one learner and two
     # learners with per-learner queues run from their files, with the queue metrics.)
-    run_dir = train_5000(tmp_path, name, timeout=360)
+    run_dir = train_from_file(tmp_path, name, steps=STEPS if name == "exarl-rma" else 2 * STEPS)
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
     last = rows[-1]
     assert int(last["Queues/PoppedRollouts"]) > 0 and int(last["Queues/Puts"]) >= int(last["Queues/PoppedRollouts"])
     assert int(last["Queues/MaxSize"]) <= (1 if name == "exarl-rma" else 4)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name,steps", [("exarl-sync", 10000), ("exarl-a2c-sync", 20000), ("exarl-a2c-async", 20000),
                                         ("exarl-multi-learner-async", 8000)])
@@ -119,8 +145,10 @@ def test_exarl_workflow_learns_cartpole(ray_session, name, steps):
     learner = build_learner(load_config(os.path.join(EXARL, f"{name}.yaml"),
                                         [f"learner.target_steps={steps}", "learner.tensorboard=false"]))
     try:
-        returns = greedy_returns_along_run(learner, first=2000, every=1000, stop_at=60)
+        probe = LayoutProbe(learner)
+        returns = greedy_returns_along_run(learner, first=2000, every=1000, stop_at=60, on_infos=probe.observe)
         collected = learner.num_samples_collected
+        probe.check(name, learner.get_metrics(add_scheme_metrics=True))
     finally:
         learner.stop()
     print(name, collected, "greedy returns", [round(r, 1) for r in returns])

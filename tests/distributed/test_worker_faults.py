@@ -24,14 +24,13 @@ from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.faults import FaultPolicy, WorkerFailure
 
+from cli_helpers import REPO as ROOT, TESTS
 from distributed_fixtures import (PPO_KWARGS, SMALL, broken_cartpole, factories, register_for_ray,
                                   resources_released, wait_gone)
 from fault_envs import crashing_cartpole
 from fault_envs import register_for_ray as register_fault_envs_for_ray
 
 SYNC, ASYNC = prl.SYNC, prl.ASYNC
-TESTS = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(TESTS)
 
 #: Environment steps of a run that must survive its failures (8 envs x 32 steps per
 #: rollout: 256 samples per rollout).

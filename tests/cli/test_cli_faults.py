@@ -3,30 +3,15 @@ of metrics.csv; a worker that keeps dying ends the run with one line, exit statu
 checkpoint that `pytorchrl evaluate` and `pytorchrl resume` read. Run as a separate
 process, as a user does (the run starts its own local Ray instance)."""
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from pytorchrl import checkpoint as ckpt
 
-from cli_helpers import REPO, read_csv, tiny, write_config
-
-TESTS = os.path.join(REPO, "tests")
+from cli_helpers import pytorchrl, read_csv, tiny, write_config
 
 pytestmark = pytest.mark.timeout(400)
-
-
-def _pytorchrl(*args, cwd, timeout=300):
-    """``python -m pytorchrl.cli ARGS`` with the tests directory on the path of the job and
-    of its Ray workers (they import ``fault_envs`` to build ``CrashingCartPole-v0``)."""
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0",
-               PYTHONPATH=os.pathsep.join([REPO, TESTS, os.environ.get("PYTHONPATH", "")]))
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.run([sys.executable, "-m", "pytorchrl.cli", *map(str, args)], cwd=str(cwd),
-                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_a_worker_that_keeps_dying_ends_the_run_with_a_checkpoint(tmp_path):
@@ -37,8 +22,8 @@ def test_a_worker_that_keeps_dying_ends_the_run_with_a_checkpoint(tmp_path):
                           "max_worker_restarts": 1, "worker_restart_delay_s": 0},
                   learner={"target_steps": 100_000})
     run_dir = tmp_path / "run"
-    result = _pytorchrl("train", write_config(tmp_path, config), "--run-dir", run_dir, "--progress", "plain",
-                        cwd=tmp_path)
+    result = pytorchrl("train", write_config(tmp_path, config), "--run-dir", run_dir, "--progress", "plain",
+                       cwd=tmp_path, timeout=300)
     assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -60,7 +45,7 @@ def test_a_worker_that_keeps_dying_ends_the_run_with_a_checkpoint(tmp_path):
     assert state["learner"]["num_samples_collected"] == stopped_at > 0
     rows = read_csv(run_dir / "metrics.csv")
     assert int(rows[-1]["Scheme/WorkerRestarts"]) == 2 and int(rows[-1]["Scheme/EnvSteps"]) == stopped_at
-    evaluated = _pytorchrl("evaluate", run_dir, "--episodes", "1", cwd=tmp_path)
+    evaluated = pytorchrl("evaluate", run_dir, "--episodes", "1", cwd=tmp_path, timeout=300)
     assert evaluated.returncode == 0 and "mean return" in evaluated.stdout, evaluated.stderr[-2000:]
 
 
@@ -70,8 +55,8 @@ def test_an_env_error_with_on_env_error_stop_ends_the_run_with_a_checkpoint(tmp_
     config = tiny(env={"id": "fault_envs:RaisingCartPole-v0", "test_env": False},
                   scheme={"on_env_error": "stop"}, learner={"target_steps": 100_000})
     run_dir = tmp_path / "run"
-    result = _pytorchrl("train", write_config(tmp_path, config), "--run-dir", run_dir, "--progress", "quiet",
-                        cwd=tmp_path)
+    result = pytorchrl("train", write_config(tmp_path, config), "--run-dir", run_dir, "--progress", "quiet",
+                       cwd=tmp_path, timeout=300)
     assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -89,8 +74,8 @@ def test_env_errors_are_restarted_by_default_and_logged(tmp_path):
     config = tiny(env={"id": "fault_envs:RaisingCartPole-v0", "test_env": False},
                   scheme={"max_worker_restarts": 100, "worker_restart_delay_s": 0}, learner={"target_steps": 1000})
     run_dir = tmp_path / "run"
-    result = _pytorchrl("train", write_config(tmp_path, config), "--run-dir", run_dir, "--progress", "plain",
-                        cwd=tmp_path)
+    result = pytorchrl("train", write_config(tmp_path, config), "--run-dir", run_dir, "--progress", "plain",
+                       cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rebuilt = [ln for ln in result.stdout.splitlines() if "environments rebuilt" in ln]
     assert rebuilt and rebuilt[0].endswith(

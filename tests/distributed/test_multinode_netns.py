@@ -12,11 +12,11 @@ import textwrap
 
 import pytest
 
+from cli_helpers import TESTS
 from netns_cluster import NetnsCluster
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 #: Collection rounds of the run; each gathers one rollout (VEC_ENV x ROLLOUT steps) from
 #: every collection worker (synchronous collection, no preemption), which PPO then trains on

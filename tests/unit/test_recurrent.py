@@ -25,9 +25,8 @@ from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
 
-from cli_helpers import with_sections
+from cli_helpers import REPO, with_sections
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: Episodes of this many steps (time limit): episode ends at known steps of each rollout.
 EPISODE = 5
@@ -262,7 +261,7 @@ def test_yaml_recurrent_actor_builds_and_trains(tmp_path):
 
 
 def test_shipped_masked_cartpole_example_is_a_gru_ppo():
-    config = load_config(os.path.join(ROOT, "examples", "configs", "ppo_cartpole_masked_gru.yaml"))
+    config = load_config(os.path.join(REPO, "examples", "configs", "ppo_cartpole_masked_gru.yaml"))
     assert config["env"]["id"] == "MaskedCartPole-v1" and config["actor"]["recurrent_net"] == "GRU"
     assert config["algorithm"]["name"] == "PPO"
 

@@ -292,15 +292,14 @@ def test_cli_run_that_keeps_getting_nan_stops_with_one_line_and_a_finite_checkpo
     """Rewards NaN from every environment's 100th step (round 7 of 32 env steps): each
     update from there on is skipped, the sixth in a row ends the run. The checkpoint saved
     on the way out holds finite weights and loads."""
-    from cli_helpers import read_csv, tiny, write_config
-    from test_cli_faults import _pytorchrl
+    from cli_helpers import pytorchrl, read_csv, tiny, write_config
     from pytorchrl import checkpoint as ckpt
 
     config = tiny(env={"id": "fault_envs:NaNRewardCartPole-v0", "test_env": False},
                   learner={"target_steps": 100_000, "max_nonfinite_updates": 6, "save_every_steps": 64})
     run_dir = tmp_path / "run"
-    result = _pytorchrl("train", write_config(tmp_path, config), "--run-dir", run_dir, "--progress", "plain",
-                        cwd=tmp_path)
+    result = pytorchrl("train", write_config(tmp_path, config), "--run-dir", run_dir, "--progress", "plain",
+                       cwd=tmp_path, timeout=300)
     assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]

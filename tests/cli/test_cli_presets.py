@@ -1,16 +1,17 @@
 """Named scheme layouts: `scheme.preset` in a configuration, `pytorchrl presets`, and every
-listed preset building its layout and training a tiny budget (Ray ones on the session's
-shared local Ray instance)."""
+listed preset building its layout and training (Ray ones on the session's shared local Ray
+instance): a tiny budget here, or, for a preset whose example configuration a learning test
+trains, checked there (``LAYOUT_CHECKED_BY``): the layout is built once and checked where
+it is built anyway."""
 
 import pytest
 
-import pytorchrl as prl
 from pytorchrl import cli
 from pytorchrl.config import ConfigError, build_learner, validate_config
 from pytorchrl.scheme.workflows.presets import PRESETS, get_preset
-from pytorchrl.tools.metrics import WorkerTimings
 
-from cli_helpers import tiny, with_sections
+from cli_helpers import source_of_test, tiny, with_sections
+from distributed_fixtures import LayoutProbe
 
 #: The algorithm and storage of an off-policy preset's tiny run (its data path is a replay server).
 TINY_OFF_POLICY = {"algorithm": {"name": "DDQN", "mini_batch_size": 32, "update_every": 16, "test_every": 5,
@@ -29,8 +30,21 @@ def preset_config(name, **sections):
     return with_sections(config, **sections)
 
 
+#: Presets whose layout the learning test of their example configuration checks with a
+#: LayoutProbe (test file, and the test).
+LAYOUT_CHECKED_BY = {
+    **{name: ("test_queues", "test_rma_workflow_learns")
+       for name in ("exarl-rma", "exarl-rma-window-random", "exarl-rma-window-binned", "exarl-rma-queue-pop-all",
+                    "exarl-ml-rma-queue", "exarl-ml-rma-queue-short")},
+    "exarl-seed": ("test_inference_server", "test_seed_dqn_learns_cartpole_and_batches_across_collectors"),
+    "exarl-seed-a2c": ("test_inference_server", "test_seed_a2c_learns_cartpole_from_whole_episodes"),
+    "exarl-nonblocking-async": ("test_weight_pull", "test_exarl_nonblocking_async_learns_cartpole"),
+    "exarl-async": ("test_collector_targets", "test_exarl_async_learns_cartpole"),
+    "exarl-a2c-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
+    "exarl-multi-learner-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
+}
 LOCAL = [name for name, p in PRESETS.items() if not p.uses_ray]
-REMOTE = [name for name, p in PRESETS.items() if p.uses_ray]
+REMOTE = [name for name, p in PRESETS.items() if p.uses_ray and name not in LAYOUT_CHECKED_BY]
 
 
 def test_every_preset_is_a_valid_scheme_section():
@@ -73,53 +87,36 @@ def test_presets_command_lists_names_descriptions_and_values(capsys):
 
 
 def _train(name, steps):
-    """Train the preset's layout for ``steps``; returns (learner, metrics, remote processes)."""
+    """Train the preset's layout for ``steps``; returns the metrics (checks the layout)."""
     config = validate_config(preset_config(name, learner={"target_steps": steps}, env={"test_env": False}))
     learner = build_learner(config)
-    timings = WorkerTimings()    # what the command line adds to each row of metrics.csv
     try:
-        processes = learner.scheme.process_info()
+        probe = LayoutProbe(learner)
         while not learner.done():
-            timings.observe(learner.step())
+            probe.observe(learner.step())
         metrics = learner.get_metrics(add_episodes_metrics=True, add_scheme_metrics=True)
-        metrics.update(timings.metrics())
-        return learner, metrics, processes
+        probe.check(name, metrics)
+        return metrics, probe.processes
     finally:
         learner.stop()
 
 
-def _check_layout(learner, preset):
-    s = preset.scheme
-    scheme = learner.scheme
-    assert scheme.num_col_workers == s["num_col_workers"] and scheme.num_grad_workers == s["num_grad_workers"]
-    assert scheme.uses_ray == preset.uses_ray
-    uw = learner.update_worker
-    assert uw.grad_communication == (prl.ASYNC if s["grad_workers_communication"] == "async" else prl.SYNC)
-    assert bool(uw.decentralized) == bool(s.get("decentralized_update_execution", False))
-
-
 @pytest.mark.parametrize("name", LOCAL)
 def test_local_preset_trains(name):
-    learner, metrics, processes = _train(name, 300)
-    _check_layout(learner, PRESETS[name])
+    metrics, processes = _train(name, 300)
     assert metrics["Scheme/EnvSteps"] >= 300 and processes == []
 
 
 @pytest.mark.parametrize("name", REMOTE)
 def test_ray_preset_trains(name, ray_session):
-    learner, metrics, processes = _train(name, 300)
-    preset = PRESETS[name]
-    _check_layout(learner, preset)
+    metrics, _ = _train(name, 300)
     assert metrics["Scheme/EnvSteps"] >= 300
-    # One process per remote worker: collectors run in processes of their own when a
-    # gradient worker has several, gradient workers when there are several.
-    cols, grads = preset.scheme["num_col_workers"], preset.scheme["num_grad_workers"]
-    # (A collection-only scheme, 0 gradient workers, has the collectors of one.)
-    assert len(processes) == (grads if grads > 1 else 0) + (cols * max(grads, 1) if cols > 1 else 0)
-    per_worker = sorted(k for k in metrics if k.startswith("Workers/"))
-    if grads > 1:     # per-gradient-worker timings and samples
-        assert len(per_worker) == 4 * grads and all(metrics[k] > 0 for k in per_worker), per_worker
-    else:
-        assert per_worker == []
-    if preset.scheme["col_workers_communication"] == "sync" and preset.scheme["num_col_workers"] > 1:
-        assert metrics["Scheme/MaxPolicyLag"] == 0
+
+
+def test_every_ray_preset_layout_is_checked():
+    assert set(LAYOUT_CHECKED_BY) <= {name for name, p in PRESETS.items() if p.uses_ray}
+    for name, (module, test) in LAYOUT_CHECKED_BY.items():
+        # The learning test exists, checks its layout, and its file names the preset's file.
+        source = source_of_test(module, test)
+        assert source and "LayoutProbe(" in source and ".check(" in source, (module, test)
+        assert f'"{name}' in source_of_test(module), (name, module)

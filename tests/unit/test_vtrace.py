@@ -276,13 +276,12 @@ def test_configuration_names_and_checks_the_storage():
 
 
 # ------------------------------------------------------------------- learning
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.usefixtures("no_ray_import")
 def test_a2c_on_vtrace_targets_improves_over_random():
     """In one process A2C + VTraceBuffer learns CartPole within the budget of A2C's own
-    learning test (tests/test_learning.py)."""
-    from test_learning import cartpole_learner, train_until
+    learning test (tests/learning/test_learning.py)."""
+    from learning_helpers import cartpole_learner, train_until
 
     budget = 60_000
     algo_factory, name = A2C.create_factory(lr=1e-3, gamma=0.99, entropy_coef=0.0, value_loss_coef=0.5,

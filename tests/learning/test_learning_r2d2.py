@@ -16,7 +16,7 @@ from pytorchrl.config.loader import agent_preset_values
 
 from learning_helpers import greedy_returns_along_run
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400), pytest.mark.usefixtures("no_ray_import")]
+pytestmark = [pytest.mark.timeout(400), pytest.mark.usefixtures("no_ray_import")]
 
 BUDGET = 24_000
 THRESHOLD = 120.0

@@ -7,41 +7,14 @@ the budgets leave a wide margin over the steps these configurations usually need
 implementations pass too.
 """
 
-import os
-
 import pytest
-import torch
 
-from pytorchrl.agent.actors import OnPolicyActor
-from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.algorithms import A2C, PPO
-from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import GAEBuffer, VanillaOnPolicyBuffer
-from pytorchrl.envs import make_gym_env
-from pytorchrl.learner import Learner
-from pytorchrl.scheme import Scheme
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
+from learning_helpers import cartpole_learner, train_reward, train_until
 
-SEED = int(os.environ.get("PYTORCHRL_TEST_SEED", "0"))
-
-
-def cartpole_learner(algo_factory, algo_name, storage_factory, target_steps, seed=SEED, num_envs=8):
-    torch.manual_seed(seed)
-    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"},
-                                                           vec_env_size=num_envs, seed=seed)
-    test, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1, seed=seed + 100)
-    actor_factory = OnPolicyActor.create_factory(obs_space, action_space, algo_name, feature_extractor_network=MLP,
-                                                 shared_policy_value_network=False,
-                                                 feature_extractor_kwargs={"hidden_sizes": [64, 64],
-                                                                           "activation": "tanh"})
-    scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory, storage_factory=storage_factory,
-                    train_envs_factory=train, test_envs_factory=test)
-    return Learner(scheme, target_steps=target_steps)
-
-
-def train_reward(learner):
-    return learner.get_metrics(add_algo_metrics=False, add_episodes_metrics=True)["Episodes/TrainReward"]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
 
 
 def test_ppo_solves_cartpole():
@@ -74,25 +47,6 @@ def test_ppo_solves_cartpole():
         print(f"PPO: training return {best_train:.1f}, evaluation {best_eval:.1f} after {seen} steps")
     finally:
         learner.stop()
-
-
-def train_until(learner, goal, what, on_infos=lambda infos: None):
-    """Step ``learner`` (one collection and one update per step, as A2C) until its mean
-    training return exceeds ``goal`` or its budget runs out; assert the goal was reached.
-    ``on_infos`` sees the infos of every step."""
-    best = float("-inf")
-    history = []
-    while not learner.done():
-        on_infos(learner.step())
-        reward = train_reward(learner)
-        history.append(reward)
-        if reward == reward:
-            best = max(best, reward)
-        if best > goal:
-            break
-    assert best > goal, f"{what} mean training return {best:.1f} <= {goal} after " \
-                        f"{learner.num_samples_collected} steps: {history[-5:]}"
-    print(f"{what}: training return {best:.1f} after {learner.num_samples_collected} steps")
 
 
 def test_a2c_improves_over_random():

@@ -12,9 +12,9 @@ from pytorchrl.config import (ConfigError, apply_overrides, build_learner, dump_
 from pytorchrl.config.schema import SECTIONS, algorithm_keys, documented_parameters, storage_keys
 from pytorchrl.schedules import Schedule
 
-from cli_helpers import with_sections
+from cli_helpers import REPO, with_sections
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "configs")
+EXAMPLES = os.path.join(REPO, "examples", "configs")
 
 #: Smallest useful configuration: every test mutates a copy of it.
 MINIMAL = {

@@ -258,7 +258,7 @@ def test_unknown_noise_is_refused():
 
 
 def test_recurrent_actors_are_ddqn_only_and_memories_by_name():
-    """(Recurrent DDQN itself: tests/test_r2d2.py.)"""
+    """(Recurrent DDQN itself: tests/unit/test_r2d2.py.)"""
     for algo, space in (("SAC", BOX), ("TD3", BOX), ("DDPG", BOX), ("SAC", DISC)):
         with pytest.raises(ValueError, match=f"^recurrent_net is supported for DDQN only .*; {algo} actors are "
                                              f"feed-forward$"):

@@ -6,7 +6,7 @@ against a hand computation; prioritized sequences; the numpy fast paths stepping
 refusals (Python and YAML); one process and asynchronous Ray collectors; train, resume and
 evaluate from the command line. Real gymnasium CartPole, real torch, real Ray.
 
-(Learning on the memory task: tests/test_learning_r2d2.py.)
+(Learning on the memory task: tests/learning/test_learning_r2d2.py.)
 """
 
 import logging

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from cli_helpers import REPO
+
 BENCH = os.path.join(REPO, "benchmarks")
 
 FIELDS = {

@@ -1,7 +1,7 @@
 """bfloat16 mixed precision of the off-policy actors' MLP networks
 (``OffPolicyActor(precision="bf16")``, YAML ``actor.precision``): the products between two
 hidden layers read bfloat16 copies and accumulate in float32 (the numpy update and acting
-compute the same products: cases of tests/test_accel_parity.py); weights, gradients and
+compute the same products: cases of tests/unit/test_accel_parity.py); weights, gradients and
 optimizer state stay float32; what cannot act is refused; SAC still learns Pendulum with it."""
 
 import copy
@@ -128,19 +128,18 @@ def test_yaml_precision_reaches_the_off_policy_networks_and_trains():
 
 # ------------------------------------------------------------------- learning
 @needs_bf16
-@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sac_in_bf16_solves_pendulum():
-    from test_learning_offpolicy import learner_for, train_until
+    from learning_helpers import evaluate_until, offpolicy_learner
 
     budget = 12_000
     algo_factory, name = SAC.create_factory(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.99, polyak=0.995,
                                             num_updates=1, update_every=1, start_steps=100, mini_batch_size=256,
                                             test_every=10 ** 9, num_test_episodes=5)
-    learner = learner_for("Pendulum-v1", algo_factory, name, budget, precision="bf16")
+    learner = offpolicy_learner("Pendulum-v1", algo_factory, name, budget, precision="bf16")
     try:
         assert learner.update_worker.local_worker.actor.critics.low_precision_layers(torch.device("cpu")) == (1,)
-        best, steps, history = train_until(learner, -250.0, budget, every=1000, episodes=5)
+        best, steps, history = evaluate_until(learner, -250.0, budget, every=1000, episodes=5)
         assert best >= -250.0, f"SAC bf16 greedy return {best:.1f} < -250 after {steps} steps: {history[-5:]}"
     finally:
         learner.stop()

@@ -154,14 +154,31 @@ def test_presets_command_lists_the_agents(capsys):
     assert "scheme: {preset: async-collectors" in out and "    - {name: lr, target: algorithm" in out
 
 
-@pytest.mark.parametrize("name", list(AGENT_PRESETS))
-def test_agent_preset_trains(name, request):
+def _uses_ray(name):
+    scheme = load_config(_example(AGENT_PRESETS[name]))["scheme"]
+    return scheme["num_col_workers"] > 1 or scheme["num_grad_workers"] > 1
+
+
+#: Agents whose example layout has remote workers train on the session's Ray instance,
+#: in a test of their own (what a test uses decides its markers: tests/conftest.py).
+ON_RAY = [name for name in AGENT_PRESETS if _uses_ray(name)]
+
+
+@pytest.mark.parametrize("name", [name for name in AGENT_PRESETS if name not in ON_RAY])
+def test_agent_preset_trains(name):
+    _train_tiny(name)
+
+
+@pytest.mark.parametrize("name", ON_RAY)
+def test_agent_preset_trains_on_ray(name, ray_session):
+    _train_tiny(name)
+
+
+def _train_tiny(name):
     """The example configuration with a tiny budget on the command line's overrides."""
     agent = AGENT_PRESETS[name]
     _needs(agent)
     config = load_config(_example(agent), TINY_RUNS[name] + ["env.test_env=false"])
-    if config["scheme"]["num_col_workers"] > 1 or config["scheme"]["num_grad_workers"] > 1:
-        request.getfixturevalue("ray_session")
     learner = build_learner(config)
     try:
         before = {k: v.clone() for k, v in learner.update_worker.get_weights().items()}

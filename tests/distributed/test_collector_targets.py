@@ -24,6 +24,7 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme.collection.c_worker import CWorker
 
 from cli_helpers import REPO, pytorchrl, tiny, write_config
+from distributed_fixtures import LayoutProbe
 from learning_helpers import greedy_returns_along_run
 
 EXARL_ASYNC = os.path.join(REPO, "examples", "configs", "exarl", "exarl-async.yaml")
@@ -164,7 +165,9 @@ def test_exarl_async_learns_cartpole(ray_session):
     learner = build_learner(config)
     try:
         local = learner.scheme.update_worker.local_worker
-        returns = greedy_returns_along_run(learner, first=4000, every=1000)
+        probe = LayoutProbe(learner)
+        returns = greedy_returns_along_run(learner, first=4000, every=1000, on_infos=probe.observe)
+        probe.check("exarl-async", learner.get_metrics(add_scheme_metrics=True))
         assert local.algo.targets_on_collector and local.storage.num_inserted >= 8000
         # The collectors' targets reached the learner's replay.
         assert prl.TARGET in local.storage._arrays

@@ -19,9 +19,9 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-from test_learning import train_reward
+from learning_helpers import check_memory_is_needed
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
 
 BUDGET = 30_000
 THRESHOLD = 80.0
@@ -41,36 +41,6 @@ def masked_cartpole_learner(recurrent, seed=0):
     scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory, train_envs_factory=train,
                     storage_factory=GAEBuffer.create_factory(size=16, gae_lambda=0.8))
     return Learner(scheme, target_steps=BUDGET)
-
-
-def best_return(learner, stop_above=float("inf"), on_infos=lambda infos: None):
-    """Best mean training return seen before the budget ran out (or it passed ``stop_above``);
-    ``on_infos`` sees the infos of every step. Stops the learner."""
-    best, seen = float("-inf"), 0
-    try:
-        while not learner.done() and best <= stop_above:
-            on_infos(learner.step())
-            if learner.num_samples_collected != seen:
-                seen = learner.num_samples_collected
-                reward = train_reward(learner)
-                if reward == reward:
-                    best = max(best, reward)
-    finally:
-        learner.stop()
-    return best, seen
-
-
-def check_memory_is_needed(make_learner, budget, threshold, what, on_infos=lambda infos: None):
-    """Train ``make_learner(recurrent=True)`` until its mean training return passes
-    ``threshold`` (``on_infos`` sees its infos) and ``make_learner(recurrent=False)`` for
-    its whole ``budget``; assert that the first passes and the second does not."""
-    memory_best, memory_steps = best_return(make_learner(recurrent=True), threshold, on_infos)
-    plain_best, plain_steps = best_return(make_learner(recurrent=False))
-    print(f"{what} with memory: {memory_best:.1f} after {memory_steps} steps; feed-forward: {plain_best:.1f} "
-          f"after {plain_steps} steps")
-    assert memory_best > threshold, f"recurrent {what} reached only {memory_best:.1f} in {memory_steps} steps"
-    assert plain_steps >= budget and plain_best < threshold, \
-        f"feed-forward {what} reached {plain_best:.1f}: the task no longer needs memory"
 
 
 def test_recurrent_ppo_solves_what_feed_forward_ppo_cannot_on_masked_cartpole():

@@ -268,6 +268,7 @@ def test_decentralized_td3_keeps_the_policy_delay():
     """A decentralized gradient worker (DD-PPO style; here in a torch.distributed group of
     one, the same code path as with several) must not step the policy between TD3's
     delayed policy updates."""
+    import ray  # noqa: F401  (GWorker.get_address asks Ray for this node's address: a Ray test)
     import torch.distributed as dist
     from pytorchrl.agent.algorithms import TD3
     from pytorchrl.scheme.collection.c_worker_set import CWorkerSet

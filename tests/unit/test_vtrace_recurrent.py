@@ -26,7 +26,7 @@ from pytorchrl.config import ConfigError, build_learner, load_config, validate_c
 from pytorchrl.scheme.collection.c_worker import CWorker
 
 from cli_helpers import REPO, with_sections
-from test_learning_recurrent import check_memory_is_needed
+from learning_helpers import check_memory_is_needed
 from test_recurrent import MASKED, actor_factory, env_factory
 from test_vtrace import paper_vtrace
 
@@ -107,7 +107,7 @@ def prepared_batch(storage, data):
 @pytest.mark.parametrize("net,shared", [("GRU", True), ("LSTM", False)])
 def test_targets_equal_a_step_by_step_run_of_the_current_actor(net, shared):
     """Off-policy: the learner's weights differ from the collector's. RET, ADV, LOGP and
-    VAL of the sequence batch are V-trace by its definition (tests/test_vtrace.py's
+    VAL of the sequence batch are V-trace by its definition (tests/unit/test_vtrace.py's
     ``paper_vtrace``) over the learner actor's outputs computed one step at a time, the
     state reset at the terminations and truncations inside the rollout."""
     worker, algo_factory = recurrent_collector(net, shared, num_mini_batch=1, num_epochs=1)
@@ -210,7 +210,6 @@ def masked_impala_learner(recurrent, seed=0):
     return build_learner(load_config(IMPALA_GRU_CONF, overrides))
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_impala_with_a_gru_learns_masked_cartpole_with_asynchronous_collectors(ray_session):
     """The GRU passes a return the feed-forward actor (same settings and budget) cannot

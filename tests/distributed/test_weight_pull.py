@@ -29,6 +29,7 @@ from pytorchrl.scheme.transport import weights_to_wire
 from pytorchrl.scheme.workflows.weight_board import BoardPublisher, WeightBoard, start_remote_board
 
 from cli_helpers import REPO, pytorchrl, tiny, write_config
+from distributed_fixtures import LayoutProbe
 from learning_helpers import greedy_returns_along_run
 
 NONBLOCKING = os.path.join(REPO, "examples", "configs", "exarl", "exarl-nonblocking-async.yaml")
@@ -200,9 +201,11 @@ def test_exarl_nonblocking_async_learns_cartpole(ray_session):
         local = learner.scheme.update_worker.local_worker
         cols = local.col_workers
         assert cols.publisher is not None and len(cols.remote_workers()) == 2
-        returns = greedy_returns_along_run(learner, first=4000, every=1000)
+        probe = LayoutProbe(learner)
+        returns = greedy_returns_along_run(learner, first=4000, every=1000, on_infos=probe.observe)
         returns.append(learner.evaluate(10))
         metrics = learner.get_metrics(add_scheme_metrics=True)
+        probe.check("exarl-nonblocking-async", metrics)
         weight_bytes = sum(v.nbytes for v in weights_to_wire(local.algo.get_acting_weights()).values())
         print("exarl-nonblocking-async greedy returns", [round(r, 1) for r in returns], metrics)
     finally:

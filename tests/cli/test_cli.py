@@ -12,9 +12,8 @@ import yaml
 from pytorchrl import cli
 from pytorchrl.config import load_config
 
-from cli_helpers import default_sigint
+from cli_helpers import REPO, default_sigint
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PPO_CONF = os.path.join(REPO, "examples", "configs", "ppo_cartpole.yaml")
 
 #: A valid configuration small enough to train in about a second.

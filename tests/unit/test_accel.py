@@ -320,6 +320,18 @@ def test_private_operators_and_their_public_fallbacks_give_the_same_numbers():
     for a, b in zip(*states):
         torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-6)
     assert private_torch.private_in_use("fused_adam") and private_torch.private_in_use("threshold_backward")
+    results = []
+    for private in (True, False):
+        torch.manual_seed(1)
+        a, b = [torch.randn(4, 3), torch.randn(5)], [torch.randn(4, 3), torch.randn(5)]
+        norms = private_torch.foreach_norms(a, private=private)
+        private_torch.foreach_mul_(a, 0.5, private=private)
+        private_torch.foreach_lerp_(a, b, 0.25, private=private)
+        lerped = [t.clone() for t in a]
+        private_torch.foreach_copy_(a, b, private=private)
+        results.append(list(norms) + lerped + a)
+    for x, y in zip(*results):
+        torch.testing.assert_close(x, y, atol=1e-7, rtol=1e-6)
 
 
 # ------------------------------------------------------------------------- Adam
@@ -529,7 +541,7 @@ def test_the_numpy_update_of_a_gaussian_or_recurrent_actor_is_refused_with_its_r
 def test_the_kl_penalty_acts_on_every_path_from_its_one_definition():
     """PPO's KL penalty (docs/architecture.md's worked example) is written once, in
     ``losses.actor_critic.ppo_policy_loss``: the numpy update, the fused loss and the
-    reference all change with it (and agree: tests/test_accel_parity.py's kl-penalty cases)."""
+    reference all change with it (and agree: tests/unit/test_accel_parity.py's kl-penalty cases)."""
     actor = _on_policy_actor("PPO", DISCRETE, TWIN_TANH)
     batch = _on_policy_batch(64, 4, DISCRETE)
     grads = {}

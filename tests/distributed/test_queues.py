@@ -15,7 +15,7 @@ from pytorchrl.scheme.workflows.queues import (CLOSED, EMPTY, OK, TIMEOUT, Queue
                                                make_queue_server, queue_options)
 
 from cli_helpers import REPO, assert_one_line_error, pytorchrl, tiny, write_config
-from distributed_fixtures import factories, register_for_ray
+from distributed_fixtures import LayoutProbe, factories, register_for_ray
 from learning_helpers import greedy_returns_along_run
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
@@ -292,7 +292,6 @@ def test_an_episode_budget_ends_with_every_episode_popped_and_queues_empty(ray_f
         learner.stop()
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", RMA_WORKFLOWS)
 def test_rma_workflow_learns(ray_for_module, name):
@@ -302,10 +301,13 @@ def test_rma_workflow_learns(ray_for_module, name):
     learner = _rma_learner(name, f"learner.target_steps={steps}", "algorithm.test_every=1000000",
                            test_env=True)
     try:
+        probe = LayoutProbe(learner)
         # The run ends once the bar is reached.
-        returns = greedy_returns_along_run(learner, first=1500, every=every, episodes=3, stop_at=bar)
+        returns = greedy_returns_along_run(learner, first=1500, every=every, episodes=3, stop_at=bar,
+                                           on_infos=probe.observe)
         metrics = learner.get_metrics(add_scheme_metrics=True)
         stats = learner.scheme.queue_stats()
+        probe.check(name, metrics)
     finally:
         learner.stop()
     assert max(returns) >= bar, returns

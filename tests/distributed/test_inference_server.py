@@ -28,6 +28,7 @@ from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.workflows.inference_server import InferenceServer, inference_server_options
 
 from cli_helpers import REPO, pytorchrl, tiny
+from distributed_fixtures import LayoutProbe
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 
@@ -317,7 +318,6 @@ def test_command_line_refusal_exits_2(tmp_path):
 
 
 # -------------------------------------------------------------------- learning on Ray
-@pytest.mark.slow
 def test_seed_dqn_learns_cartpole_and_batches_across_collectors(ray_session):
     # timeout_ms raised from the example's 2: on a loaded test machine the second
     # collector's request must still find the first one waiting.
@@ -326,15 +326,17 @@ def test_seed_dqn_learns_cartpole_and_batches_across_collectors(ray_session):
                                           "scheme.inference_server={max_batch: 64, timeout_ms: 10, num_cpus: 0.25}"]))
     learner = build_learner(config)
     try:
+        probe = LayoutProbe(learner)
         returns, next_eval = [], 3000
         while not learner.done():
-            learner.step()
+            probe.observe(learner.step())
             if learner.num_samples_collected >= next_eval:
                 next_eval += 1000
                 returns.append(learner.evaluate(5))
         returns.append(learner.evaluate(10))
         stats = learner.scheme.inference_stats()
         metrics = learner.get_metrics(add_scheme_metrics=True)
+        probe.check("exarl-seed", metrics)
     finally:
         learner.stop()
     print("exarl-seed greedy returns", [round(r, 1) for r in returns], "inference", stats)
@@ -345,16 +347,17 @@ def test_seed_dqn_learns_cartpole_and_batches_across_collectors(ray_session):
     assert max(returns) >= 60.0, returns
 
 
-@pytest.mark.slow
 def test_seed_a2c_learns_cartpole_from_whole_episodes(ray_session):
     config = validate_config(load_config(os.path.join(EXARL, "exarl-seed-a2c.yaml"),
                                          ["learner.target_steps=8000", "learner.tensorboard=false",
                                           "algorithm.lr=3e-3"]))
     learner = build_learner(config)
     try:
+        probe = LayoutProbe(learner)
         while not learner.done():
-            learner.step()
+            probe.observe(learner.step())
         metrics = learner.get_metrics(add_episodes_metrics=True, add_scheme_metrics=True)
+        probe.check("exarl-seed-a2c", metrics)
         stats = learner.scheme.inference_stats()
         final = learner.evaluate(10)
     finally:

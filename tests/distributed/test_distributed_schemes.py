@@ -21,11 +21,11 @@ from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.ray_runtime import ResourceError, WorkerError
 
+from cli_helpers import REPO as ROOT, TESTS
 from distributed_fixtures import (PPO_KWARGS, SMALL, broken_cartpole, factories, make_gym_env, register_for_ray,
                                  resources_released, slow_cartpole, wait_gone)
 
 SYNC, ASYNC = prl.SYNC, prl.ASYNC
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: Environment steps of a learning run, and the training return it must beat (a random
 #: policy scores ~22 on CartPole; the layouts reach 85-140 in this budget on an idle
@@ -424,7 +424,7 @@ def test_broken_env_in_a_remote_worker_is_one_clear_error(when):
         assert resources_released()  # the healthy collector was stopped too
     else:
         # (on_env_error="restart", the default, would rebuild the environments: see
-        # tests/test_worker_faults.py.)
+        # tests/distributed/test_worker_faults.py.)
         scheme = Scheme(**f, num_col_workers=2, col_workers_resources=SMALL, on_env_error="stop")
         pids = _remote_pids(scheme)
         learner = Learner(scheme, target_steps=10**6)
@@ -483,7 +483,7 @@ def _run_script(script, timeout):
 
 
 def test_scheme_shuts_down_the_ray_instance_it_started():
-    out = _run_script(_OWN_RAY_SCRIPT.format(tests=os.path.join(ROOT, "tests")), timeout=240)
+    out = _run_script(_OWN_RAY_SCRIPT.format(tests=TESTS), timeout=240)
     assert "OK" in out
 
 
@@ -523,5 +523,5 @@ _CLUSTER_SCRIPT = textwrap.dedent("""
 
 def test_two_node_cluster():
     """DD-PPO with one gradient worker on each node of a two-node cluster (one machine)."""
-    out = _run_script(_CLUSTER_SCRIPT.format(tests=os.path.join(ROOT, "tests")), timeout=300)
+    out = _run_script(_CLUSTER_SCRIPT.format(tests=TESTS), timeout=300)
     assert "OK 2 nodes" in out
