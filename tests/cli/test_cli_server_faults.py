@@ -22,7 +22,7 @@ import pytest
 
 from pytorchrl import checkpoint as ckpt
 
-from cli_helpers import REPO, read_csv
+from cli_helpers import REPO, env, pytorchrl, read_csv
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -77,14 +77,11 @@ def _wait_for(condition, proc, what, deadline_s=200.0):
 
 def test_a_server_that_keeps_dying_ends_the_run_with_a_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0",
-               PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
-    env.pop("RAY_ADDRESS", None)
     cmd = [sys.executable, "-m", "pytorchrl.cli", "train", CONFIG, "--run-dir", str(run_dir), "--progress", "plain",
            "learner.target_steps=1000000", "learner.save_every_steps=1500", "learner.checkpoint_replay=true",
            "learner.tensorboard=false", "scheme.max_worker_restarts=1", "scheme.worker_restart_delay_s=0",
            "scheme.replay_server.min_size_to_sample=500"]
-    proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     out, err = _Lines(proc.stdout), _Lines(proc.stderr)
     try:
@@ -130,6 +127,5 @@ def test_a_server_that_keeps_dying_ends_the_run_with_a_checkpoint(tmp_path):
     assert len(kept) == 1 and ": replay server died (its process ended unexpectedly" in kept[0], kept
     rows = read_csv(run_dir / "metrics.csv")
     assert int(rows[-1]["Scheme/ServerRestarts"]) == 1 and int(rows[-1]["Scheme/EnvSteps"]) == stopped_at
-    evaluated = subprocess.run([sys.executable, "-m", "pytorchrl.cli", "evaluate", str(run_dir), "--episodes", "1"],
-                               cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    evaluated = pytorchrl("evaluate", run_dir, "--episodes", "1", cwd=tmp_path, timeout=120)
     assert evaluated.returncode == 0 and "mean return" in evaluated.stdout, evaluated.stderr[-2000:]

@@ -36,8 +36,10 @@ TARGET = 6_000
 KILL_AT = TARGET // 3
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_for_module(ray_session):
+@pytest.fixture
+def ray_servers(ray_session):
+    """The session's Ray instance, for the tests that start remote servers (the others run
+    in this process and are unit tests)."""
     register_for_ray()
     return ray_session
 
@@ -116,6 +118,7 @@ def queue_server_checks(m, stats):
     assert m["Queues/LostRollouts"] >= 0 and m["Queues/LostEpisodes"] >= 0
 
 
+@pytest.mark.usefixtures("ray_servers")
 @pytest.mark.parametrize("example,kind,done,overrides,checks", [
     ("drl-actor-model", "replay", "replaced, empty", ["scheme.replay_server.min_size_to_sample=500"],
      replay_server_checks),
@@ -140,6 +143,7 @@ def test_killed_server_is_replaced_and_the_run_reaches_its_target(example, kind,
 
 
 # ------------------------------------------------------------------ replay server
+@pytest.mark.usefixtures("ray_servers")
 def test_replay_server_replacement_holds_the_last_checkpoints_transitions(tmp_path):
     """With checkpoint_replay the checkpoint keeps the server's transitions, and a
     replacement starts from them (its line says how many, and from when)."""
@@ -167,6 +171,7 @@ def test_replay_server_replacement_holds_the_last_checkpoints_transitions(tmp_pa
 
 
 # --------------------------------------------------------------- inference server
+@pytest.mark.usefixtures("ray_servers")
 def test_a_collector_whose_inference_server_was_killed_waits_for_the_replacement():
     """A collector whose inference server was killed reports its rollout paused (it is not
     taken for dead), as often as asked, until it is given the replacement; then the same
@@ -239,6 +244,7 @@ def test_a_rollout_paused_mid_way_goes_on_where_it_stopped():
 
 
 # ------------------------------------------------------------------- queue server
+@pytest.mark.usefixtures("ray_servers")
 @pytest.mark.parametrize("example", ["exarl-rma", "exarl-ml-rma-queue"])
 def test_an_episode_budget_ends_with_every_counted_episode_trained_on(example):
     """learner.target_episodes with the queue server killed: the episodes it took with it
@@ -280,6 +286,7 @@ def test_queue_ledger_counts_what_a_dead_generation_held():
 
 
 # -------------------------------------------------------------- the supervisor
+@pytest.mark.usefixtures("ray_servers")
 def test_a_server_that_keeps_dying_ends_the_run_with_one_line():
     """The workers' restart limit applies to each server: the next death ends the run with
     a WorkerFailure naming it and the cause; a stale report (an older generation) changes
