@@ -14,26 +14,35 @@ replacement, and an episode budget ends with every episode it counts trained on.
 import os
 import pickle
 
+import numpy as np
 import pytest
 import torch
 
 import pytorchrl as prl
+from pytorchrl import checkpoint as ckpt
 from pytorchrl.config import load_config, validate_config
 from pytorchrl.config.build import (build_actor_factory, build_algorithm_factory, build_env_factories,
                                     build_learner, build_storage_factory)
 from pytorchrl.scheme.base.faults import FaultPolicy, WorkerFailure
 from pytorchrl.scheme.base.servers import ServerLost, ServerSupervisor
 from pytorchrl.scheme.collection.c_worker import CWorker
+from pytorchrl.scheme.collection.server_links import ServerLinks
 from pytorchrl.scheme.workflows.inference_server import InferenceServer, inference_server_options, start_remote
 from pytorchrl.scheme.workflows.queues import QueueLedger, QueueServer
+from pytorchrl.scheme.workflows.rate_limiter import OK
+from pytorchrl.scheme.workflows.replay_server import ReplayDataPath
 
 from cli_helpers import REPO
 from distributed_fixtures import register_for_ray
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 #: Env steps of a run that must survive its server's death; the server dies at a third.
-TARGET = 6_000
+TARGET = 2_400
 KILL_AT = TARGET // 3
+#: What makes the example configurations cheap to run (what they learn is not the point):
+#: fewer updates per transition, no evaluation.
+CHEAP = {"drl-actor-model": ["scheme.replay_server.samples_per_insert=2"]}
+CHEAP_DEFAULT = ["algorithm.num_updates=4"]
 
 
 @pytest.fixture
@@ -46,10 +55,11 @@ def ray_servers(ray_session):
 
 def learner_for(example, *overrides):
     """The Learner of ``examples/configs/exarl/<example>.yaml`` with ``overrides``
-    (restarts without delay, no TensorBoard), its restart lines captured in ``lines``."""
+    (restarts without delay, no TensorBoard, made ``CHEAP``), its restart lines captured in
+    ``lines``."""
     config = validate_config(load_config(os.path.join(EXARL, f"{example}.yaml"), [
         f"learner.target_steps={TARGET}", "learner.tensorboard=false", "scheme.worker_restart_delay_s=0",
-        *overrides]))
+        "env.test_env=false", *CHEAP.get(example, CHEAP_DEFAULT), *overrides]))
     learner = build_learner(config)
     learner.lines = []
     learner.on_worker_event = learner.lines.append
@@ -155,7 +165,9 @@ def test_replay_server_replacement_holds_the_last_checkpoints_transitions(tmp_pa
         while learner.num_samples_collected < KILL_AT:
             learner.step()
         path = learner.save_checkpoint(str(tmp_path / "checkpoint.pt"))
-        saved, at = learner.scheme.replay_stats()["size"], learner.num_samples_collected
+        # What the checkpoint holds: collectors insert meanwhile, so not the server's size now.
+        saved = ckpt.read_checkpoint(path)["replay"]["contents"]["num_items"]
+        at = learner.num_samples_collected
         killed = learner.scheme.replay_server
         ray.kill(killed, no_restart=True)
         while not learner.scheme.servers.generation("replay"):
@@ -168,6 +180,107 @@ def test_replay_server_replacement_holds_the_last_checkpoints_transitions(tmp_pa
     assert os.path.exists(path) and saved >= 500 and learner.scheme.replay_server is not killed
     assert_one_restart(learner, "replay server", f"replaced with the {saved:,} transitions saved at {at:,} env steps")
     assert held >= saved   # (and what was inserted since it started)
+
+
+class SamplingServer:
+    """A replay server in this process of ``generation``: ``sample`` hands over a
+    mini-batch tagged with it (once ``dead``, raises ``ServerLost`` instead, as a client of a
+    dead remote server does), and ``update_priorities`` keeps what it is sent."""
+
+    def __init__(self, generation):
+        self.generation, self.dead, self.priorities = generation, False, []
+
+    def sample(self, batch_size, timeout):
+        if self.dead:
+            raise ServerLost("replay", self.generation, "killed with ray.kill()")
+        return OK, {"generation": self.generation, prl.INDEX: np.arange(batch_size)}
+
+    def update_priorities(self, index, errors):
+        self.priorities.append(index)
+
+
+def test_the_replay_data_path_counts_lost_samples_and_dropped_priorities():
+    """The TD errors of a mini-batch sampled from a server replaced since are dropped
+    (counted), never sent to the replacement; a sample that meets the dead server is counted
+    lost and asked of the replacement."""
+    servers = [SamplingServer(g) for g in range(3)]
+    counts = {}
+    path = ReplayDataPath(servers[0], lambda: 4, torch.device("cpu"), local_collection=True, counts=counts)
+    path.recover = lambda lost: path.set_server(servers[lost.generation + 1], lost.generation + 1)
+    errors = {prl.TD_ERROR: np.ones(4)}
+    batch = path.next_batch(collect=None)
+    path.set_server(servers[1], 1)                # replaced during the update (another client met its death)
+    path.after_update(batch, dict(errors))
+    assert counts == {"lost_samples": 0, "dropped_priorities": 1} and servers[1].priorities == []
+    batch = path.next_batch(collect=None)
+    path.after_update(batch, dict(errors))
+    assert batch["generation"] == 1 and len(servers[1].priorities) == 1
+    servers[1].dead = True
+    batch = path.next_batch(collect=None)         # meets the dead server: replaced, then sampled
+    path.after_update(batch, dict(errors))
+    assert batch["generation"] == 2 and len(servers[2].priorities) == 1
+    assert counts == {"lost_samples": 1, "dropped_priorities": 1}
+
+
+class StubCollectorSet:
+    """What ``ServerLinks`` uses of its collector set: its remote workers and the requests
+    it sends them."""
+
+    def __init__(self):
+        self.submitted, self.episodes_received = [], 0
+        self.control = type("Control", (), {"data_server": None})()
+
+    def remote_workers(self):
+        return ["collector 1", "collector 2"]
+
+    def _may_request(self, handing_over=0):
+        return True
+
+    def _submit(self, worker):
+        self.submitted.append(worker)
+
+
+def lost_report(kind, generation=0, **info):
+    """A collector's report of a rollout whose ``kind`` server (of ``generation``) died."""
+    return dict(info, server_lost=ServerLost(kind, generation, "killed with ray.kill()").report())
+
+
+@pytest.mark.parametrize("kind,counted", [
+    ("replay", {"lost_inserts": 1, "lost_transitions": 32}),
+    ("queue", {"lost_rollouts": 1, "lost_episodes": 2}),
+])
+def test_a_lost_insert_or_put_is_counted_and_its_steps_still_handed_over(kind, counted):
+    """A collector's insert (replay) or put (queue) met the dead server: the rollout is
+    counted lost, its report kept for the next collect (its env steps count, its episodes
+    do not: ``data_lost``), the server replaced once, and the collector's next request
+    waits for the replacement; a late report of the same death is counted, and changes
+    nothing else."""
+    stats, recovered = {}, []
+    links = StubCollectorSet()
+    queues = type("QueueLink", (), {"server": "queue server", "generation": 0})() if kind == "queue" else None
+    servers = ServerLinks(links, stats, replay_server="replay server" if kind == "replay" else None, queues=queues)
+    servers.recover = recovered.append
+    info = lost_report(kind, collected_samples=32, episodes=[{"r": 1.0}, {"r": 2.0}])
+    servers.lost("collector 1", b"rollout", info)
+    assert {k: stats[k] for k in counted} == counted and len(recovered) == 1
+    assert servers.stash == [(b"rollout", info)] and info["data_lost"]
+    assert servers.deferred == ["collector 1"] and links.submitted == []
+    servers.set_server(kind, f"new {kind} server", 1)
+    assert links.submitted == ["collector 1"] and servers.request_kwargs()["server_generation"] == 1
+    servers.lost("collector 2", b"rollout", lost_report(kind, collected_samples=32, episodes=[{}, {}]))
+    assert {k: stats[k] for k in counted} == {k: 2 * v for k, v in counted.items()} and len(recovered) == 1
+    assert links.submitted == ["collector 1", "collector 2"]     # stale: sent to the replacement at once
+
+
+def test_a_paused_rollout_is_counted_as_resent_acts():
+    """An inference server's death loses no data: the paused rollout is counted
+    (``resent_acts``), nothing is stashed, and the collector is asked again."""
+    stats, recovered = {}, []
+    servers = ServerLinks(StubCollectorSet(), stats, inference_server="inference server")
+    servers.recover = recovered.append
+    servers.lost("collector 1", None, lost_report("inference", paused=True, collected_samples=0, episodes=[]),
+                 defer=False)
+    assert stats["resent_acts"] == 1 and servers.stash == [] and servers.deferred == [] and len(recovered) == 1
 
 
 # --------------------------------------------------------------- inference server
