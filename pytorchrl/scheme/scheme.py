@@ -3,7 +3,7 @@
 import logging
 
 import pytorchrl as prl
-from pytorchrl.scheme.base.checks import check_fraction, check_int, ineffective_options
+from pytorchrl.scheme.base.checks import check_communication, check_fraction, check_int, ineffective_options
 from pytorchrl.scheme.base.faults import FaultPolicy
 from pytorchrl.scheme.base.worker import default_remote_config
 from pytorchrl.scheme.collection.c_worker import no_envs
@@ -182,12 +182,10 @@ class Scheme:
         check_int("num_grad_workers", num_grad_workers, 0)
         collect_only = num_grad_workers == 0
         requested_grad_workers, num_grad_workers = num_grad_workers, max(1, num_grad_workers)
+        col_workers_communication = check_communication("col_workers_communication", col_workers_communication)
+        grad_workers_communication = check_communication("grad_workers_communication", grad_workers_communication)
         if decentralized_update_execution and grad_workers_communication != prl.SYNC:
             raise ValueError("decentralized_update_execution needs grad_workers_communication=prl.SYNC")
-        for name, mode in (("col_workers_communication", col_workers_communication),
-                           ("grad_workers_communication", grad_workers_communication)):
-            if mode not in (prl.SYNC, prl.ASYNC):
-                raise ValueError(f"{name} must be prl.SYNC or prl.ASYNC, got {mode!r}")
         for name, mode in (("col_compress_data", col_compress_data), ("grad_compress_data", grad_compress_data)):
             if mode not in (True, False, "auto"):
                 raise ValueError(f"{name} must be True, False or 'auto', got {mode!r}")
@@ -247,6 +245,13 @@ class Scheme:
         remote_cols = 0 if num_col_workers == 1 else num_col_workers
         remote_grads = 0 if num_grad_workers == 1 else num_grad_workers
         self.num_col_workers, self.num_grad_workers = num_col_workers, requested_grad_workers
+        self._components = {"actor": actor_factory, "algorithm": algo_factory, "storage": storage_factory,
+                            "train_envs": train_envs_factory, "test_envs": test_envs_factory}
+        self._layout = {"num_col_workers": num_col_workers, "col_workers_communication": col_workers_communication,
+                        "num_grad_workers": requested_grad_workers,
+                        "grad_workers_communication": grad_workers_communication,
+                        "decentralized_update_execution": bool(decentralized_update_execution),
+                        "data_path": data_path}
         self.collect_only = collect_only
         self.uses_ray = bool(remote_cols or remote_grads)
         self._holds_ray = False
@@ -358,6 +363,21 @@ class Scheme:
         inference.check_server_agent(actor, algo_factory("cpu", actor, None))
         return out
 
+    def get_agent_components(self):
+        """What this scheme is made of, as pytorchrl's scripts log it (``wandb.config``): a
+        dict naming each agent component and the layout.
+
+        Returns
+        -------
+        dict
+            ``actor``, ``algorithm``, ``storage``: the class each factory builds (its name);
+            ``train_envs``, ``test_envs``: the environment factories in words (None where
+            there are none); and the layout options ``num_col_workers``,
+            ``col_workers_communication``, ``num_grad_workers``, ``grad_workers_communication``,
+            ``decentralized_update_execution``, ``data_path``.
+        """
+        return {**{name: _component_name(factory) for name, factory in self._components.items()}, **self._layout}
+
     def inference_stats(self):
         """The inference server's counters (``InferenceServer.stats``), or None without one."""
         if self.inference_server is None:
@@ -433,3 +453,14 @@ def _python_name(option):
 def _python_value(value):
     """A value of ``Ineffective`` as a Scheme caller writes it ("async" -> prl.ASYNC)."""
     return {"sync": "prl.SYNC", "async": "prl.ASYNC"}.get(value, value)
+
+
+def _component_name(factory):
+    """A factory in words: the name of the class a ``ComponentFactory`` builds, the
+    ``repr`` of an environment factory, None for the factory that builds no environments."""
+    if factory is no_envs:
+        return None
+    cls = getattr(factory, "cls", None)
+    if isinstance(cls, type):
+        return cls.__name__
+    return repr(factory)

@@ -3,6 +3,35 @@ before any worker or Ray starts) and the worker sets (which are public too)."""
 
 import numpy as np
 
+import pytorchrl as prl
+
+#: Spellings of a communication mode besides ``prl.SYNC`` and ``prl.ASYNC``: pytorchrl's
+#: scripts pass their argparse defaults, which spell the synchronous mode "synchronised".
+_COMMUNICATION_SPELLINGS = {"synchronised": prl.SYNC}
+
+
+def check_communication(name, mode):
+    """The communication mode ``mode`` as ``prl.SYNC`` or ``prl.ASYNC``.
+
+    Parameters
+    ----------
+    name : str
+        The option's name, for the message (e.g. "col_workers_communication").
+    mode : str
+        ``prl.SYNC`` ("synchronous"), ``prl.ASYNC`` ("asynchronous") or "synchronised".
+
+    Raises
+    ------
+    ValueError
+        Any other value, naming the valid ones.
+    """
+    if mode in (prl.SYNC, prl.ASYNC):
+        return mode
+    if isinstance(mode, str) and mode in _COMMUNICATION_SPELLINGS:
+        return _COMMUNICATION_SPELLINGS[mode]
+    raise ValueError(f"{name} must be prl.SYNC ({prl.SYNC!r}, also spelled 'synchronised') or prl.ASYNC "
+                     f"({prl.ASYNC!r}), got {mode!r}")
+
 
 def check_int(name, value, low, optional=False):
     """Raise ValueError unless ``value`` is an integer >= ``low`` (a bool is not one).

@@ -11,7 +11,7 @@ import math
 import time
 
 import pytorchrl as prl
-from pytorchrl.scheme.base.checks import check_fraction, check_int
+from pytorchrl.scheme.base.checks import check_communication, check_fraction, check_int
 from pytorchrl.scheme.base.faults import InFlight, drain
 from pytorchrl.scheme.base.worker import Worker, default_remote_config
 from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
@@ -166,8 +166,7 @@ class CWorkerSet(WorkerSet):
                  rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
                  weight_pull_every=None, inference_server=None, queues=None, borrow_from=None):
         from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES
-        if communication not in (prl.SYNC, prl.ASYNC):
-            raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
+        communication = check_communication("collection communication", communication)
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
             check_fraction(name, v)
         if compress_data_to_send not in (True, False, "auto"):

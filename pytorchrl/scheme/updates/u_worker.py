@@ -5,6 +5,7 @@ import time
 import torch
 
 import pytorchrl as prl
+from pytorchrl.scheme.base.checks import check_communication
 from pytorchrl.scheme.base.faults import InFlight, death_cause, drain, failure_of, gather, raise_failure, worker_died
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.transport import WeightBroadcast
@@ -61,8 +62,7 @@ class UWorker(Worker):
 
     def __init__(self, grad_workers_factory, index_worker=0, grad_communication=prl.SYNC,
                  decentralized_update_execution=False, local_device=None, max_grad_lag=None, collect_only=False):
-        if grad_communication not in (prl.SYNC, prl.ASYNC):
-            raise ValueError(f"gradient communication must be prl.SYNC or prl.ASYNC, got {grad_communication!r}")
+        grad_communication = check_communication("gradient communication", grad_communication)
         if decentralized_update_execution and grad_communication == prl.ASYNC:
             raise ValueError("decentralized_update_execution needs synchronous gradient workers "
                              "(grad_workers_communication=prl.SYNC)")
