@@ -23,13 +23,13 @@ Example::
 """
 
 import inspect
-import re
 
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors import get_feature_extractor
 from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.factory import documented_kind, documented_parameters
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.agent_presets import AGENT_PRESETS
 from pytorchrl.envs.families import ENV_FAMILIES
@@ -80,7 +80,7 @@ RESOURCE_KEYS = tuple(n for n in inspect.signature(Worker.as_remote).parameters 
 #: Ranges of well-known component parameters. The components document the type of their
 #: parameters but not their range, which the configuration checks before anything starts.
 PARAMETER_RANGES = {
-    "lr": dict(low=0.0), "eps": dict(low=0.0, low_inclusive=False), "gamma": dict(low=0.0, high=1.0),
+    "lr": dict(low=0.0), "lr_v": dict(low=0.0), "lr_pi": dict(low=0.0), "eps": dict(low=0.0, low_inclusive=False), "gamma": dict(low=0.0, high=1.0),
     "num_epochs": dict(low=1), "num_mini_batch": dict(low=1), "mini_batch_size": dict(low=1),
     "clip_param": dict(low=0.0), "kl_coef": dict(low=0.0), "entropy_coef": dict(low=0.0),
     "value_loss_coef": dict(low=0.0),
@@ -169,53 +169,11 @@ class Key:
 
 
 # ---------------------------------------------------------------------------- derivation
-_PARAM_LINE = re.compile(r"^([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s+:\s+(\S.*)$")
-# A full stop ends a sentence only before a capital letter ("e.g. 'lr'" does not).
-_SENTENCE_END = re.compile(r"(?<=[\w)\]])\.\s+(?=[A-Z])")
-
-
-def documented_parameters(obj):
-    """Parameters documented in numpydoc style by ``obj`` (a class, with its bases, or a function).
-
-    Parameters
-    ----------
-    obj : type or callable
-        Where to read ``name : type`` lines and the description under each.
-
-    Returns
-    -------
-    dict
-        name -> (type text, first sentence of the description). A subclass's
-        documentation of a name wins over its bases'.
-    """
-    sources = [k.__dict__.get("__doc__") for k in reversed(obj.__mro__)] if inspect.isclass(obj) \
-        else [obj.__doc__]
-    docs = {}
-    for text in sources:
-        lines = inspect.cleandoc(text or "").splitlines()
-        for i, line in enumerate(lines):
-            m = _PARAM_LINE.match(line)
-            if not m:
-                continue
-            desc = []
-            for follow in lines[i + 1:]:
-                if not follow.startswith((" ", "\t")) or not follow.strip():
-                    break
-                desc.append(follow.strip())
-            sentence = " ".join(desc).replace("``", "")
-            sentence = _SENTENCE_END.split(sentence)[0].rstrip(".") + "." if sentence else ""
-            for name in m.group(1).split(","):
-                docs[name.strip()] = (m.group(2).strip(), sentence)
-    return docs
-
-
 def _kind_of(type_text, default):
     """Key kind from a documented type ("float or None") or, failing that, from the default."""
-    text = (type_text or "").lower()
-    for word, kind in (("bool", "bool"), ("int", "int"), ("float", "number"), ("str", "str"),
-                       ("dict", "dict")):
-        if re.search(rf"\b{word}\b", text):
-            return kind
+    kind = documented_kind(type_text)
+    if kind is not None:
+        return kind
     if isinstance(default, bool):
         return "bool"
     if isinstance(default, int):
@@ -264,15 +222,28 @@ def _component_keys(cls):
     return {n: derived(cls, n) for n in names}
 
 
+#: Said of a parameter that a hot-swap (``pytorchrl set``, a schedule) may not change.
+FIXED_DOC = " Fixed once built: a hot-swap to another value is refused."
+
+
+def _mark_fixed(keys, fixed):
+    """``keys`` with ``FIXED_DOC`` added to the doc of those named in ``fixed``."""
+    for name in fixed:
+        if name in keys:
+            keys[name].doc += FIXED_DOC
+    return keys
+
+
 def algorithm_keys(name):
     """Hyperparameter keys of the algorithm called ``name`` (a key of ``ALGORITHMS``)."""
     cls = ALGORITHMS[name]
-    return {n: derived(cls, n) for n in cls.hyperparameter_names()}
+    return _mark_fixed({n: derived(cls, n) for n in cls.hyperparameter_names()}, cls.fixed_hyperparameters)
 
 
 def storage_keys(name):
     """Parameter keys of the storage called ``name`` (a key of ``STORAGES``)."""
-    return _component_keys(STORAGES[name])
+    cls = STORAGES[name]
+    return _mark_fixed(_component_keys(cls), getattr(cls, "fixed_parameters", ()))
 
 
 #: Docs of family options whose factory docstring speaks of Python values (None) that the
