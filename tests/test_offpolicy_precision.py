@@ -131,7 +131,7 @@ def test_yaml_precision_reaches_the_off_policy_networks_and_trains():
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sac_in_bf16_solves_pendulum():
-    from test_learning_offpolicy import learner_for, train_until
+    from learning_helpers import learner_for, train_until
 
     budget = 12_000
     algo_factory, name = SAC.create_factory(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.99, polyak=0.995,
