@@ -20,6 +20,7 @@ from pytorchrl.config.schema import (ENV_FAMILY_OPTION_KEYS, RESOURCE_KEYS, SCHE
 from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.scheme.base.checks import ineffective_options
+from pytorchrl.scheme.workflows.queues import steal_refused
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
 
@@ -400,10 +401,17 @@ def _check_ineffective(scheme_cfg):
     for item in ineffective_options(s["num_col_workers"], s["col_workers_communication"] == "async",
                                     s["num_grad_workers"], s["grad_workers_communication"] == "async",
                                     s["fraction_samples"], s["fraction_workers"], s["max_policy_lag"],
-                                    s["max_grad_lag"]):
+                                    s["max_grad_lag"], s["col_compress_data"], s["grad_compress_data"],
+                                    s["decentralized_update_execution"]):
+        value = _yaml_word(item.value) if isinstance(item.value, bool) else repr(item.value)
         raise ConfigError(f"scheme.{item.option}",
-                          f"{item.value!r} has no effect with scheme.{item.setting}: {item.current} ({item.reason}); "
-                          f"remove it, or set scheme.{item.setting}: {item.needed}")
+                          f"{value} has no effect with scheme.{item.setting}: {_yaml_word(item.current)} "
+                          f"({item.reason}); remove it, or set scheme.{item.setting}: {_yaml_word(item.needed)}")
+
+
+def _yaml_word(value):
+    """``value`` as a configuration file writes it: true/false for a boolean."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _check_weight_mode(config):
@@ -512,6 +520,9 @@ def _check_queue_path(config):
         raise ConfigError("scheme.queues.selection", "random reads collectors' queues; with route: learner each "
                                                      "gradient worker reads its own queue (set selection: binned, "
                                                      "and steal: true to read the others')")
+    refused = steal_refused(s["queues"], s["num_grad_workers"])
+    if refused is not None:
+        raise ConfigError("scheme.queues.steal", f"true has no effect: {refused}; remove it")
 
 
 #: Algorithm keys that set the pace of training on the direct data path only: on the

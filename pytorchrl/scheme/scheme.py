@@ -196,7 +196,8 @@ class Scheme:
             raise ValueError("col_requests_in_flight > 1 needs col_workers_communication=prl.ASYNC")
         for item in ineffective_options(num_col_workers, col_workers_communication == prl.ASYNC, num_grad_workers,
                                         grad_workers_communication == prl.ASYNC, thresholds["fraction_samples"],
-                                        thresholds["fraction_workers"], max_policy_lag, max_grad_lag):
+                                        thresholds["fraction_workers"], max_policy_lag, max_grad_lag,
+                                        col_compress_data, grad_compress_data, decentralized_update_execution):
             logger.warning(f"Scheme: {_python_name(item.option)}={item.value!r} has no effect with "
                            f"{item.setting}={_python_value(item.current)} ({item.reason}); it is ignored "
                            f"(it acts with {item.setting}={_python_value(item.needed)})")
@@ -219,7 +220,7 @@ class Scheme:
         queue_options = None
         if data_path == "queues":
             queue_options = check_queue_path(queues, num_col_workers, col_workers_communication == prl.ASYNC,
-                                             collect_only)
+                                             collect_only, requested_grad_workers)
         elif queues:
             raise ValueError(f"queues options act with data_path='queues' only, got data_path={data_path!r}; "
                              f"remove them, or set data_path='queues'")

@@ -134,10 +134,11 @@ class Ineffective:
 
 
 def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async, fraction_samples=1.0,
-                        fraction_workers=1.0, max_policy_lag=None, max_grad_lag=None):
-    """The options among the last four that have no effect in this layout (those left at
-    their defaults, 1.0 and None, are never listed). Shared by ``Scheme`` (which warns) and
-    the configuration (which refuses), so that both follow the same rules.
+                        fraction_workers=1.0, max_policy_lag=None, max_grad_lag=None, col_compress=False,
+                        grad_compress=False, decentralized=False):
+    """The options among the keyword arguments that have no effect in this layout (those
+    left at their defaults are never listed). Shared by ``Scheme`` (which warns) and the
+    configuration (which refuses), so that both follow the same rules.
 
     Parameters
     ----------
@@ -155,6 +156,12 @@ def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async
         Bound on the policy lag of asynchronous collection.
     max_grad_lag : int or None
         Bound on the lag of asynchronous gradients.
+    col_compress, grad_compress : bool or str
+        ``col_compress_data`` and ``grad_compress_data``: compression of what remote
+        collection and gradient workers send (True, False or "auto").
+    decentralized : bool
+        ``decentralized_update_execution`` (DD-PPO): gradients are all-reduced by
+        torch.distributed, not sent.
 
     Returns
     -------
@@ -186,4 +193,15 @@ def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async
         elif num_grad_workers < 2:
             out.append(Ineffective("max_grad_lag", max_grad_lag, "num_grad_workers", num_grad_workers, "2 or more",
                                    "one gradient worker computes its gradients from the current weights"))
+    if col_compress and num_col_workers < 2:
+        out.append(Ineffective("col_compress_data", col_compress, "num_col_workers", num_col_workers, "2 or more",
+                               "one collection worker runs in its gradient worker's process: its rollouts are "
+                               "never sent"))
+    if grad_compress:
+        if num_grad_workers < 2:
+            out.append(Ineffective("grad_compress_data", grad_compress, "num_grad_workers", num_grad_workers,
+                                   "2 or more", "one gradient worker's gradients are applied in its process"))
+        elif decentralized:
+            out.append(Ineffective("grad_compress_data", grad_compress, "decentralized_update_execution", True,
+                                   False, "DD-PPO's gradients are all-reduced by torch.distributed, never packed"))
     return out

@@ -239,15 +239,21 @@ class CWorker(Worker):
         if self._board_reader is not None:
             info.update(weight_swaps=self._weight_swaps, pulled_bytes=self._pulled_bytes)
             self._weight_swaps, self._pulled_bytes = [], 0
-        if replay_server is not None:
-            from pytorchrl.scheme.workflows.replay_server import insert_remote
-            info["replay_outcome"] = insert_remote(replay_server, data, info["version"])
-            info["raw_bytes"] = info["sent_bytes"] = payload_bytes(data)
-            data = None
-        elif queue_server is not None:
-            from pytorchrl.scheme.workflows.queues import put_remote
-            info["queue_outcome"] = put_remote(queue_server, (self.index_parent, self.index_worker), data,
-                                               self.actor_version)
+        if replay_server is not None or queue_server is not None:
+            # Compressed here and unpacked by the replay server when inserted, or by the
+            # gradient worker when popped: the queue holds what was sent.
+            payload = pack(data, self.compress_data_to_send) if self.compress_data_to_send else data
+            if replay_server is not None:
+                from pytorchrl.scheme.workflows.replay_server import insert_remote
+                info["replay_outcome"] = insert_remote(replay_server, payload, info["version"])
+            else:
+                from pytorchrl.scheme.workflows.queues import put_remote
+                info["queue_outcome"] = put_remote(queue_server, (self.index_parent, self.index_worker), payload,
+                                                   self.actor_version)
+            if payload is not data:
+                info.update(raw_bytes=payload.raw_bytes, sent_bytes=payload.sent_bytes)
+            elif replay_server is not None:
+                info["raw_bytes"] = info["sent_bytes"] = payload_bytes(data)
             data = None
         elif pack_data or (pack_data is None and self.compress_data_to_send):
             data = pack(data, self.compress_data_to_send)

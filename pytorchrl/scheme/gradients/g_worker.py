@@ -224,7 +224,7 @@ class GWorker(Worker):
             if max_lag is not None and lag > max_lag:
                 self.col_workers.stats["dropped_rollouts"] += 1
                 continue
-            self.storage.add_data(data)
+            self.storage.add_data(unpack(data))   # (packed by a collector that compresses)
             lags.append(lag)
         # Lags are those of the data trained on, known when popped (not when reported).
         info = self._round_info if self._round_info is not None else {"collected_samples": 0}

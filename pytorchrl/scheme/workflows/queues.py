@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from pytorchrl.scheme.base.checks import check_int, check_non_negative, merge_options
+from pytorchrl.scheme.transport import Packed
 
 #: Options of ``Scheme(queues=...)`` (``scheme.queues``) and their defaults.
 QUEUE_DEFAULTS = {"size": 4, "pop": "one", "prefetch": True, "selection": "binned", "steal": False,
@@ -85,7 +86,27 @@ def queue_options(options):
     return out
 
 
-def check_queue_path(options, num_col_workers, async_collection, collect_only):
+def steal_refused(options, num_grad_workers):
+    """Why ``steal: true`` would have no effect in this layout (words that follow "steal
+    has no effect: "), or None when it acts or is off.
+
+    Parameters
+    ----------
+    options : dict
+        ``queue_options`` output.
+    num_grad_workers : int
+        Gradient workers of the scheme.
+    """
+    if not options["steal"]:
+        return None
+    if num_grad_workers < 2:
+        return "one gradient worker has no other group's queues to drain (it needs num_grad_workers >= 2)"
+    if options["selection"] == "random":
+        return "selection 'random' pops any collector's queue already (stealing acts with selection 'binned')"
+    return None
+
+
+def check_queue_path(options, num_col_workers, async_collection, collect_only, num_grad_workers=1):
     """Check the queue data path's layout; returns ``queue_options(options)``.
 
     Parameters
@@ -98,6 +119,8 @@ def check_queue_path(options, num_col_workers, async_collection, collect_only):
         Whether collection is asynchronous (required).
     collect_only : bool
         A collection-only scheme (refused: nothing pops).
+    num_grad_workers : int
+        Gradient workers (``steal`` needs several).
 
     Raises
     ------
@@ -114,11 +137,17 @@ def check_queue_path(options, num_col_workers, async_collection, collect_only):
     if not async_collection:
         raise ValueError("data_path='queues' needs asynchronous collection (col_workers_communication=prl.ASYNC): "
                          "a synchronous round would wait for puts that only the waiting learner's pops admit")
+    refused = steal_refused(out, num_grad_workers)
+    if refused is not None:
+        raise ValueError(f"queues steal=True has no effect: {refused}; remove it")
     return out
 
 
 def _nbytes(data):
-    """Bytes of the arrays and tensors of a rollout (what a put moves)."""
+    """Bytes of the arrays and tensors of a rollout (what a put moves: a packed rollout's
+    bytes as sent, compressed where it was)."""
+    if isinstance(data, Packed):
+        return data.sent_bytes
     total = 0
     for v in (data or {}).values():
         if isinstance(v, torch.Tensor):
