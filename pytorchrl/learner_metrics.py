@@ -26,7 +26,8 @@ COL_COUNT_METRICS = {"dropped_rollouts": "DroppedRollouts", "weight_pulls": "Wei
                      "weight_bytes": "BytesToCollectors"}
 #: Counters of the queue server (``QueueServer.stats``) and their ``Queues/`` names.
 QUEUE_METRICS = {"held": "Held", "puts": "Puts", "pops": "Pops", "popped_rollouts": "PoppedRollouts",
-                 "stolen_pops": "StolenPops", "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
+                 "stolen_pops": "StolenPops", "stolen_rollouts": "StolenRollouts", "overwritten": "Overwritten",
+                 "active_groups": "ActiveGroups", "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
                  "bytes_in": "BytesIn", "max_size": "MaxSize"}
 #: Keys of an update's information added up into ``Time/<key>``.
 TIME_KEYS = ("grad_time", "col_time", "prepare_time", "wait_time", "update_time", "collect_wait")

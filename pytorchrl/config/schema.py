@@ -39,7 +39,8 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.inference_server import INFERENCE_SERVER_DEFAULTS
-from pytorchrl.scheme.workflows.queues import POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
+from pytorchrl.scheme.workflows.queues import ENDS, POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
+from pytorchrl.scheme.workflows.queues import KINDS as QUEUE_KINDS
 from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
 from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, WEIGHT_MODES
 
@@ -513,9 +514,19 @@ QUEUE_KEYS = {
     "selection": Key("str", QUEUE_DEFAULTS["selection"], "binned: a gradient worker reads its own collectors' "
                                                          "queues (oldest head first); random: a random non-empty "
                                                          "queue among all collectors'.", choices=SELECTIONS),
-    "steal": Key("bool", QUEUE_DEFAULTS["steal"], "A gradient worker whose queues are empty and whose collectors "
-                                                  "have handed over their episode budget pops other gradient "
-                                                  "workers' queues."),
+    "steal": Key("bool", QUEUE_DEFAULTS["steal"], "Work stealing (EXARL's multi-learner RMA queue): a gradient "
+                                                  "worker whose collectors have handed over their share of the "
+                                                  "budget (learner.target_episodes or target_steps) and whose "
+                                                  "queues are empty pops other gradient workers' queues "
+                                                  "(Queues/StolenPops); needs num_grad_workers >= 2, selection "
+                                                  "binned and end all."),
+    "end": Key("str", QUEUE_DEFAULTS["end"], "all: the run ends once every group is finished and every queue is "
+                                             "empty; first: as soon as one gradient worker's group is finished and "
+                                             "its queues are empty (EXARL's short multi-learner RMA queue).",
+               choices=ENDS),
+    "kind": Key("str", QUEUE_DEFAULTS["kind"], "fifo: a bounded queue, a put into a full one waits; circular: a put "
+                                               "into a full one overwrites its oldest rollout "
+                                               "(Queues/Overwritten) and never waits.", choices=QUEUE_KINDS),
     "route": Key("str", QUEUE_DEFAULTS["route"], "collector: one queue per collector; learner: one queue per "
                                                  "gradient worker, each collector puts into a random one with "
                                                  "room.", choices=ROUTES),

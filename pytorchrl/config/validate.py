@@ -520,7 +520,7 @@ def _check_queue_path(config):
         raise ConfigError("scheme.queues.selection", "random reads collectors' queues; with route: learner each "
                                                      "gradient worker reads its own queue (set selection: binned, "
                                                      "and steal: true to read the others')")
-    refused = steal_refused(s["queues"], s["num_grad_workers"])
+    refused = steal_refused(s["queues"], s["num_grad_workers"], s["grad_workers_communication"] == "async")
     if refused is not None:
         raise ConfigError("scheme.queues.steal", f"true has no effect: {refused}; remove it")
 

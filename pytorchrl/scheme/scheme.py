@@ -220,7 +220,8 @@ class Scheme:
         queue_options = None
         if data_path == "queues":
             queue_options = check_queue_path(queues, num_col_workers, col_workers_communication == prl.ASYNC,
-                                             collect_only, requested_grad_workers)
+                                             collect_only, requested_grad_workers,
+                                             grad_workers_communication == prl.ASYNC)
         elif queues:
             raise ValueError(f"queues options act with data_path='queues' only, got data_path={data_path!r}; "
                              f"remove them, or set data_path='queues'")
@@ -334,7 +335,9 @@ class Scheme:
             self.update_worker = UWorker(grad_factory, grad_communication=grad_workers_communication,
                                          decentralized_update_execution=decentralized_update_execution,
                                          local_device=local_device, max_grad_lag=max_grad_lag,
-                                         collect_only=collect_only)
+                                         collect_only=collect_only,
+                                         budget_end=queue_options["end"] if queue_options else "all",
+                                         queue_server=self.queue_server)
         except BaseException:
             # The worker sets stop what they started before failing; what is left is the
             # data servers and Ray.
@@ -363,6 +366,14 @@ class Scheme:
         actor = actor_factory("cpu")
         inference.check_server_agent(actor, algo_factory("cpu", actor, None))
         return out
+
+    @property
+    def step_budget_on_data(self):
+        """True on the queue data path: a step budget (``Learner``'s ``target_steps``) is
+        then a budget of env steps the collectors hand over, and the run ends once their
+        rollouts are popped and trained on (``UWorker.set_step_budget``), not at the step
+        count: every rollout queued is consumed."""
+        return self.queue_server is not None
 
     def get_agent_components(self):
         """What this scheme is made of, as pytorchrl's scripts log it (``wandb.config``): a

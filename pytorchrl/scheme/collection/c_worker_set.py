@@ -25,8 +25,9 @@ DEFAULT_COL_WORKER_RESOURCES = default_remote_config(num_cpus=1)
 
 
 class EpisodeBudgetSpent(Exception):
-    """Raised by ``CWorkerSet.collect`` once the episode budget is handed over: no more
-    rollouts will come. ``args[0]``: the episodes handed over."""
+    """Raised by ``CWorkerSet.collect`` once the budget (episodes, or env steps on the queue
+    data path) is handed over: no more rollouts will come. ``args[0]``: the episodes
+    handed over."""
 
 
 class CWorkerSet(WorkerSet):
@@ -212,6 +213,8 @@ class CWorkerSet(WorkerSet):
         self.rollout_unit = rollout_unit
         self.episode_budget = None  # episodes to hand over in all (None: no limit)
         self.episodes_received = 0
+        self.step_budget = None     # env steps to hand over in all (None: no limit)
+        self.samples_received = 0
         # The local worker's rollouts never leave this process: nothing to compress. With
         # remote workers it collects nothing and keeps no training environments. Of several
         # gradient workers (indices 1..N) only the first evaluates: the others hold the same
@@ -317,13 +320,33 @@ class CWorkerSet(WorkerSet):
         self.episode_budget = episodes
         return episodes
 
-    def _budget_spent(self):
-        return self.episode_budget is not None and self.episodes_received >= self.episode_budget
+    def set_step_budget(self, steps):
+        """Hand over about ``steps`` environment steps in all (counted from the start; None:
+        no limit): once that many are in no request goes out, and ``collect`` raises
+        ``EpisodeBudgetSpent`` when the requests still out have been handed over too (their
+        rollouts count: they may pass the budget by a rollout each). Used on the queue data
+        path, where the run ends once the budget's data is popped and trained on."""
+        check_int("steps", steps, 0, optional=True)
+        self.step_budget = steps
+        return steps
 
-    def _may_request(self, handing_over=0):
+    def _budget_spent(self):
+        return ((self.episode_budget is not None and self.episodes_received >= self.episode_budget)
+                or (self.step_budget is not None and self.samples_received >= self.step_budget))
+
+    def _finished(self):
+        """The budget is handed over and, on the queue data path (where every rollout out
+        is queued whatever happens), no request is out any more."""
+        return self._budget_spent() and not (self.queues is not None and self._in_flight)
+
+    def _may_request(self, handing_over=0, samples=0):
         """Whether one more request may go out: always without a budget; with one, while
         the episodes handed over (``handing_over`` more are on their way) and those that the
-        requests out may finish (one each, with whole-episode rollouts) stay below it."""
+        requests out may finish (one each, with whole-episode rollouts) stay below it, and
+        while the env steps handed over (``samples`` more on their way) stay below the step
+        budget."""
+        if self.step_budget is not None and self.samples_received + samples >= self.step_budget:
+            return False
         if self.episode_budget is None:
             return True
         claimed = self.episodes_received + handing_over
@@ -350,7 +373,7 @@ class CWorkerSet(WorkerSet):
         info : dict
             ``TestReward`` if the local worker evaluated, ``collect_wait`` seconds waited.
         """
-        if self._budget_spent():
+        if self._finished():
             raise EpisodeBudgetSpent(self.episodes_received)
         t0 = time.perf_counter()
         info = {}
@@ -373,6 +396,7 @@ class CWorkerSet(WorkerSet):
         self.stats["rounds"] = self._round
         for _, winfo in rollouts:
             self.episodes_received += len(winfo["episodes"])
+            self.samples_received += winfo["collected_samples"]
             winfo["policy_lag"] = self.version - winfo["version"]
             if winfo.get("cut"):
                 self.stats["cut_rollouts"] += 1
@@ -492,7 +516,8 @@ class CWorkerSet(WorkerSet):
             # On the queue path the rollout is already queued: its lag counts when it is popped.
             dropped = self.queues is None and self.max_policy_lag is not None and lag > self.max_policy_lag
             # Back to work at once, with the newest weights, if an episode remains.
-            if self._may_request(0 if dropped else len(winfo["episodes"])):
+            if self._may_request(0 if dropped else len(winfo["episodes"]),
+                                 0 if dropped else winfo["collected_samples"]):
                 self._submit(worker)
             if not dropped:
                 return [(data, winfo)]
@@ -502,6 +527,8 @@ class CWorkerSet(WorkerSet):
         """Whether a rollout request in flight has finished (the first call sends them)."""
         import ray
         self._start_requests()
+        if not self._in_flight:   # the budget allows no request
+            return False
         ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=0)
         return bool(ready)
 

@@ -212,15 +212,17 @@ _PRESETS = [
             "queues": _queues(size=4, pop="all", prefetch=True, selection="random")}),
     Preset("exarl-ml-rma-queue",
            "EXARL's multi-learner RMA queue: one group of actors per learner, each with a bounded queue the "
-           "learner drains (prefetching); a learner whose group is finished drains the other groups' queues "
-           "(work stealing); the run ends when every group is done and every queue is empty",
+           "learner drains (prefetching); a learner whose group is finished (its share of the budget handed "
+           "over) drains the other groups' queues (work stealing); the run ends when every group is done and "
+           "every queue is empty",
            {**_RMA_COLLECTORS, **_RMA_LEARNERS,
             "queues": _queues(size=4, pop="all", prefetch=True, selection="binned", steal=True)}),
     Preset("exarl-ml-rma-queue-short",
-           "EXARL's short multi-learner RMA queue: the queues live on the learners (one each) and every actor "
-           "puts into a random learner's queue with room; a learner whose actors are finished drains the others'",
+           "EXARL's short multi-learner RMA queue: as exarl-ml-rma-queue, but a learner never drains another "
+           "group's queues, and the run ends as soon as one learner can get no more data from its own group "
+           "(its actors done, its queues empty)",
            {**_RMA_COLLECTORS, **_RMA_LEARNERS,
-            "queues": _queues(size=4, pop="all", prefetch=True, route="learner", steal=True)}),
+            "queues": _queues(size=4, pop="all", prefetch=True, selection="binned", steal=False, end="first")}),
 ]
 
 #: Presets by name, in the order they are listed.
