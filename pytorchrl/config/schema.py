@@ -92,7 +92,8 @@ PARAMETER_RANGES = {
     "clip_c_threshold": dict(low=0.0, low_inclusive=False),
     "num_col_workers": dict(low=1), "num_grad_workers": dict(low=0), "max_policy_lag": dict(low=0),
     "max_grad_lag": dict(low=0), "col_requests_in_flight": dict(low=1), "target_steps": dict(low=1),
-    "col_weight_pull_every": dict(low=1),
+    "col_weight_pull_every": dict(low=1), "batch_step_frequency": dict(low=1), "batch_episode_frequency": dict(low=1),
+    "episode_block": dict(low=1),
     "max_worker_restarts": dict(low=0), "worker_restart_delay_s": dict(low=0.0),
     "target_episodes": dict(low=1), "cutoff": dict(low=0.0), "rolling_reward_length": dict(low=1),
     "start_step": dict(low=0),
@@ -429,6 +430,9 @@ SECTIONS = {
         "col_weight_pull_every": derived(Scheme, "col_weight_pull_every",
                                          doc=f"With col_weights: pull, environment steps between two checks of "
                                              f"the weight board (null: {DEFAULT_PULL_EVERY})."),
+        "batch_step_frequency": derived(Scheme, "batch_step_frequency"),
+        "batch_episode_frequency": derived(Scheme, "batch_episode_frequency"),
+        "episode_block": derived(Scheme, "episode_block"),
         "col_step_logs": Key("bool", False, "Every collector writes a per-step log of its training steps to "
                                             "<run_dir>/steps/steps_g<i>_c<j>.csv (time, state, action, reward, "
                                             "next state, total reward, done, episode, step, policy): EXARL's "

@@ -19,7 +19,7 @@ from pytorchrl.config.schema import (ENV_FAMILY_OPTION_KEYS, RESOURCE_KEYS, SCHE
                                      TOP_LEVEL, Key)
 from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.agent.factory import ComponentFactory
-from pytorchrl.scheme.base.checks import ineffective_options
+from pytorchrl.scheme.base.checks import batching_refused, ineffective_options
 from pytorchrl.scheme.workflows.queues import steal_refused
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
@@ -337,6 +337,7 @@ def _check_consistency(config):
                           f"{scheme_cfg['col_requests_in_flight']} needs scheme.col_workers_communication: async "
                           "(a synchronous round sends each collector one request)")
     _check_ineffective(scheme_cfg)
+    _check_batching(config)
     _check_weight_mode(config)
     _check_recurrent(config)
     _check_data_path(config)
@@ -412,6 +413,29 @@ def _check_ineffective(scheme_cfg):
 def _yaml_word(value):
     """``value`` as a configuration file writes it: true/false for a boolean."""
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _check_batching(config):
+    """Refuse EXARL's batching options where they cannot run (``batching_refused``) and a
+    ``batch_step_frequency`` longer than the storage's rollout (which its buffers hold)."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    s = config["scheme"]
+    refused = batching_refused(s["batch_episode_frequency"], s["episode_block"],
+                               s["col_workers_communication"] == "async", s["col_requests_in_flight"])
+    if refused is not None:
+        raise ConfigError(f"scheme.{refused[0]}", f"{s['episode_block']} {refused[1]}")
+    steps = s["batch_step_frequency"]
+    if steps is None:
+        return
+    algo = config["algorithm"]
+    if ALGORITHMS[algo["name"]].on_policy:
+        fits, words = config["storage"]["size"], "storage.size"
+    else:
+        fits = max(1, math.ceil(algo["update_every"] / config["env"]["vec_env_size"]))
+        words = "algorithm.update_every per environment"
+    if steps > fits:
+        raise ConfigError("scheme.batch_step_frequency", f"{steps} steps do not fit a collector's rollout of {fits} "
+                                                         f"steps ({words}); raise that, or lower this")
 
 
 def _check_weight_mode(config):

@@ -3,7 +3,8 @@
 import logging
 
 import pytorchrl as prl
-from pytorchrl.scheme.base.checks import check_communication, check_fraction, check_int, ineffective_options
+from pytorchrl.scheme.base.checks import (batching_refused, check_communication, check_fraction, check_int,
+                                          ineffective_options)
 from pytorchrl.scheme.base.faults import FaultPolicy
 from pytorchrl.scheme.base.worker import default_remote_config
 from pytorchrl.scheme.collection.c_worker import no_envs
@@ -145,6 +146,23 @@ class Scheme:
     col_weight_pull_every : int or None
         With ``col_weights="pull"``: environment steps between two checks of the board
         (None: ``DEFAULT_PULL_EVERY``, 10).
+    batch_step_frequency : int or None
+        EXARL's ``batch_step_frequency``: a collector hands its batch over every this many
+        steps (per environment); a rollout is at most that long. It must fit the storage's
+        rollout (``storage.size``, or ``update_every`` per environment for a replay). None:
+        the storage's rollout.
+    batch_episode_frequency : int or None
+        EXARL's ``batch_episode_frequency``: a collector hands its batch over at the end of
+        every this many episodes (a rollout ends with the step that ends its this-many-th
+        episode, or at its step limit, whichever first). With synchronous collection every
+        round gathers one such batch of every collector (EXARL's SYNC). None: 1 with
+        ``col_rollout_unit="episodes"``, episodes do not end rollouts otherwise.
+    episode_block : int or None
+        EXARL's ``episode_block`` (ASYNC workflow; asynchronous collection): each request
+        runs a block of this many whole episodes, sent as one rollout, and the collectors'
+        next requests go out together, with the newest weights, once every collector has
+        handed its block over (one weight broadcast per block round). None: a collector gets
+        its next request as soon as it hands a rollout over.
 
     Options that the layout never uses (preemption thresholds with asynchronous collection
     or one collection worker, ``max_policy_lag`` with synchronous collection,
@@ -170,7 +188,8 @@ class Scheme:
                  col_requests_in_flight=1, max_worker_restarts=3, worker_restart_delay_s=1.0,
                  on_env_error="restart", data_path="direct", replay_server=None, col_rollout_unit="steps",
                  col_policy="learned", col_step_log_dir=None, col_weights="push", col_weight_pull_every=None,
-                 inference_server=None, queues=None):
+                 inference_server=None, queues=None, batch_step_frequency=None, batch_episode_frequency=None,
+                 episode_block=None):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -194,6 +213,13 @@ class Scheme:
         check_int("col_requests_in_flight", col_requests_in_flight, 1)
         if col_requests_in_flight > 1 and col_workers_communication != prl.ASYNC:
             raise ValueError("col_requests_in_flight > 1 needs col_workers_communication=prl.ASYNC")
+        for name, value in (("batch_step_frequency", batch_step_frequency),
+                            ("batch_episode_frequency", batch_episode_frequency), ("episode_block", episode_block)):
+            check_int(name, value, 1, optional=True)
+        refused = batching_refused(batch_episode_frequency, episode_block, col_workers_communication == prl.ASYNC,
+                                   col_requests_in_flight)
+        if refused is not None:
+            raise ValueError(f"{refused[0]}={episode_block!r} {refused[1]}")
         for item in ineffective_options(num_col_workers, col_workers_communication == prl.ASYNC, num_grad_workers,
                                         grad_workers_communication == prl.ASYNC, thresholds["fraction_samples"],
                                         thresholds["fraction_workers"], max_policy_lag, max_grad_lag,
@@ -320,7 +346,9 @@ class Scheme:
                           replay_server=self.replay_server, rollout_unit=col_rollout_unit, policy=col_policy,
                           step_log_dir=col_step_log_dir, weights=col_weights,
                           weight_pull_every=col_weight_pull_every, inference_server=self.inference_server,
-                          queues=queue_link)
+                          queues=queue_link, rollout_steps=batch_step_frequency,
+                          rollout_episodes=episode_block or batch_episode_frequency,
+                          block_rounds=episode_block is not None and num_col_workers > 1)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.

@@ -10,6 +10,7 @@ from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.components import (AGENT_COMPONENTS, LEARNER_COMPONENTS, build_agent,  # noqa: F401
                                               check_component_name, rebuild_learner_component)
+from pytorchrl.scheme.base.checks import check_int
 from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.step_log import StepLog
 from pytorchrl.scheme.transport import pack, payload_bytes, weights_from_wire
@@ -20,6 +21,14 @@ ROLLOUT_UNITS = ("steps", "episodes")
 #: Where actions come from: the actor, uniform draws from the action space, or a central
 #: inference server (SEED).
 POLICIES = ("learned", "random", "server")
+
+
+def episodes_per_rollout(rollout_unit, rollout_episodes=None):
+    """Episodes that end a rollout: ``rollout_episodes``, else 1 with the ``"episodes"``
+    unit, else None (the rollout's steps end it)."""
+    if rollout_episodes is not None:
+        return int(rollout_episodes)
+    return 1 if rollout_unit == "episodes" else None
 
 
 def no_envs(*args, **kwargs):
@@ -97,15 +106,29 @@ class CWorker(Worker):
         the hot-swaps of the algorithm and replaces the actor or algorithm first; this
         worker follows. ``initial_weights`` are then the owner's to load. None (default):
         built from the factories.
+    rollout_episodes : int or None
+        A rollout ends with the step that ends its ``rollout_episodes``-th episode (of any
+        environment), at most ``update_every`` steps: EXARL's ``batch_episode_frequency``
+        and ``episode_block``. None (default): 1 with ``rollout_unit="episodes"``, no limit
+        with ``"steps"``.
+    rollout_steps : int or None
+        A rollout is at most this many steps (per environment): EXARL's
+        ``batch_step_frequency``. It must fit the storage's rollout (``storage.size`` on
+        policy, ``algorithm.update_every`` per environment for a replay). None (default):
+        the storage's rollout.
     """
 
     def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
                  fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, initial_weights=None, device=None, rollout_unit="steps",
                  policy="learned", step_log_dir=None, weight_board=None, weight_pull_every=None,
-                 inference_server=None, borrow_from=None):
+                 inference_server=None, borrow_from=None, rollout_episodes=None, rollout_steps=None):
         if rollout_unit not in ROLLOUT_UNITS:
             raise ValueError(f"rollout_unit must be one of {ROLLOUT_UNITS}, got {rollout_unit!r}")
+        check_int("rollout_episodes", rollout_episodes, 1, optional=True)
+        check_int("rollout_steps", rollout_steps, 1, optional=True)
+        self.rollout_episodes = episodes_per_rollout(rollout_unit, rollout_episodes)
+        self.rollout_steps = rollout_steps
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if (policy == "server") != (inference_server is not None):
@@ -148,6 +171,12 @@ class CWorker(Worker):
         self.iter = 0
         self.actor_version = 0
         self._cut_round = None
+        if rollout_steps is not None and self.envs_train is not None:
+            fits = self.storage.rollout_steps(self.envs_train.num_envs)
+            if rollout_steps > fits:
+                raise ValueError(f"a rollout of rollout_steps={rollout_steps} steps does not fit "
+                                 f"{type(self.storage).__name__}'s rollout of {fits} steps per environment (raise "
+                                 f"storage.size, or algorithm.update_every for a replay)")
         self.obs = self.envs_train.reset_numpy().copy() if self.envs_train is not None else None
         if step_log_dir and self.envs_train is not None:
             self._step_log = StepLog(step_log_dir, index_parent, index_worker, self.envs_train.num_envs, policy)
@@ -165,12 +194,13 @@ class CWorker(Worker):
     # ---------------------------------------------------------------- properties
     @property
     def update_every(self):
-        """Vectorized environment steps in one rollout."""
-        return self.storage.rollout_steps(self.envs_train.num_envs)
+        """Vectorized environment steps in one rollout (at most: episodes may end it first)."""
+        steps = self.storage.rollout_steps(self.envs_train.num_envs)
+        return steps if self.rollout_steps is None else min(steps, self.rollout_steps)
 
     # ---------------------------------------------------------------- collection
     def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None,
-                     pack_data=None, replay_server=None, queue_server=None):
+                     pack_data=None, replay_server=None, queue_server=None, max_episodes=None):
         """Collect one rollout and return it with information about the collection.
 
         Parameters
@@ -198,6 +228,10 @@ class CWorker(Worker):
         queue_server : ray.actor.ActorHandle or None
             Queue data path: put the rollout into this worker's queue of this server
             (waiting while it is full: back-pressure) and return None in its place.
+        max_episodes : int or None
+            End this rollout with the step that ends this many episodes (fewer than
+            ``rollout_episodes`` when an episode budget has fewer left). None:
+            ``rollout_episodes``.
 
         Returns
         -------
@@ -227,7 +261,8 @@ class CWorker(Worker):
             self._listening_round = listen
         first_version = self.actor_version
         try:
-            col_time, steps, cut = self._guarded(self._rollout, "envs_train", self.update_every, listen)
+            col_time, steps, cut = self._guarded(self._rollout, "envs_train", self.update_every, listen,
+                                                 max_episodes or self.rollout_episodes)
         finally:
             self._listening_round = None
         # The algorithm's collector-side step (EXARL's ASYNC: Bellman targets computed
@@ -307,7 +342,7 @@ class CWorker(Worker):
                              f"or collect one rollout at a time with collect_data()")
         self._check_envs()
         # (A rollout started without a round id is never cut: it takes all the steps.)
-        col_time, _, _ = self._guarded(self._rollout, "envs_train", int(steps), None)
+        col_time, _, _ = self._guarded(self._rollout, "envs_train", int(steps), None, self.rollout_episodes)
         eps = self.envs_train.pop_finished_episodes()
         return col_time, (float(np.mean([r for r, _ in eps])) if eps else float("nan"))
 
@@ -395,7 +430,7 @@ class CWorker(Worker):
     def _cut_round(self, value):
         self._cut_request = None if value is None else (value, 0)
 
-    def _rollout(self, num_steps, round_id):
+    def _rollout(self, num_steps, round_id, episodes=None):
         t0 = time.perf_counter()
         storage, actor, envs = self.storage, self.actor, self.envs_train
         reader = self._board_reader
@@ -404,7 +439,7 @@ class CWorker(Worker):
             self._server_acting.start_rollout()
         storage.start(self.obs, state)
         num_steps = min(num_steps, self.update_every)
-        steps, cut = 0, False
+        steps, cut, ended = 0, False, 0
         for _ in range(num_steps):
             # Checked at the step boundary only, so a cut rollout holds whole transitions.
             if round_id is not None and self._cut_round == round_id:
@@ -431,8 +466,10 @@ class CWorker(Worker):
             if final_obs and state is not None:
                 state = actor.reset_state(state, list(final_obs))
             steps += 1
-            if final_obs and self.rollout_unit == "episodes":
-                break
+            if final_obs and episodes is not None:
+                ended += len(final_obs)
+                if ended >= episodes:
+                    break
         storage.finish(state)
         if self._step_log is not None:
             self._step_log.flush()

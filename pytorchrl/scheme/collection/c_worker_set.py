@@ -15,7 +15,7 @@ from pytorchrl.scheme.base.checks import check_communication, check_fraction, ch
 from pytorchrl.scheme.base.faults import InFlight, drain
 from pytorchrl.scheme.base.worker import Worker, default_remote_config
 from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
-from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
+from pytorchrl.scheme.collection.c_worker import CWorker, episodes_per_rollout, no_envs
 from pytorchrl.scheme.collection.control import ControlFanOut
 from pytorchrl.scheme.collection.recovery import CollectorRecovery
 from pytorchrl.scheme.collection.weight_distribution import WeightDistribution
@@ -122,14 +122,24 @@ class CWorkerSet(WorkerSet):
     borrow_from : object or None
         The gradient worker that owns this set: the local worker acts with its actor and
         algorithm (``CWorker``'s ``borrow_from``). None: the local worker builds its own.
+    rollout_episodes, rollout_steps : int or None
+        Passed to every ``CWorker``: a rollout ends with its ``rollout_episodes``-th
+        episode, and holds at most ``rollout_steps`` steps (EXARL's
+        ``batch_episode_frequency``/``episode_block`` and ``batch_step_frequency``).
+    block_rounds : bool
+        Asynchronous collection (EXARL's ``episode_block``): a worker that hands its
+        rollout over gets no new request until every worker has handed its own over; then
+        every worker gets one, all with the newest weights (one broadcast per block of
+        rollouts). Needs ``requests_in_flight=1``.
 
     Episode budget (``set_episode_budget``). Once the rollouts handed over hold that many
     finished episodes, ``collect`` raises ``EpisodeBudgetSpent`` instead of collecting. With
-    ``rollout_unit="episodes"`` a request finishes at most one episode, so the set is the
-    shared "next episode" counter: it sends a request only while the episodes handed over
-    plus the requests out stay below the budget, and exactly that many episodes are run
-    (with one environment per collector; a request to a collector of several environments
-    may end several episodes on its last step, which then all count).
+    ``rollout_unit="episodes"`` (or ``rollout_episodes``: K) a request finishes at most one
+    (K) episodes, so the set is the shared "next episode" counter: it sends a request only
+    while the episodes handed over plus those the requests out may finish stay below the
+    budget, asks the last requests for only the episodes left, and exactly that many
+    episodes are run (with one environment per collector; a request to a collector of
+    several environments may end several episodes on its last step, which then all count).
 
     Failures. A remote worker that dies is replaced (``WorkerSet.replace_worker``) with the
     current weights and version and the hot-swaps applied since the start; its rollout in
@@ -165,7 +175,8 @@ class CWorkerSet(WorkerSet):
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
                  rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
-                 weight_pull_every=None, inference_server=None, queues=None, borrow_from=None):
+                 weight_pull_every=None, inference_server=None, queues=None, borrow_from=None,
+                 rollout_episodes=None, rollout_steps=None, block_rounds=False):
         from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES
         communication = check_communication("collection communication", communication)
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
@@ -192,6 +203,10 @@ class CWorkerSet(WorkerSet):
         if queues is not None and num_workers and communication != prl.ASYNC:
             raise ValueError("queues need asynchronous collection (prl.ASYNC): a synchronous round would wait "
                              "for puts that only the waiting learner's pops admit")
+        if block_rounds and (communication != prl.ASYNC or requests_in_flight != 1):
+            raise ValueError("block_rounds needs asynchronous collection with requests_in_flight=1: a block round "
+                             "sends every worker one request with the same weights")
+        self.block_rounds = bool(block_rounds)
         self.queues = queues
         # The server remote workers hand their rollouts to, if any: a call queued behind a
         # rollout may wait on its insert or put, which only the learner unblocks.
@@ -209,8 +224,10 @@ class CWorkerSet(WorkerSet):
                       storage_factory=storage_factory, compress_data_to_send=compress_data_to_send,
                       fraction_samples=fraction_samples, initial_weights=initial_weights,
                       rollout_unit=rollout_unit, policy=policy, step_log_dir=step_log_dir,
-                      inference_server=inference_server)
+                      inference_server=inference_server, rollout_episodes=rollout_episodes,
+                      rollout_steps=rollout_steps)
         self.rollout_unit = rollout_unit
+        self.episodes_per_request = episodes_per_rollout(rollout_unit, rollout_episodes)
         self.episode_budget = None  # episodes to hand over in all (None: no limit)
         self.episodes_received = 0
         self.step_budget = None     # env steps to hand over in all (None: no limit)
@@ -271,7 +288,8 @@ class CWorkerSet(WorkerSet):
                        compress_data_to_send=False, col_worker_resources=None, col_fraction_workers=1.0,
                        communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None,
                        replay_server=None, rollout_unit="steps", policy="learned", step_log_dir=None,
-                       weights="push", weight_pull_every=None, inference_server=None, queues=None):
+                       weights="push", weight_pull_every=None, inference_server=None, queues=None,
+                       rollout_episodes=None, rollout_steps=None, block_rounds=False):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -289,7 +307,8 @@ class CWorkerSet(WorkerSet):
                                 requests_in_flight=requests_in_flight, fault_policy=fault_policy,
                                 replay_server=replay_server, rollout_unit=rollout_unit, policy=policy,
                                 step_log_dir=step_log_dir, weights=weights, weight_pull_every=weight_pull_every,
-                                inference_server=inference_server, queues=queues)
+                                inference_server=inference_server, queues=queues, rollout_episodes=rollout_episodes,
+                                rollout_steps=rollout_steps, block_rounds=block_rounds)
 
     # ------------------------------------------------------------------ weights
     @property
@@ -347,12 +366,26 @@ class CWorkerSet(WorkerSet):
         budget."""
         if self.step_budget is not None and self.samples_received + samples >= self.step_budget:
             return False
+        return self._episodes_left(handing_over) > 0
+
+    def _episodes_left(self, handing_over=0):
+        """Episodes of the budget that no rollout handed over (``handing_over`` more on their
+        way) nor request out (at most ``episodes_per_request`` each) may finish; a large
+        number without a budget, or when a request's episodes are not bounded."""
         if self.episode_budget is None:
-            return True
+            return math.inf
         claimed = self.episodes_received + handing_over
-        if self.rollout_unit == "episodes":
-            claimed += len(self._in_flight)
-        return claimed < self.episode_budget
+        if self.episodes_per_request is not None:
+            claimed += self.episodes_per_request * len(self._in_flight)
+        return self.episode_budget - claimed
+
+    def _request_episodes(self, left=None):
+        """Episodes the next request may finish: ``episodes_per_request``, fewer when the
+        budget has fewer ``left`` (None: ``_episodes_left()``); None: not bounded."""
+        if self.episodes_per_request is None:
+            return None
+        left = self._episodes_left() if left is None else left
+        return int(min(self.episodes_per_request, left)) if left != math.inf else self.episodes_per_request
 
     # --------------------------------------------------------------- collection
     def collect(self, block=True):
@@ -426,17 +459,21 @@ class CWorkerSet(WorkerSet):
         from ray.exceptions import RayError
         weights = self.weights.for_round()
         n = len(self._remote_workers)
-        if self.episode_budget is not None and self.rollout_unit == "episodes":
-            # One episode per request at most: ask only as many collectors as episodes remain.
-            n = min(n, self.episode_budget - self.episodes_received)
+        per_request = self.episodes_per_request
+        left = self._episodes_left()
+        if left != math.inf and per_request is not None:
+            # K episodes per request at most: ask only as many collectors as the episodes
+            # left need, the last for fewer.
+            n = min(n, math.ceil(left / per_request))
         round_id = self._round
 
         def request(i):
             if weights is not None:
                 self.weights.count_sent()
+            episodes = None if left == math.inf or per_request is None else int(min(per_request, left - i * per_request))
             return self._remote_workers[i].collect_data.remote(listen_to=["sync"], weights=weights,
                                                              version=self.version, round_id=round_id,
-                                                             pack_data=True)
+                                                             pack_data=True, max_episodes=episodes)
 
         slot = {request(i): i for i in range(n)}
         results = [None] * n
@@ -515,10 +552,12 @@ class CWorkerSet(WorkerSet):
             lag = self.version - winfo["version"]
             # On the queue path the rollout is already queued: its lag counts when it is popped.
             dropped = self.queues is None and self.max_policy_lag is not None and lag > self.max_policy_lag
-            # Back to work at once, with the newest weights, if an episode remains.
-            if self._may_request(0 if dropped else len(winfo["episodes"]),
-                                 0 if dropped else winfo["collected_samples"]):
-                self._submit(worker)
+            # Back to work at once, with the newest weights, if an episode remains (in block
+            # rounds, once every worker has handed its block over: _start_requests).
+            handing_over = 0 if dropped else len(winfo["episodes"])
+            if not self.block_rounds and self._may_request(handing_over,
+                                                           0 if dropped else winfo["collected_samples"]):
+                self._submit(worker, handing_over)
             if not dropped:
                 return [(data, winfo)]
             self.stats["dropped_rollouts"] += 1
@@ -541,12 +580,14 @@ class CWorkerSet(WorkerSet):
                     if self._may_request():
                         self._submit(w)
 
-    def _submit(self, worker):
+    def _submit(self, worker, handing_over=0):
         # Weights pulled, or actions from an inference server: the request carries none.
+        # (``handing_over``: episodes of a rollout just received, not counted yet.)
         weights, version = self.weights.for_request()
         ref = worker.collect_data.remote(weights=weights, version=version, pack_data=True,
                                          replay_server=self.replay_server,
-                                         queue_server=None if self.queues is None else self.queues.server)
+                                         queue_server=None if self.queues is None else self.queues.server,
+                                         max_episodes=self._request_episodes(self._episodes_left(handing_over)))
         self._in_flight[ref] = worker
 
     # ------------------------------------------------------------------ control

@@ -118,8 +118,10 @@ _PRESETS = [
             "num_grad_workers": 2, "grad_workers_communication": "sync", "grad_workers_resources": HALF_CPU,
             "decentralized_update_execution": True}),
     Preset("exarl-sync",
-           "EXARL's SYNC workflow: one actor and one learner in lockstep (act, train, repeat), in one process",
-           {"num_col_workers": 1, "col_workers_communication": "sync",
+           "EXARL's SYNC workflow: one learner and N actors; each round every actor's batch is gathered "
+           "together (synchronous collection), the learner trains and broadcasts the weights; how often a batch "
+           "goes: batch_step_frequency (steps) and batch_episode_frequency (episode ends)",
+           {"num_col_workers": 2, "col_workers_communication": "sync", "col_workers_resources": HALF_CPU,
             "num_grad_workers": 1, "grad_workers_communication": "sync"}),
     Preset("exarl-multi-learner-async",
            "EXARL's multi-learner async: M learners take synchronous all-reduced steps on batches from "
