@@ -6,36 +6,24 @@ together, with the newest weights, once every actor has handed its block over)."
 
 import os
 
-import gymnasium as gym
 import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.actors import OffPolicyActor
-from pytorchrl.agent.algorithms import DDQN
-from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.storages import ReplayBuffer
 from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
-from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.workflows.presets import PRESETS
 
 from cli_helpers import REPO, tiny
-from distributed_fixtures import SMALL, register_for_ray
+from distributed_fixtures import SMALL, ddqn_factories, register_for_ray
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 
 
 def _agent(update_every=64):
-    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1,
-                                                           seed=0)
-    algo, name = DDQN.create_factory(update_every=update_every, start_steps=32, mini_batch_size=16, num_updates=1)
-    actor = OffPolicyActor.create_factory(obs_space, action_space, name,
-                                          common_feature_extractor_kwargs={"hidden_sizes": [16]})
-    return dict(algo_factory=algo, actor_factory=actor, storage_factory=ReplayBuffer.create_factory(size=2000),
-                train_envs_factory=train)
+    return ddqn_factories(update_every=update_every, start_steps=32, mini_batch_size=16, num_updates=1)
 
 
 # ------------------------------------------------------------------ one worker

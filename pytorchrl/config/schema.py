@@ -42,7 +42,7 @@ from pytorchrl.scheme.workflows.inference_server import INFERENCE_SERVER_DEFAULT
 from pytorchrl.scheme.workflows.queues import ENDS, POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
 from pytorchrl.scheme.workflows.queues import KINDS as QUEUE_KINDS
 from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
-from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, WEIGHT_MODES
+from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, PULL_EACH_EPISODE, WEIGHT_MODES
 
 
 class _Required:
@@ -92,7 +92,7 @@ PARAMETER_RANGES = {
     "clip_c_threshold": dict(low=0.0, low_inclusive=False),
     "num_col_workers": dict(low=1), "num_grad_workers": dict(low=0), "max_policy_lag": dict(low=0),
     "max_grad_lag": dict(low=0), "col_requests_in_flight": dict(low=1), "target_steps": dict(low=1),
-    "col_weight_pull_every": dict(low=1), "batch_step_frequency": dict(low=1), "batch_episode_frequency": dict(low=1),
+    "batch_step_frequency": dict(low=1), "batch_episode_frequency": dict(low=1),
     "episode_block": dict(low=1),
     "max_worker_restarts": dict(low=0), "worker_restart_delay_s": dict(low=0.0),
     "target_episodes": dict(low=1), "cutoff": dict(low=0.0), "rolling_reward_length": dict(low=1),
@@ -425,11 +425,15 @@ SECTIONS = {
                                doc="How remote collectors get new weights: push (with each rollout request; "
                                    "one version per rollout) or pull (EXARL's non-blocking async: each version "
                                    "is published once to a weight board that collectors check every "
-                                   "col_weight_pull_every steps without waiting, swapping weights mid-rollout; "
-                                   "async collection, off-policy algorithms)."),
-        "col_weight_pull_every": derived(Scheme, "col_weight_pull_every",
-                                         doc=f"With col_weights: pull, environment steps between two checks of "
-                                             f"the weight board (null: {DEFAULT_PULL_EVERY})."),
+                                   "col_weight_pull_every steps without waiting, swapping weights mid-rollout, "
+                                   "or at every episode's start; async collection)."),
+        "col_weight_pull_every": derived(Scheme, "col_weight_pull_every", kind="any", low=None,
+                                         doc=f"With col_weights: pull, how often collectors read the weight board: "
+                                             f"every this many env steps, without waiting for the answer (null: "
+                                             f"{DEFAULT_PULL_EVERY}), or '{PULL_EACH_EPISODE}': at the start of "
+                                             f"every episode, waiting for the answer (then allowed for PPO/A2C "
+                                             f"with col_rollout_unit: episodes, the weights changing between "
+                                             f"rollouts only)."),
         "batch_step_frequency": derived(Scheme, "batch_step_frequency"),
         "batch_episode_frequency": derived(Scheme, "batch_episode_frequency"),
         "episode_block": derived(Scheme, "episode_block"),

@@ -20,6 +20,7 @@ from pytorchrl.config.schema import (ENV_FAMILY_OPTION_KEYS, RESOURCE_KEYS, SCHE
 from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.scheme.base.checks import batching_refused, ineffective_options
+from pytorchrl.scheme.collection.c_worker import episodes_per_rollout
 from pytorchrl.scheme.workflows.queues import steal_refused
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
@@ -445,12 +446,15 @@ def _check_weight_mode(config):
     from pytorchrl.agent.algorithms import ALGORITHMS
     s = config["scheme"]
     algo = config["algorithm"]["name"]
+    episodes = episodes_per_rollout(s["col_rollout_unit"], s["episode_block"] or s["batch_episode_frequency"])
     try:
         ineffective = check_weight_mode(s["col_weights"], s["col_weight_pull_every"], s["num_col_workers"],
                                         s["col_workers_communication"] == "async",
-                                        ComponentFactory(ALGORITHMS[algo]))
+                                        ComponentFactory(ALGORITHMS[algo]), episodes)
     except PullRefused as exc:
         raise ConfigError("scheme.col_weights", f"pull: pulled weights {exc}") from None
+    except ValueError as exc:
+        raise ConfigError("scheme.col_weight_pull_every", str(exc).replace("col_weight_pull_every ", "", 1)) from None
     for option, value, reason in ineffective:
         raise ConfigError(f"scheme.{option}", f"{value!r} has no effect with {reason}; remove it")
 

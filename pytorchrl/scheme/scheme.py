@@ -7,7 +7,7 @@ from pytorchrl.scheme.base.checks import (batching_refused, check_communication,
                                           ineffective_options)
 from pytorchrl.scheme.base.faults import FaultPolicy
 from pytorchrl.scheme.base.worker import default_remote_config
-from pytorchrl.scheme.collection.c_worker import no_envs
+from pytorchrl.scheme.collection.c_worker import episodes_per_rollout, no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
 from pytorchrl.scheme.updates.u_worker import UWorker
@@ -143,9 +143,13 @@ class Scheme:
         that every collector checks every ``col_weight_pull_every`` steps without waiting
         for the answer, swapping weights mid-rollout; a rollout's version is the oldest it
         acted with. See ``pytorchrl.scheme.workflows.weight_board``.
-    col_weight_pull_every : int or None
+    col_weight_pull_every : int, str or None
         With ``col_weights="pull"``: environment steps between two checks of the board
-        (None: ``DEFAULT_PULL_EVERY``, 10).
+        (None: ``DEFAULT_PULL_EVERY``, 10), none of them waited for; or ``"episode"``:
+        the board is read at the start of every episode and the answer waited for (EXARL's
+        RMA actors reading the weight window per episode). Then on-policy algorithms may
+        pull too when a rollout is one episode (``col_rollout_unit="episodes"``): the
+        weights change between rollouts only.
     batch_step_frequency : int or None
         EXARL's ``batch_step_frequency``: a collector hands its batch over every this many
         steps (per environment); a rollout is at most that long. It must fit the storage's
@@ -229,7 +233,9 @@ class Scheme:
                            f"(it acts with {item.setting}={_python_value(item.needed)})")
         try:
             ineffective = check_weight_mode(col_weights, col_weight_pull_every, num_col_workers,
-                                            col_workers_communication == prl.ASYNC, algo_factory)
+                                            col_workers_communication == prl.ASYNC, algo_factory,
+                                            episodes_per_rollout(col_rollout_unit,
+                                                                 episode_block or batch_episode_frequency))
         except PullRefused as exc:
             raise ValueError(f"col_weights='pull': pulled weights {exc}") from None
         for option, value, reason in ineffective:

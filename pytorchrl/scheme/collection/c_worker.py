@@ -93,8 +93,11 @@ class CWorker(Worker):
         newer version every ``weight_pull_every`` training steps without waiting for the
         answer, and swaps the weights in between two steps when it comes. None (default):
         weights only arrive with requests (``set_weights``).
-    weight_pull_every : int or None
-        Steps between two checks of ``weight_board`` (None: ``DEFAULT_PULL_EVERY``).
+    weight_pull_every : int, str or None
+        Steps between two checks of ``weight_board`` (None: ``DEFAULT_PULL_EVERY``), or
+        ``"episode"``: the board is read, and the answer waited for, before the first step
+        of every episode (of any environment: a step that ends one makes the next step an
+        episode start).
     inference_server : InferenceServer, ray.actor.ActorHandle or None
         With ``policy="server"``: the scheme's server (see
         ``pytorchrl.scheme.workflows.inference_server``); required then, refused otherwise.
@@ -190,6 +193,7 @@ class CWorker(Worker):
             self._board_reader = BoardReader(weight_board, weight_pull_every or DEFAULT_PULL_EVERY)
         self._weight_swaps = []     # (step, version) of the rollout running
         self._pulled_bytes = 0
+        self._episode_starts = True  # the next step begins an episode (read the board "each episode")
 
     # ---------------------------------------------------------------- properties
     @property
@@ -284,7 +288,7 @@ class CWorker(Worker):
             else:
                 from pytorchrl.scheme.workflows.queues import put_remote
                 info["queue_outcome"] = put_remote(queue_server, (self.index_parent, self.index_worker), payload,
-                                                   self.actor_version)
+                                                   info["version"])
             if payload is not data:
                 info.update(raw_bytes=payload.raw_bytes, sent_bytes=payload.sent_bytes)
             elif replay_server is not None:
@@ -302,6 +306,8 @@ class CWorker(Worker):
         server the oldest that acted in it."""
         if self._server_acting is not None:
             return self._server_acting.rollout_version()
+        if self._weight_swaps and self._weight_swaps[0][0] == 0:
+            return self._weight_swaps[0][1]    # read before the first step (each episode): it acted throughout
         return first_version
 
     def collect_train_data(self, num_steps=None, listen_to=()):
@@ -446,7 +452,13 @@ class CWorker(Worker):
                 cut = True
                 break
             if reader is not None:
-                pulled = reader.poll()
+                if not reader.each_episode:
+                    pulled = reader.poll()
+                elif self._episode_starts:
+                    pulled = reader.read()
+                    self._episode_starts = False
+                else:
+                    pulled = None
                 if pulled is not None:
                     self._load_pulled(steps, *pulled)
             # The actor reads the storage's observation row: no copy on the way in.
@@ -466,6 +478,8 @@ class CWorker(Worker):
             if final_obs and state is not None:
                 state = actor.reset_state(state, list(final_obs))
             steps += 1
+            if final_obs:
+                self._episode_starts = True
             if final_obs and episodes is not None:
                 ended += len(final_obs)
                 if ended >= episodes:
@@ -583,6 +597,7 @@ class CWorker(Worker):
             self._env_factories[component_name] = new_component_factory
         if component_name == "envs_train":
             self.obs = self.envs_train.reset_numpy().copy()
+            self._episode_starts = True
         if component_name in ("envs_train", "actor") and self.envs_train is not None:
             self.state = self.actor.initial_state(self.envs_train.num_envs)
         return component_name

@@ -112,9 +112,10 @@ class CWorkerSet(WorkerSet):
         check it every ``weight_pull_every`` steps without waiting, swapping weights
         mid-rollout; requests carry none (see ``pytorchrl.scheme.workflows.weight_board``).
         Ignored without remote workers (the local worker holds the learner's weights).
-    weight_pull_every : int or None
+    weight_pull_every : int, str or None
         With ``weights="pull"``: environment steps between two checks of the board (None:
-        ``DEFAULT_PULL_EVERY``).
+        ``DEFAULT_PULL_EVERY``), or ``"episode"``: a read at every episode's start (see
+        ``CWorker``).
     inference_server : InferenceServer, ray.actor.ActorHandle or None
         Central inference (``policy="server"``, SEED): the workers that collect act through
         this server; the set sends it the local worker's weights whenever their version
@@ -177,7 +178,7 @@ class CWorkerSet(WorkerSet):
                  rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
                  weight_pull_every=None, inference_server=None, queues=None, borrow_from=None,
                  rollout_episodes=None, rollout_steps=None, block_rounds=False):
-        from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES
+        from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES, check_pull_every
         communication = check_communication("collection communication", communication)
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
             check_fraction(name, v)
@@ -190,7 +191,7 @@ class CWorkerSet(WorkerSet):
                              "round sends every collector one request with the same weights")
         if weights not in WEIGHT_MODES:
             raise ValueError(f"weights must be one of {', '.join(map(repr, WEIGHT_MODES))}, got {weights!r}")
-        check_int("weight_pull_every", weight_pull_every, 1, optional=True)
+        check_pull_every(weight_pull_every)
         if weights == "pull" and num_workers and communication != prl.ASYNC:
             raise ValueError("weights='pull' needs asynchronous collection (prl.ASYNC): a synchronous round "
                              "collects every rollout with the same weights")

@@ -193,9 +193,11 @@ _PRESETS = [
     # weights by the central update (their gradients are averaged, one optimizer step).
     Preset("exarl-rma",
            "EXARL's RMA workflow: N actors each write whole episodes into their own one-slot window (a "
-           "bounded queue, the actor waits while it is full); the learner reads a random actor's window, "
-           "drops stale data (max_policy_lag) and trains",
+           "bounded queue, the actor waits while it is full; queues.kind: circular overwrites instead); the "
+           "learner reads a random actor's window, drops stale data (max_policy_lag) and trains; the actors read "
+           "the learner's weights from a weight board at the start of every episode",
            {**_RMA_COLLECTORS, "num_grad_workers": 1, "grad_workers_communication": "sync",
+            "col_weights": "pull", "col_weight_pull_every": "episode",
             "queues": _queues(size=1, pop="one", prefetch=False, selection="random")}),
     Preset("exarl-rma-window-random",
            "EXARL's RMA with several learners, each reading a random actor's window among all actors; the "
