@@ -65,6 +65,10 @@ class Algorithm(ABC):
     group_lr = {"actor": "lr"}
     #: Hyperparameters fixed at construction: a hot-swap may only repeat their value.
     fixed_hyperparameters = ()
+    #: Whether ``compute_gradients`` returns gradients another process could apply; False
+    #: for an algorithm that updates its weights itself (an EXARL agent's ``train``), which
+    #: then runs with one gradient worker only.
+    sends_gradients = True
 
     def __init__(self, device, actor, envs=None):
         self.device = torch.device(device)
