@@ -23,7 +23,7 @@ RECENT_EVENTS = 1000
 #: Running counts of the collector sets (``CWorkerSet.stats``, reported per gradient worker
 #: as ``col_<name>``) and the ``Scheme/`` metric of their sum.
 COL_COUNT_METRICS = {"dropped_rollouts": "DroppedRollouts", "weight_pulls": "WeightPulls",
-                     "weight_bytes": "BytesToCollectors"}
+                     "weight_bytes": "BytesToCollectors", "proxy_weight_bytes": "BytesToProxies"}
 #: Counters of the queue server (``QueueServer.stats``) and their ``Queues/`` names.
 QUEUE_METRICS = {"held": "Held", "puts": "Puts", "pops": "Pops", "popped_rollouts": "PoppedRollouts",
                  "stolen_pops": "StolenPops", "stolen_rollouts": "StolenRollouts", "overwritten": "Overwritten",

@@ -434,6 +434,7 @@ SECTIONS = {
                                              f"every episode, waiting for the answer (then allowed for PPO/A2C "
                                              f"with col_rollout_unit: episodes, the weights changing between "
                                              f"rollouts only)."),
+        "col_worker_proxy": derived(Scheme, "col_worker_proxy"),
         "batch_step_frequency": derived(Scheme, "batch_step_frequency"),
         "batch_episode_frequency": derived(Scheme, "batch_episode_frequency"),
         "episode_block": derived(Scheme, "episode_block"),

@@ -23,6 +23,7 @@ from pytorchrl.scheme.base.checks import batching_refused, ineffective_options
 from pytorchrl.scheme.collection.c_worker import episodes_per_rollout
 from pytorchrl.scheme.workflows.queues import steal_refused
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
+from pytorchrl.scheme.workflows.worker_proxy import proxy_refused
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
 
 
@@ -417,14 +418,21 @@ def _yaml_word(value):
 
 
 def _check_batching(config):
-    """Refuse EXARL's batching options where they cannot run (``batching_refused``) and a
-    ``batch_step_frequency`` longer than the storage's rollout (which its buffers hold)."""
+    """Refuse EXARL's batching options where they cannot run (``batching_refused``), a
+    ``batch_step_frequency`` longer than the storage's rollout (which its buffers hold),
+    and the worker proxy where it cannot run (``proxy_refused``)."""
     from pytorchrl.agent.algorithms import ALGORITHMS
     s = config["scheme"]
     refused = batching_refused(s["batch_episode_frequency"], s["episode_block"],
                                s["col_workers_communication"] == "async", s["col_requests_in_flight"])
     if refused is not None:
         raise ConfigError(f"scheme.{refused[0]}", f"{s['episode_block']} {refused[1]}")
+    if s["col_worker_proxy"]:
+        refused = proxy_refused(s["num_col_workers"], s["col_workers_communication"] == "async",
+                                min(s["fraction_samples"], s["fraction_workers"]) < 1.0, s["data_path"],
+                                s["col_policy"], s["col_weights"])
+        if refused is not None:
+            raise ConfigError("scheme.col_worker_proxy", f"true {refused[1]} (see scheme.{refused[0]})")
     steps = s["batch_step_frequency"]
     if steps is None:
         return

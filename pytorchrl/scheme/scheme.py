@@ -16,6 +16,7 @@ from pytorchrl.scheme.workflows.queues import QueueLink, check_queue_path, make_
 from pytorchrl.scheme.workflows.replay_server import (ServerClient, check_data_path, close_server, make_server,
                                                         stop_server)
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
+from pytorchrl.scheme.workflows.worker_proxy import proxy_refused
 
 DEFAULT_COL_RESOURCES = default_remote_config(num_cpus=1)
 DEFAULT_GRAD_RESOURCES = default_remote_config(num_cpus=1)
@@ -161,6 +162,13 @@ class Scheme:
         episode, or at its step limit, whichever first). With synchronous collection every
         round gathers one such batch of every collector (EXARL's SYNC). None: 1 with
         ``col_rollout_unit="episodes"``, episodes do not end rollouts otherwise.
+    col_worker_proxy : bool
+        DistributedReinforcementLearning.jl's WorkerProxy (synchronous collection without
+        preemption, remote collectors, direct data path, pushed weights): one proxy per node
+        that runs collectors receives each weight version once, serves every collector of
+        its node from its node's object store, and gathers their rollouts into one message
+        per round (see ``pytorchrl.scheme.workflows.worker_proxy``). Default False: every
+        collector gets its own request, and small weights ride inside each.
     episode_block : int or None
         EXARL's ``episode_block`` (ASYNC workflow; asynchronous collection): each request
         runs a block of this many whole episodes, sent as one rollout, and the collectors'
@@ -193,7 +201,7 @@ class Scheme:
                  on_env_error="restart", data_path="direct", replay_server=None, col_rollout_unit="steps",
                  col_policy="learned", col_step_log_dir=None, col_weights="push", col_weight_pull_every=None,
                  inference_server=None, queues=None, batch_step_frequency=None, batch_episode_frequency=None,
-                 episode_block=None):
+                 episode_block=None, col_worker_proxy=False):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -228,6 +236,13 @@ class Scheme:
                                    col_requests_in_flight)
         if refused is not None:
             raise ValueError(f"{refused[0]}={episode_block!r} {refused[1]}")
+        if not isinstance(col_worker_proxy, bool):
+            raise ValueError(f"col_worker_proxy must be True or False, got {col_worker_proxy!r}")
+        refused = col_worker_proxy and proxy_refused(
+            num_col_workers, col_workers_communication == prl.ASYNC,
+            min(thresholds.values()) < 1.0, data_path, col_policy, col_weights)
+        if refused:
+            raise ValueError(f"col_worker_proxy {refused[1]} (see {refused[0]})")
         for item in ineffective_options(num_col_workers, col_workers_communication == prl.ASYNC, num_grad_workers,
                                         grad_workers_communication == prl.ASYNC, thresholds["fraction_samples"],
                                         thresholds["fraction_workers"], max_policy_lag, max_grad_lag,
@@ -358,7 +373,8 @@ class Scheme:
                           weight_pull_every=col_weight_pull_every, inference_server=self.inference_server,
                           queues=queue_link, rollout_steps=batch_step_frequency,
                           rollout_episodes=episode_block or batch_episode_frequency,
-                          block_rounds=episode_block is not None and num_col_workers > 1)
+                          block_rounds=episode_block is not None and num_col_workers > 1,
+                          worker_proxy=col_worker_proxy)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.

@@ -123,6 +123,11 @@ class CWorkerSet(WorkerSet):
     borrow_from : object or None
         The gradient worker that owns this set: the local worker acts with its actor and
         algorithm (``CWorker``'s ``borrow_from``). None: the local worker builds its own.
+    worker_proxy : bool
+        Synchronous collection (without preemption): every round goes through one proxy
+        per node (DistributedReinforcementLearning.jl's WorkerProxy, see
+        ``pytorchrl.scheme.workflows.worker_proxy``), which receives the weights once for
+        its node's collectors and hands their rollouts back as one message.
     rollout_episodes, rollout_steps : int or None
         Passed to every ``CWorker``: a rollout ends with its ``rollout_episodes``-th
         episode, and holds at most ``rollout_steps`` steps (EXARL's
@@ -177,7 +182,7 @@ class CWorkerSet(WorkerSet):
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
                  rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
                  weight_pull_every=None, inference_server=None, queues=None, borrow_from=None,
-                 rollout_episodes=None, rollout_steps=None, block_rounds=False):
+                 rollout_episodes=None, rollout_steps=None, block_rounds=False, worker_proxy=False):
         from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES, check_pull_every
         communication = check_communication("collection communication", communication)
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
@@ -208,6 +213,10 @@ class CWorkerSet(WorkerSet):
             raise ValueError("block_rounds needs asynchronous collection with requests_in_flight=1: a block round "
                              "sends every worker one request with the same weights")
         self.block_rounds = bool(block_rounds)
+        if worker_proxy and num_workers and (communication != prl.SYNC or fraction_samples < 1.0
+                                             or fraction_workers < 1.0):
+            raise ValueError("worker_proxy needs synchronous collection without preemption (fraction_samples and "
+                             "fraction_workers 1): a proxy hands its node's rollouts over together")
         self.queues = queues
         # The server remote workers hand their rollouts to, if any: a call queued behind a
         # rollout may wait on its insert or put, which only the learner unblocks.
@@ -249,6 +258,10 @@ class CWorkerSet(WorkerSet):
         self._in_flight = InFlight()  # async: ref -> worker
         self._abandoned = []        # requests of a round given up, read by stop()
         self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0, "weight_bytes": 0}
+        self.proxies = None
+        if worker_proxy and num_workers:
+            from pytorchrl.scheme.workflows.worker_proxy import NodeProxies
+            self.proxies = NodeProxies(self.stats)
         board = None
         if weights == "pull" and num_workers:
             from pytorchrl.scheme.workflows.weight_board import start_remote_board
@@ -290,7 +303,7 @@ class CWorkerSet(WorkerSet):
                        communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None,
                        replay_server=None, rollout_unit="steps", policy="learned", step_log_dir=None,
                        weights="push", weight_pull_every=None, inference_server=None, queues=None,
-                       rollout_episodes=None, rollout_steps=None, block_rounds=False):
+                       rollout_episodes=None, rollout_steps=None, block_rounds=False, worker_proxy=False):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -309,7 +322,7 @@ class CWorkerSet(WorkerSet):
                                 replay_server=replay_server, rollout_unit=rollout_unit, policy=policy,
                                 step_log_dir=step_log_dir, weights=weights, weight_pull_every=weight_pull_every,
                                 inference_server=inference_server, queues=queues, rollout_episodes=rollout_episodes,
-                                rollout_steps=rollout_steps, block_rounds=block_rounds)
+                                rollout_steps=rollout_steps, block_rounds=block_rounds, worker_proxy=worker_proxy)
 
     # ------------------------------------------------------------------ weights
     @property
@@ -454,27 +467,35 @@ class CWorkerSet(WorkerSet):
         for _ in stale:
             self._submit(self._remote_workers[position])
 
+    def _round_requests(self):
+        """The requests of a synchronous round: the ``max_episodes`` of each collector asked,
+        in order (as many as the episode budget's episodes left need, the last for fewer;
+        every collector, with None, without a bound)."""
+        n = len(self._remote_workers)
+        per_request = self.episodes_per_request
+        left = self._episodes_left()
+        if left == math.inf or per_request is None:
+            return [None] * n
+        return [int(min(per_request, left - i * per_request)) for i in range(min(n, math.ceil(left / per_request)))]
+
     def _collect_sync(self):
         from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
         from ray.exceptions import RayError
         weights = self.weights.for_round()
-        n = len(self._remote_workers)
-        per_request = self.episodes_per_request
-        left = self._episodes_left()
-        if left != math.inf and per_request is not None:
-            # K episodes per request at most: ask only as many collectors as the episodes
-            # left need, the last for fewer.
-            n = min(n, math.ceil(left / per_request))
+        episodes = self._round_requests()
+        n = len(episodes)
         round_id = self._round
 
         def request(i):
             if weights is not None:
                 self.weights.count_sent()
-            episodes = None if left == math.inf or per_request is None else int(min(per_request, left - i * per_request))
             return self._remote_workers[i].collect_data.remote(listen_to=["sync"], weights=weights,
                                                              version=self.version, round_id=round_id,
-                                                             pack_data=True, max_episodes=episodes)
+                                                             pack_data=True, max_episodes=episodes[i])
+
+        if self.proxies is not None:
+            return self._collect_proxied(weights, episodes, round_id, request)
 
         slot = {request(i): i for i in range(n)}
         results = [None] * n
@@ -527,6 +548,39 @@ class CWorkerSet(WorkerSet):
                     self._remote_workers[j].interrupt.options(concurrency_group=Worker.CONTROL).remote(
                         round_id, min_steps)
                     sent[j] = min_steps
+        return results
+
+    def _collect_proxied(self, weights, episodes, round_id, request):
+        """A synchronous round through the node proxies (``worker_proxy``): one request and
+        one answer per node. A collector that failed is replaced (or its environments
+        rebuilt) and asked again directly, as is every collector of a proxy that died."""
+        import ray
+        from ray.exceptions import RayError
+        n = len(episodes)
+        if weights is not None:
+            for _ in range(n):   # every collector loads them (its node's copy)
+                self.weights.stats["weight_bytes"] += self.weights.broadcast.nbytes
+        refs = self.proxies.round(self._remote_workers[:n], weights, self.version, round_id, episodes,
+                                  self.weights.broadcast.nbytes if weights is not None else 0)
+        results = [None] * n
+        for ref, (node, positions) in refs.items():
+            try:
+                outcomes = ray.get(ref)
+            except RayError:
+                self.proxies.lost(node)
+                outcomes = [("error", None)] * len(positions)
+            for i, (kind, value) in zip(positions, outcomes):
+                if kind == "ok":
+                    results[i] = value
+                    continue
+                if value is not None:
+                    self._recover(i, value)
+                while True:
+                    try:
+                        results[i] = ray.get(request(i))
+                        break
+                    except RayError as exc:
+                        self._recover(i, exc)
         return results
 
     def _collect_async(self):
@@ -622,6 +676,8 @@ class CWorkerSet(WorkerSet):
         self._in_flight, self._abandoned, self.control.pending = InFlight(), [], []
         super().stop()
         self.weights.stop()
+        if self.proxies is not None:
+            self.proxies.stop()
         # The requests still out failed when their workers were killed (or earlier, with the
         # failure that ended the run): read, so that Ray does not report them as unhandled.
         drain(in_flight, timeout=self.stop_timeout)
