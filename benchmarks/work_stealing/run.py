@@ -26,23 +26,12 @@ BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, BENCH)
 
 from harness.report import md_table  # noqa: E402
-
-
-class Sleepy(gym.Wrapper):
-    """Sleeps ``delay`` seconds in every step (an environment that takes time without using CPU)."""
-
-    def __init__(self, env, delay):
-        super().__init__(env)
-        self.delay = delay
-
-    def step(self, action):
-        time.sleep(self.delay)
-        return self.env.step(action)
+from workerlib.envs import Latency, register_with_ray  # noqa: E402
 
 
 def group_env(index_grad_worker=0, delay=0.01, slow_factor=3.0):
     """CartPole sleeping ``delay`` s per step, ``slow_factor`` times longer in group 2."""
-    return Sleepy(gym.make("CartPole-v1"), delay * (slow_factor if index_grad_worker == 2 else 1.0))
+    return Latency(gym.make("CartPole-v1"), delay * (slow_factor if index_grad_worker == 2 else 1.0))
 
 
 def run_once(steps, steal, delay, slow_factor, seed):
@@ -91,6 +80,7 @@ def main():
     args = ap.parse_args()
     import ray
     ray.init(num_cpus=2, include_dashboard=False)
+    register_with_ray()    # the Ray workers get the environments by value
     try:
         runs = {True: [], False: []}
         for i in range(args.repeats):

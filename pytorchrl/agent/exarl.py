@@ -31,6 +31,7 @@ import torch
 from pytorchrl import ACT, DISCOUNT, OBS, OBS2, REW
 from pytorchrl.agent.actors.base import Actor
 from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.off_policy import check_replay_schedule, set_replay_schedule
 from pytorchrl.agent.factory import ComponentFactory, accepted_kwargs
 
 
@@ -251,23 +252,12 @@ class ExaAlgorithm(Algorithm):
         if not isinstance(actor, ExaActor):
             raise TypeError(f"ExaAlgorithm trains the agent of an ExaActor, got {type(actor).__name__}")
         super().__init__(device, actor, envs)
-        self.gamma = float(gamma)
-        self.num_updates = int(num_updates)
-        self.update_every = int(update_every)
-        self.start_steps = int(start_steps)
-        self.mini_batch_size = int(mini_batch_size)
-        self.test_every = int(test_every)
-        self.num_test_episodes = int(num_test_episodes)
+        set_replay_schedule(self, gamma, num_updates, update_every, start_steps, mini_batch_size, test_every,
+                            num_test_episodes)
         self.check_hyperparameters()
 
     def check_hyperparameters(self):
-        for name in ("num_updates", "update_every", "mini_batch_size", "test_every", "num_test_episodes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{self.name} hyperparameter {name} must be >= 1, got {getattr(self, name)}")
-        if self.start_steps < 0:
-            raise ValueError(f"{self.name} hyperparameter start_steps must be >= 0, got {self.start_steps}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"{self.name} hyperparameter gamma must be in [0, 1], got {self.gamma}")
+        check_replay_schedule(self)
 
     @property
     def optimizers(self):
