@@ -101,6 +101,11 @@ def test_numpy_update_of_two_optimizers_is_the_torch_one():
 def test_policy_loss_addons_are_refused_until_implemented(tmp_path):
     with pytest.raises(ValueError, match="A2C policy_loss_addons: policy-loss add-ons are not implemented yet"):
         A2C("cpu", _actor(SHARED), None, policy_loss_addons=[object()])
+    for not_a_list in (None, 0, "", {}, "AttractionKL"):
+        with pytest.raises(ValueError, match="A2C policy_loss_addons: expected a list of policy-loss add-ons"):
+            A2C("cpu", _actor(SHARED), None, policy_loss_addons=not_a_list)
+    for empty in ([], ()):
+        assert A2C("cpu", _actor(SHARED), None, policy_loss_addons=empty).policy_loss_addons == []
     config = tiny(algorithm={"name": "A2C", "policy_loss_addons": ["AttractionKL"]})
     result = pytorchrl("train", write_config(tmp_path, config), cwd=tmp_path)
     assert_one_line_error(result, "policy-loss add-ons are not implemented yet")

@@ -32,7 +32,8 @@ class A2C(OnPolicyAlgorithm):
         stacked network, whose weights one optimizer holds). None: ``lr``.
     policy_loss_addons : list
         pytorchrl's terms added to the policy loss (``PolicyLossAddOn``); not implemented
-        yet: only an empty list is accepted. Fixed once the algorithm is built.
+        yet: only an empty list (or tuple) is accepted, anything else is refused. Fixed once
+        the algorithm is built.
     """
 
     name = "A2C"
@@ -43,6 +44,9 @@ class A2C(OnPolicyAlgorithm):
                  num_epochs=1, num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
                  max_grad_norm=0.5, normalize_advantages=False, test_every=10, num_test_episodes=10,
                  numpy_update=True, policy_loss_addons=()):
+        if not isinstance(policy_loss_addons, (list, tuple)):
+            raise ValueError(f"A2C policy_loss_addons: expected a list of policy-loss add-ons, got "
+                             f"{policy_loss_addons!r}")
         if policy_loss_addons:
             raise ValueError(f"A2C policy_loss_addons: policy-loss add-ons are not implemented yet; pass an empty "
                              f"list (got {policy_loss_addons!r})")
