@@ -1,9 +1,11 @@
-"""Helpers of the command-line tests (tests/test_cli_*.py): a tiny configuration and
+"""Helpers of the command-line tests (tests/cli/test_cli_*.py): a tiny configuration and
 running ``pytorchrl`` as a separate process, the way a user does. ``with_sections`` serves
-the configuration tests (tests/test_config.py) too."""
+the configuration tests (tests/unit/test_config.py) too."""
 
+import ast
 import copy
 import csv
+import glob
 import os
 import signal
 import subprocess
@@ -11,7 +13,8 @@ import sys
 
 import yaml
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
 
 #: A valid configuration that trains PPO on CartPole in about a second: 2 envs x 16 steps
 #: = 32 env steps per update round.
@@ -51,8 +54,13 @@ def write_config(directory, config=None, name="tiny.yaml"):
 
 
 def env():
-    """Environment of a child process: this checkout first on the path."""
-    return dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    """Environment of a child process: this checkout first on the path, then tests/ (a run
+    and its Ray workers build the environments of ``fault_envs``); a local Ray instance of
+    its own, never a cluster named by RAY_ADDRESS."""
+    variables = dict(os.environ, RAY_USAGE_STATS_ENABLED="0",
+                     PYTHONPATH=os.pathsep.join([REPO, TESTS, os.environ.get("PYTHONPATH", "")]))
+    variables.pop("RAY_ADDRESS", None)
+    return variables
 
 
 def pytorchrl(*args, cwd, timeout=180):
@@ -118,3 +126,17 @@ def train_checking_float32(config):
         learner.stop()
     assert all(v.dtype == torch.float32 for v in after.values())
     assert any(not torch.equal(after[k], v) for k, v in before.items()), "no update happened"
+
+
+def source_of_test(module, test=None):
+    """Source of the test file ``module``.py, wherever it is under tests/, or of its
+    function ``test`` (None if it has none): for a test that leaves a case to another test
+    and checks that the other test is there. Read from the file, not imported: the other
+    test's folder is on sys.path only when pytest collects it."""
+    (path,) = glob.glob(os.path.join(TESTS, "**", f"{module}.py"), recursive=True)
+    with open(path) as f:
+        text = f.read()
+    if test is None:
+        return text
+    found = [node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef) and node.name == test]
+    return ast.get_source_segment(text, found[0]) if found else None

@@ -1,16 +1,209 @@
-"""Shared fixtures of the test suite.
+"""Shared fixtures of the test suite, and the one place where tests get their markers.
 
 Nothing here imports Ray at module level: the agent-layer and in-process scheme tests must
 run (and prove that they run) without it. Distributed tests ask for ``ray_session``.
+
+Markers are never written by hand on a test: ``pytest_collection_modifyitems`` reads what
+each test uses (its fixtures, and every function and class of tests/ that it calls, followed
+down to what they import or call) and marks it:
+
+* ``ray``: talks to Ray in this process (``ray_session`` or a fixture built on it, or it
+  imports ``ray``), or starts a Ray cluster of its own;
+* ``netns``: starts a two-node Ray cluster in network namespaces (needs root);
+* ``subprocess``: runs the command line, a script or a Ray cluster in a child process;
+* ``learning``: trains until a return threshold (its name says ``learns``, ``solves`` or
+  ``improves_over_random``, or it uses a helper of learning_helpers.py).
+
+A test with none of them is a unit test: ``python -m pytest -m "not (ray or subprocess or
+learning)"`` runs those alone, in under two minutes. Reading the code cannot see a child
+process or a Ray instance started deep inside the library, so two checks back it up at run
+time: a test not marked ``ray`` fails if it imports Ray, and one marked neither ``ray`` nor
+``subprocess`` fails if it starts a child process with ``subprocess``. Unit tests run first
+(then subprocess, Ray and learning tests), so that the first check holds in a whole run too,
+before any Ray test has imported it, and a broken unit shows in the first minutes.
 """
 
+import inspect
+import os
+import re
+import subprocess
 import sys
+import sysconfig
+import types
 
 import numpy as np
 import pytest
 import torch
 
 from _util import make_actor
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"])
+
+MARKERS = {
+    "ray": "uses Ray in the test process or starts a Ray cluster (set by tests/conftest.py)",
+    "netns": "two-node Ray cluster in network namespaces; needs root (set by tests/conftest.py)",
+    "subprocess": "runs the command line or a script in a child process (set by tests/conftest.py)",
+    "learning": "trains until a return threshold (set by tests/conftest.py)",
+}
+
+#: Run order of the groups: unit tests first, the longest (learning) last.
+ORDER = ("subprocess", "ray", "learning")
+
+#: A learning test says so in its name (the repository's naming: what the test proves).
+LEARNING_NAME = re.compile(r"_(learns|solves|improves_over_random)(_|$)")
+
+#: Modules whose use marks a test.
+MODULE_MARKERS = {"ray": "ray", "subprocess": "subprocess"}
+#: Helpers of tests/ whose use marks a test (beyond what they themselves reach).
+HELPER_MARKERS = {"NetnsCluster": ("netns", "ray", "subprocess"), "learning_helpers": ("learning",)}
+#: Fixtures of this file whose use marks a test (the others mark nothing).
+CONFTEST_FIXTURE_MARKERS = {"ray_session": ("ray",)}
+
+
+# ---------------------------------------------------------------------- markers
+def _in_tests(obj):
+    """True for a module, function or class of a file under tests/."""
+    module = obj if isinstance(obj, types.ModuleType) else sys.modules.get(getattr(obj, "__module__", None) or "")
+    path = os.path.abspath(getattr(module, "__file__", None) or "/")
+    return os.path.commonpath([path, TESTS]) == TESTS
+
+
+def _names(code):
+    """Global, attribute and imported names of a code object and of the code nested in it
+    (lambdas, comprehensions, inner functions)."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _functions_of(obj):
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", getattr(value, "fget", value))
+            if inspect.isfunction(value):
+                yield value
+    elif callable(obj):
+        obj = inspect.unwrap(getattr(obj, "__func__", obj))
+        if inspect.isfunction(obj):
+            yield obj
+
+
+def _markers_of(obj, seen):
+    """Markers earned by what ``obj`` (a function or class) uses, followed through the
+    functions and classes of tests/ it reaches."""
+    found = set()
+    for fn in _functions_of(obj):
+        if fn in seen:
+            continue
+        seen.add(fn)
+        names = _names(fn.__code__)
+        # ``from cli_helpers import tiny`` inside a function: its names are not globals.
+        imported = [sys.modules[n] for n in names if n in sys.modules and _in_tests(sys.modules[n])]
+        for name in names:
+            found.update(m for m in (MODULE_MARKERS.get(name),) if m)        # import ray / subprocess
+            for target in [fn.__globals__.get(name)] + [getattr(m, name, None) for m in imported]:
+                if target is None:
+                    continue
+                module = target.__name__ if isinstance(target, types.ModuleType) else getattr(target, "__module__", "")
+                found.update(m for m in (MODULE_MARKERS.get((module or "").split(".")[0]),) if m)
+                if _in_tests(target):
+                    found.update(HELPER_MARKERS.get(name, ()))
+                    found.update(HELPER_MARKERS.get(module, ()))
+                    found |= _markers_of(target, seen)
+    return found
+
+
+def _item_markers(item, seen):
+    found = set()
+    if LEARNING_NAME.search(item.originalname):
+        found.add("learning")
+    found |= _markers_of(item.obj, seen)
+    for name in item.fixturenames:
+        for fixturedef in item._fixtureinfo.name2fixturedefs.get(name, ()):
+            func = fixturedef.func
+            if os.path.abspath(inspect.getfile(func)) == os.path.abspath(__file__):
+                found.update(CONFTEST_FIXTURE_MARKERS.get(name, ()))
+            elif _in_tests(func):
+                found |= _markers_of(func, seen)
+    return found
+
+
+def pytest_configure(config):
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not isinstance(item, pytest.Function):
+            continue
+        stated = {m.name for m in item.iter_markers() if m.name in MARKERS}
+        if stated:
+            raise pytest.UsageError(f"{item.nodeid}: markers {sorted(stated)} are set by tests/conftest.py from "
+                                    "what the test uses, not by hand")
+        for name in sorted(_item_markers(item, set())):
+            item.add_marker(name)
+
+    def group(item):
+        marked = {m.name for m in item.iter_markers()}
+        return max((ORDER.index(m) + 1 for m in marked if m in ORDER), default=0)
+
+    items.sort(key=group)       # stable: file order within a group
+
+
+# ------------------------------------------------------------ run-time checks
+def _marked(item, name):
+    return item.get_closest_marker(name) is not None
+
+
+def _runs_python(args):
+    """True for a child running Python (the command line, a script): what costs seconds of
+    imports; a quick tool (git, ip) is no reason to leave the unit tests."""
+    program = os.path.basename(str(args[0] if isinstance(args, (list, tuple)) else args).split()[0])
+    return program.startswith("python") or program in ("ray", "pytorchrl")
+
+
+def _started_by_this_repository():
+    """True when the code that asked for a child process (the nearest caller outside the
+    standard library) is this repository's: a third-party library's own probe at import
+    (glfw runs ``python -c`` once) or helper (imageio's ffmpeg) is not a test's choice."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not (path.startswith(STDLIB) and "site-packages" not in path):
+            return os.path.commonpath([path, REPO]) == REPO and ".venv" not in path
+        frame = frame.f_back
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _undeclared_ray_or_child_process(request, monkeypatch):
+    """Fail a test that uses Ray or a child process without its marker: the markers decide
+    what the quick command runs, and reading the code cannot see everything."""
+    item = request.node
+    had_ray = "ray" in sys.modules
+    children = []
+    if not (_marked(item, "ray") or _marked(item, "subprocess")):
+        execute = subprocess.Popen._execute_child
+
+        def recorded(self, args, *rest, **kwargs):
+            if _runs_python(args) and _started_by_this_repository():
+                children.append(args)
+            return execute(self, args, *rest, **kwargs)
+
+        monkeypatch.setattr(subprocess.Popen, "_execute_child", recorded)
+    yield
+    if not had_ray and not _marked(item, "ray"):
+        assert "ray" not in sys.modules, (
+            "this test imported Ray without the ray marker: make the use visible to tests/conftest.py "
+            "(ask for ray_session, or call Ray from the test or a helper of tests/)")
+    assert not children, (
+        f"this test started child processes {children} without the subprocess marker: make the use visible "
+        "to tests/conftest.py (call subprocess from the test or a helper of tests/)")
 
 
 # ---------------------------------------------------------------------------- ray
@@ -52,12 +245,9 @@ def actor_builder():
 def no_ray_import():
     """Assert that a test does not import Ray (the in-process scheme must not need it).
 
-    Only checkable while no earlier test of the session has imported Ray."""
+    Only checkable while no earlier test of the session has imported Ray: unit tests run
+    before every Ray test (``pytest_collection_modifyitems``)."""
     had_ray = "ray" in sys.modules
     yield
     if not had_ray:
         assert "ray" not in sys.modules, "an in-process test imported ray"
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: learning tests (tens of seconds); deselect with -m 'not slow'")

@@ -146,8 +146,52 @@ def _status(proc):
         return psutil.STATUS_ZOMBIE
 
 
+class LayoutProbe:
+    """What a run of a scheme preset's layout did, read along the run and checked against
+    the preset: by the tiny run of each Ray preset (tests/cli/test_cli_presets.py) and by the
+    learning test that trains a preset's example configuration (the preset's layout is
+    checked once, where it is built anyway).
+
+    ``observe`` takes the infos of each ``Learner.step`` (the run loops' ``on_infos``);
+    ``check`` asserts the layout before the learner stops."""
+
+    def __init__(self, learner):
+        from pytorchrl.tools.metrics import WorkerTimings
+        self.learner = learner
+        self.processes = learner.scheme.process_info()
+        self.timings = WorkerTimings()      # what the command line adds to each row of metrics.csv
+
+    def observe(self, infos):
+        self.timings.observe(infos)
+        return infos
+
+    def check(self, name, metrics):
+        """Assert that the run had preset ``name``'s layout. ``metrics``: the learner's, with
+        its scheme metrics (``get_metrics(add_scheme_metrics=True)``)."""
+        from pytorchrl.scheme.workflows.presets import PRESETS
+        preset, scheme, uw = PRESETS[name], self.learner.scheme, self.learner.update_worker
+        s = preset.scheme
+        assert scheme.num_col_workers == s["num_col_workers"] and scheme.num_grad_workers == s["num_grad_workers"]
+        assert scheme.uses_ray == preset.uses_ray
+        assert uw.grad_communication == (prl.ASYNC if s["grad_workers_communication"] == "async" else prl.SYNC)
+        assert bool(uw.decentralized) == bool(s.get("decentralized_update_execution", False))
+        metrics = {**metrics, **self.timings.metrics()}
+        # One process per remote worker: collectors run in processes of their own when a
+        # gradient worker has several, gradient workers when there are several. (A
+        # collection-only scheme, 0 gradient workers, has the collectors of one.)
+        cols, grads = s["num_col_workers"], s["num_grad_workers"]
+        assert len(self.processes) == (grads if grads > 1 else 0) + (cols * max(grads, 1) if cols > 1 else 0)
+        per_worker = sorted(k for k in metrics if k.startswith("Workers/"))
+        if grads > 1:     # per-gradient-worker timings and samples
+            assert len(per_worker) == 4 * grads and all(metrics[k] > 0 for k in per_worker), per_worker
+        else:
+            assert per_worker == []
+        if s["col_workers_communication"] == "sync" and cols > 1:
+            assert metrics["Scheme/MaxPolicyLag"] == 0
+
+
 __all__ = ["SMALL", "PPO_KWARGS", "register_for_ray", "factories", "slow_cartpole", "broken_cartpole",
-           "wait_gone", "prl"]
+           "wait_gone", "LayoutProbe", "prl"]
 
 
 def resources_released(timeout=15.0):

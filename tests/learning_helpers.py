@@ -1,17 +1,25 @@
-"""Learning checks shared by the workflow and learning tests (importable because pytest puts
-tests/ on sys.path)."""
+"""Learning checks shared by the learning tests (importable because pytest puts tests/ on
+sys.path). A test that uses one of them is marked ``learning`` (tests/conftest.py).
+
+Seeds: ``PYTORCHRL_TEST_SEED`` (default 0) reruns the in-process learning tests with
+other seeds, to see the margin of a budget."""
+
+import os
 
 import torch
 
-from pytorchrl.agent.actors import OffPolicyActor
+from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
+from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import ReplayBuffer
 from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
+SEED = int(os.environ.get("PYTORCHRL_TEST_SEED", "0"))
 
-def greedy_returns_along_run(learner, first, every, episodes=5, stop_at=None):
+
+def greedy_returns_along_run(learner, first, every, episodes=5, stop_at=None, on_infos=lambda infos: None):
     """Step ``learner`` until it is done, evaluating its greedy policy along the way.
 
     DQN's CartPole returns swing from one evaluation to the next (it has collapses), so a
@@ -29,6 +37,8 @@ def greedy_returns_along_run(learner, first, every, episodes=5, stop_at=None):
         Episodes of each evaluation.
     stop_at : float or None
         End the run early once an evaluation reaches this mean return (None: run to the end).
+    on_infos : callable
+        Sees the infos of every ``learner.step()`` (a ``LayoutProbe.observe``).
 
     Returns
     -------
@@ -37,16 +47,52 @@ def greedy_returns_along_run(learner, first, every, episodes=5, stop_at=None):
     """
     returns, next_eval = [], first
     while not learner.done() and (stop_at is None or max(returns, default=float("-inf")) < stop_at):
-        learner.step()
+        on_infos(learner.step())
         if learner.num_samples_collected >= next_eval:
             returns.append(learner.evaluate(episodes))
             next_eval += every
     return returns
 
 
-def learner_for(env_id, algo_factory, algo_name, budget, seed=0, hidden=(64, 64), precision="fp32"):
-    """An in-process Learner (one collector, one gradient worker, 1 env) of an off-policy
-    ``algo_factory`` on ``env_id`` with a 100k replay and test environments."""
+def cartpole_learner(algo_factory, algo_name, storage_factory, target_steps, seed=SEED, num_envs=8):
+    torch.manual_seed(seed)
+    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"},
+                                                           vec_env_size=num_envs, seed=seed)
+    test, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1, seed=seed + 100)
+    actor_factory = OnPolicyActor.create_factory(obs_space, action_space, algo_name, feature_extractor_network=MLP,
+                                                 shared_policy_value_network=False,
+                                                 feature_extractor_kwargs={"hidden_sizes": [64, 64],
+                                                                           "activation": "tanh"})
+    scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory, storage_factory=storage_factory,
+                    train_envs_factory=train, test_envs_factory=test)
+    return Learner(scheme, target_steps=target_steps)
+
+
+def train_reward(learner):
+    """Mean training return of the episodes of the last metrics interval (NaN before any)."""
+    return learner.get_metrics(add_algo_metrics=False, add_episodes_metrics=True)["Episodes/TrainReward"]
+
+
+def train_until(learner, goal, what, on_infos=lambda infos: None):
+    """Step ``learner`` (one collection and one update per step, as A2C) until its mean
+    training return exceeds ``goal`` or its budget runs out; assert the goal was reached.
+    ``on_infos`` sees the infos of every step."""
+    best = float("-inf")
+    history = []
+    while not learner.done():
+        on_infos(learner.step())
+        reward = train_reward(learner)
+        history.append(reward)
+        if reward == reward:
+            best = max(best, reward)
+        if best > goal:
+            break
+    assert best > goal, f"{what} mean training return {best:.1f} <= {goal} after " \
+                        f"{learner.num_samples_collected} steps: {history[-5:]}"
+    print(f"{what}: training return {best:.1f} after {learner.num_samples_collected} steps")
+
+
+def offpolicy_learner(env_id, algo_factory, algo_name, budget, seed=SEED, hidden=(64, 64), precision="fp32"):
     torch.manual_seed(seed)
     train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id}, vec_env_size=1,
                                                            seed=seed)
@@ -60,7 +106,7 @@ def learner_for(env_id, algo_factory, algo_name, budget, seed=0, hidden=(64, 64)
     return Learner(scheme, target_steps=budget)
 
 
-def train_until(learner, goal, budget, every, episodes):
+def evaluate_until(learner, goal, budget, every, episodes):
     """Step until the greedy evaluation reaches ``goal`` or ``budget`` transitions were
     collected; returns (best evaluation, steps, history)."""
     storage = learner.scheme.update_worker.local_worker.storage
@@ -75,3 +121,33 @@ def train_until(learner, goal, budget, every, episodes):
             if best >= goal:
                 break
     return best, storage.num_inserted, history
+
+
+def best_return(learner, stop_above=float("inf"), on_infos=lambda infos: None):
+    """Best mean training return seen before the budget ran out (or it passed ``stop_above``);
+    ``on_infos`` sees the infos of every step. Stops the learner."""
+    best, seen = float("-inf"), 0
+    try:
+        while not learner.done() and best <= stop_above:
+            on_infos(learner.step())
+            if learner.num_samples_collected != seen:
+                seen = learner.num_samples_collected
+                reward = train_reward(learner)
+                if reward == reward:
+                    best = max(best, reward)
+    finally:
+        learner.stop()
+    return best, seen
+
+
+def check_memory_is_needed(make_learner, budget, threshold, what, on_infos=lambda infos: None):
+    """Train ``make_learner(recurrent=True)`` until its mean training return passes
+    ``threshold`` (``on_infos`` sees its infos) and ``make_learner(recurrent=False)`` for
+    its whole ``budget``; assert that the first passes and the second does not."""
+    memory_best, memory_steps = best_return(make_learner(recurrent=True), threshold, on_infos)
+    plain_best, plain_steps = best_return(make_learner(recurrent=False))
+    print(f"{what} with memory: {memory_best:.1f} after {memory_steps} steps; feed-forward: {plain_best:.1f} "
+          f"after {plain_steps} steps")
+    assert memory_best > threshold, f"recurrent {what} reached only {memory_best:.1f} in {memory_steps} steps"
+    assert plain_steps >= budget and plain_best < threshold, \
+        f"feed-forward {what} reached {plain_best:.1f}: the task no longer needs memory"

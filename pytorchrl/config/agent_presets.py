@@ -5,7 +5,7 @@ An agent preset combines an algorithm, a storage, an actor, an environment (fami
 id), a scheme layout (a ``scheme.preset``) and a training budget. Each preset is a YAML
 file under ``pytorchrl/config/presets/`` (shipped with the package), and
 ``examples/configs/`` holds a copy of the same file, so that its values are on view where
-users look (tests/test_agent_presets.py keeps the two identical).
+users look (tests/unit/test_agent_presets.py keeps the two identical).
 
 This module only names them (the schema's choices for ``preset`` come from here): their
 files are read, and merged under a configuration, by ``pytorchrl.config.loader``

@@ -22,7 +22,7 @@ acting a single observation is 10x faster).
   threads when the second core is free.
 
 The reference classes declare them (``OffPolicyActor``, ``DDQN``, ``SAC``, ``DDPG``,
-``TD3``) with the methods each reproduces; tests/test_accel_parity.py runs each against
+``TD3``) with the methods each reproduces; tests/unit/test_accel_parity.py runs each against
 its reference.
 """
 

@@ -12,7 +12,7 @@
   twenty small operators and their backward nodes cost more in dispatch than in arithmetic.
 
 The reference classes declare them (``OnPolicyActor``, ``PPO``, ``A2C``) with the methods
-each reproduces; tests/test_accel_parity.py runs each against its reference.
+each reproduces; tests/unit/test_accel_parity.py runs each against its reference.
 """
 
 import numpy as np

@@ -6,7 +6,7 @@ Private operators save time where the public API would cost a pass or a dispatch
 tensors at once), but they may change or vanish with a torch release. Each function here
 tries the private operator once and, when it is missing or refuses its arguments, uses the
 public way for good (``private_in_use`` says which runs); ``private=False`` always takes the
-public way (tests/test_accel_kernels.py checks that both give the same numbers).
+public way (tests/unit/test_accel.py checks that both give the same numbers).
 """
 
 import functools
@@ -194,56 +194,39 @@ def cpu_has_native_bf16(private=True):
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
-def foreach_norms(tensors):
-    """The L2 norm of each tensor (a list of 0-d tensors): ``torch._foreach_norm`` (one
-    launch on a GPU), else one ``torch.linalg.vector_norm`` per tensor."""
-    op = getattr(torch, "_foreach_norm", None)
+def _foreach(name, args, public, private):
+    """``torch.<name>(*args)`` (one launch for many tensors, underscored: not public API),
+    or ``public()`` where torch lacks it, refuses these arguments, or ``private`` is False."""
+    op = _op(name, lambda: getattr(torch, name)) if private else None
     if op is not None:
         try:
-            return op(tensors)
-        except (RuntimeError, TypeError):
+            return op(*args)
+        except (RuntimeError, TypeError):   # e.g. tensors of several devices
             pass
-    return [torch.linalg.vector_norm(t) for t in tensors]
+    return public()
 
 
-def foreach_mul_(tensors, scalar):
+def foreach_norms(tensors, private=True):
+    """The L2 norm of each tensor (a list of 0-d tensors): ``torch._foreach_norm``, else one
+    ``torch.linalg.vector_norm`` per tensor."""
+    return _foreach("_foreach_norm", (tensors,), lambda: [torch.linalg.vector_norm(t) for t in tensors], private)
+
+
+def foreach_mul_(tensors, scalar, private=True):
     """Multiply every tensor in place by ``scalar``: ``torch._foreach_mul_``, else one by one."""
-    op = getattr(torch, "_foreach_mul_", None)
-    if op is not None:
-        try:
-            op(tensors, scalar)
-            return
-        except (RuntimeError, TypeError):
-            pass
-    for t in tensors:
-        t.mul_(scalar)
+    _foreach("_foreach_mul_", (tensors, scalar), lambda: [t.mul_(scalar) for t in tensors], private)
 
 
-def foreach_lerp_(targets, sources, weight):
+def foreach_lerp_(targets, sources, weight, private=True):
     """``target += weight * (source - target)`` in place for each pair (polyak averaging):
     ``torch._foreach_lerp_``, else one ``lerp_`` per pair."""
-    op = getattr(torch, "_foreach_lerp_", None)
-    if op is not None:
-        try:
-            op(targets, sources, weight)
-            return
-        except (RuntimeError, TypeError):
-            pass
-    for t, s in zip(targets, sources):
-        t.lerp_(s, weight)
+    _foreach("_foreach_lerp_", (targets, sources, weight),
+             lambda: [t.lerp_(s, weight) for t, s in zip(targets, sources)], private)
 
 
-def foreach_copy_(targets, sources):
+def foreach_copy_(targets, sources, private=True):
     """Copy each source into its target in place: ``torch._foreach_copy_``, else one by one."""
-    op = getattr(torch, "_foreach_copy_", None)
-    if op is not None:
-        try:
-            op(targets, sources)
-            return
-        except (RuntimeError, TypeError):
-            pass
-    for t, s in zip(targets, sources):
-        t.copy_(s)
+    _foreach("_foreach_copy_", (targets, sources), lambda: [t.copy_(s) for t, s in zip(targets, sources)], private)
 
 
 __all__ = ["adam_step_", "relu_backward", "tanh_backward", "all_finite", "cpu_has_native_bf16",

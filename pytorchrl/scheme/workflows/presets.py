@@ -6,7 +6,7 @@ values are applied first, then the keys written explicitly. ``pytorchrl presets`
 them.
 
 Only layouts that the current :class:`~pytorchrl.scheme.Scheme` runs are listed, each
-proved by a test (tests/test_cli_presets.py). The worker counts are the smallest that
+proved by a test (tests/cli/test_cli_presets.py). The worker counts are the smallest that
 show the layout; the resources are fractions of a CPU so that every preset runs on a
 2-core machine (Ray packs several workers on a core). On a bigger machine raise the
 counts and the resources, e.g. ``scheme.num_col_workers=8 scheme.col_workers_resources={num_cpus: 1}``.

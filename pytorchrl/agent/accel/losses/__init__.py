@@ -5,5 +5,5 @@ The reference algorithm calls a kernel with ``xp=TORCH`` and ``grad=False``: aut
 differentiates the value. The numpy engine calls it with ``xp=NUMPY`` and back-propagates
 the returned gradient by hand through the networks; the fused torch loss calls it with
 ``xp=TORCH`` outside autograd. A term added to a kernel (value and gradient, side by side)
-reaches every path; tests/test_accel_parity.py checks the gradient against autograd.
+reaches every path; tests/unit/test_accel_parity.py checks the gradient against autograd.
 """

@@ -1,0 +1,156 @@
+"""The EXARL workflow configurations (examples/configs/exarl/) train from the command line,
+and a collection-only run writes its results file. Every file of that directory is run by
+a test: from the command line here, or trained to a return threshold from the file by the
+learning test named in ``LEARNED_ELSEWHERE``; a file in neither list is run by
+``test_exarl_config_trains``, so that a configuration added there is covered without naming it.
+
+The command-line runs check the command line's part (the file, its overrides, the run
+directory and the metrics each workflow adds), with the smallest budget that has the
+learner update: whether a workflow learns is its learning test's claim."""
+
+import csv
+import os
+
+import pytest
+import yaml
+
+from pytorchrl.config import build_learner, load_config
+
+from cli_helpers import REPO, pytorchrl, source_of_test
+from distributed_fixtures import LayoutProbe
+from learning_helpers import greedy_returns_along_run
+
+EXARL = os.path.join(REPO, "examples", "configs", "exarl")
+#: Every configuration of the directory, by name.
+CONFIGS = sorted(f[:-len(".yaml")] for f in os.listdir(EXARL) if f.endswith(".yaml"))
+#: Configurations with a test of their own below.
+OWN_TESTS = ("exarl-a2c-sync", "exarl-a2c-async", "exarl-async", "exarl-random", "exarl-seed", "exarl-seed-a2c",
+             "exarl-rma", "exarl-ml-rma-queue-short")
+#: Configurations that a learning test builds from their file and trains to a return
+#: threshold (test file, and the test): a short command-line run of the same file would
+#: prove nothing more than the command-line runs of the other workflows do.
+LEARNED_ELSEWHERE = {
+    "exarl-sync": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
+    "exarl-multi-learner-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
+    "exarl-nonblocking-async": ("test_weight_pull", "test_exarl_nonblocking_async_learns_cartpole"),
+    "exarl-rma-window-random": ("test_queues", "test_rma_workflow_learns"),
+    "exarl-rma-window-binned": ("test_queues", "test_rma_workflow_learns"),
+    "exarl-rma-queue-pop-all": ("test_queues", "test_rma_workflow_learns"),
+    "exarl-ml-rma-queue": ("test_queues", "test_rma_workflow_learns"),
+}
+#: DQN's workflows update once start_steps (500) transitions are in; with two learners
+#: (exarl-ml-rma-queue-short) each learner's replay holds about half of them.
+STEPS = 1000
+
+
+def train_from_file(tmp_path, name, steps=STEPS, timeout=180):
+    """Train examples/configs/exarl/NAME.yaml for ``steps`` env steps from the command line;
+    checks the exit, steps and updates, and returns the run directory."""
+    run_dir = tmp_path / "run"
+    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), f"learner.target_steps={steps}",
+                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["env_steps"] >= steps and summary["updates"] > 0
+    return run_dir
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["exarl-a2c-sync", "exarl-a2c-async"])
+def test_exarl_a2c_config_trains_once_per_episode(tmp_path, name):
+    # (exarl-random: the test below.) With EXARL's outputs: per-step logs and the plot.
+    run_dir = tmp_path / "run"
+    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=1000",
+                     "learner.tensorboard=false", "scheme.col_step_logs=true", "learner.plot_at_end=true",
+                     f"run_dir={run_dir}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["env_steps"] >= 1000
+    # One A2C step per whole episode: about 22 steps each (random CartPole) at the start.
+    assert 1000 / 200 < summary["updates"] < 1000 / 8
+    logs = sorted(p.name for p in (run_dir / "steps").iterdir())
+    assert logs == (["steps_g0_c0.csv"] if name == "exarl-a2c-sync" else ["steps_g0_c1.csv", "steps_g0_c2.csv"])
+    rows = sum(len(list(csv.DictReader(open(run_dir / "steps" / f)))) for f in logs)
+    assert rows >= summary["env_steps"]     # (async: steps of rollouts still out at the end too)
+    assert summary["plot"] == str(run_dir / "reward_vs_time.png") and os.path.getsize(summary["plot"]) > 1000
+
+
+@pytest.mark.timeout(300)
+def test_exarl_async_config_trains_with_collector_targets(tmp_path):
+    train_from_file(tmp_path, "exarl-async")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["exarl-seed", "exarl-seed-a2c"])
+def test_exarl_seed_configs_train_through_the_inference_server(tmp_path, name):
+    run_dir = train_from_file(tmp_path, name)
+    # The server's counters reach metrics.csv.
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    assert float(rows[-1]["Inference/MeanBatch"]) >= 1.0 and int(rows[-1]["Inference/Calls"]) > 0
+
+
+@pytest.mark.timeout(300)
+def test_random_writes_its_results_from_the_command_line(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = pytorchrl("train", os.path.join(EXARL, "exarl-random.yaml"), "learner.target_episodes=12",
+                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = list(csv.DictReader(open(run_dir / "results.csv")))
+    # Exactly the budget: two collectors share the next-episode counter.
+    assert [int(r["episode"]) for r in rows] == list(range(1, 13))
+    assert {r["policy"] for r in rows} == {"random"} and {r["col_worker"] for r in rows} <= {"1", "2"}
+    assert sum(int(r["length"]) for r in rows) == int(rows[-1]["env_steps"])
+    assert all(float(r["return"]) == int(r["length"]) for r in rows)    # CartPole: 1 per step
+    assert "results: 12 episodes over " in proc.stdout and "policy random: mean return" in proc.stdout
+    summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
+    assert summary["episodes"] == 12 and summary["results"] == str(run_dir / "results.csv")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", [n for n in CONFIGS if n not in OWN_TESTS and n not in LEARNED_ELSEWHERE])
+def test_exarl_config_trains(tmp_path, name):
+    # A replay-server configuration samples once scheme.replay_server.min_size_to_sample
+    # transitions are in (drl-actor-model: 1,000; 3 updates at 1,024 steps, ~125 at 2,000).
+    server = load_config(os.path.join(EXARL, f"{name}.yaml"))["scheme"]["replay_server"] or {}
+    min_size = server.get("min_size_to_sample", 0)
+    train_from_file(tmp_path, name, steps=max(STEPS, 2 * min_size))
+
+
+def test_every_exarl_config_is_run_by_a_test():
+    assert set(OWN_TESTS) <= set(CONFIGS), sorted(set(OWN_TESTS) - set(CONFIGS))
+    assert set(LEARNED_ELSEWHERE) <= set(CONFIGS), sorted(set(LEARNED_ELSEWHERE) - set(CONFIGS))
+    assert "drl-actor-model" in CONFIGS           # (run by test_exarl_config_trains)
+    for name, (module, test) in LEARNED_ELSEWHERE.items():
+        # The learning test exists and its file names the configuration.
+        assert source_of_test(module, test) and f'"{name}' in source_of_test(module), (name, module, test)
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", ["exarl-rma", "exarl-ml-rma-queue-short"])
+def test_exarl_rma_config_trains_from_the_command_line(tmp_path, name):
+    # (All six RMA workflows learn in tests/distributed/test_queues.py; here one learner and two
+    # learners with per-learner queues run from their files, with the queue metrics.)
+    run_dir = train_from_file(tmp_path, name, steps=STEPS if name == "exarl-rma" else 2 * STEPS)
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    last = rows[-1]
+    assert int(last["Queues/PoppedRollouts"]) > 0 and int(last["Queues/Puts"]) >= int(last["Queues/PoppedRollouts"])
+    assert int(last["Queues/MaxSize"]) <= (1 if name == "exarl-rma" else 4)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name,steps", [("exarl-sync", 10000), ("exarl-a2c-sync", 20000), ("exarl-a2c-async", 20000),
+                                        ("exarl-multi-learner-async", 8000)])
+def test_exarl_workflow_learns_cartpole(ray_session, name, steps):
+    # (The other workflows' learning checks: test_collector_targets, test_weight_pull,
+    # test_queues, test_inference_server, test_replay_server.) The run ends at the bar.
+    learner = build_learner(load_config(os.path.join(EXARL, f"{name}.yaml"),
+                                        [f"learner.target_steps={steps}", "learner.tensorboard=false"]))
+    try:
+        probe = LayoutProbe(learner)
+        returns = greedy_returns_along_run(learner, first=2000, every=1000, stop_at=60, on_infos=probe.observe)
+        collected = learner.num_samples_collected
+        probe.check(name, learner.get_metrics(add_scheme_metrics=True))
+    finally:
+        learner.stop()
+    print(name, collected, "greedy returns", [round(r, 1) for r in returns])
+    # Random CartPole: about 22 an episode; an untrained greedy policy: about 10.
+    assert max(returns) >= 60, returns

@@ -1,0 +1,226 @@
+"""A run spread over two real Ray nodes: ``ray start`` in two network namespaces joined by a
+veth (see ``netns_cluster.py``), the driver in the head's namespace joining through
+RAY_ADDRESS as a user's run would.
+
+Skipped (with the reason) where network namespaces cannot be made: not root, or a kernel
+or sandbox that refuses ``ip netns add``.
+"""
+
+import json
+import os
+import textwrap
+
+import pytest
+
+from cli_helpers import TESTS
+from netns_cluster import NetnsCluster
+
+
+pytestmark = [pytest.mark.timeout(240)]
+
+#: Collection rounds of the run; each gathers one rollout (VEC_ENV x ROLLOUT steps) from
+#: every collection worker (synchronous collection, no preemption), which PPO then trains on
+#: for several learner steps (epochs x mini-batches).
+ROUNDS, VEC_ENV, ROLLOUT, COLLECTORS = 3, 8, 32, 2
+TARGET = ROUNDS * COLLECTORS * VEC_ENV * ROLLOUT
+
+# The driver: PPO on CartPole with two remote collection workers of 1 CPU each on a cluster
+# whose two nodes have 1 CPU each, so Ray can only place one collector on each node. It
+# prints the facts as one JSON line; the test judges them.
+_DRIVER = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, {tests!r})
+    import ray, torch
+    from pytorchrl.learner import Learner
+    from pytorchrl.scheme import Scheme
+    from distributed_fixtures import factories, register_for_ray
+
+    register_for_ray()
+    torch.manual_seed(0)
+    scheme = Scheme(**factories(vec_env_size={vec_env}, rollout_size={rollout}), num_col_workers={collectors},
+                    col_workers_resources={{"num_cpus": 1}})
+    try:
+        # Joined through RAY_ADDRESS by the scheme itself (ensure_ray), not by this script.
+        nodes = [{{"node_id": n["NodeID"], "ip": n["NodeManagerAddress"], "alive": n["Alive"],
+                  "custom": sorted(k for k in n["Resources"] if k in ("node_a", "node_b"))}} for n in ray.nodes()]
+        # Which network namespace each worker process is in, read from the kernel while it runs.
+        workers = [{{"node_id": node, "pid": pid, "netns": os.stat(f"/proc/{{pid}}/ns/net").st_ino}}
+                   for node, pid in scheme.process_info()]
+        learner = Learner(scheme, target_steps={target})
+        while not learner.done():
+            learner.step()
+        facts = dict(nodes=nodes, workers=workers, updates=learner.num_updates,
+                     env_steps=learner.num_samples_collected, episodes=learner.num_episodes,
+                     driver_netns=os.stat("/proc/self/ns/net").st_ino)
+    finally:
+        scheme.stop()
+    # A joined cluster is left running by the scheme.
+    facts["ray_still_initialized"] = ray.is_initialized()
+    print("FACTS " + json.dumps(facts), flush=True)
+""")
+
+
+def _facts(stdout):
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("FACTS ")]
+    assert len(lines) == 1, stdout[-3000:]
+    return json.loads(lines[0][len("FACTS "):])
+
+
+def test_ppo_run_spread_over_two_ray_nodes():
+    with NetnsCluster(num_cpus=1) as cluster:
+        script = _DRIVER.format(tests=TESTS, vec_env=VEC_ENV, rollout=ROLLOUT, collectors=COLLECTORS, target=TARGET)
+        proc = cluster.run_driver(script, timeout=180)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+        facts = _facts(proc.stdout)
+        inodes = cluster.netns_inodes()
+        pids = cluster.pids()
+    # Leaving the cluster killed its processes (checked by pid inside) and deleted the namespaces.
+    assert not any(os.path.exists(f"/run/netns/{ns}") for ns in (cluster.ns_a, cluster.ns_b))
+    assert pids and not [p for p in pids if os.path.exists(f"/proc/{p}/ns/net")]
+
+    # The cluster: the two nodes made by ray start, at their veth addresses.
+    nodes = {n["node_id"]: n for n in facts["nodes"]}
+    assert all(n["alive"] for n in nodes.values()), nodes
+    assert sorted(n["ip"] for n in nodes.values()) == sorted([cluster.ip_a, cluster.ip_b])
+    assert facts["driver_netns"] == inodes["a"], "the driver did not run on node A"
+
+    # One collection worker on each node, as Ray reports it (node ids) and as the kernel
+    # does (the network namespace of each worker's process).
+    workers = facts["workers"]
+    assert len(workers) == COLLECTORS, workers
+    assert sorted(nodes[w["node_id"]]["custom"][0] for w in workers) == ["node_a", "node_b"], (workers, nodes)
+    for w in workers:
+        expected = inodes["a"] if nodes[w["node_id"]]["custom"] == ["node_a"] else inodes["b"]
+        assert w["netns"] == expected, f"worker {w} does not run in the namespace of its node"
+    assert len({w["pid"] for w in workers}) == COLLECTORS
+
+    # A real run: every round brought one rollout of each collector, and the policy trained on them.
+    assert facts["env_steps"] == TARGET
+    assert facts["updates"] >= ROUNDS
+    assert facts["episodes"] > 0
+    assert facts["ray_still_initialized"], "the scheme shut down a cluster it had joined"
+
+
+# ------------------------------------------------------------------ losing node B
+#: Ray declares a node dead after 3 missed health checks 0.5 s apart (about 1.5 s) instead
+#: of its default of about 15 s.
+FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
+
+# A driver whose run loses node B. It holds one CPU of node A with a placeholder actor while
+# the scheme starts (so that one worker of each pair goes to node B), frees it, trains a few
+# updates, prints READY with where each worker runs and waits for a line on stdin: the test
+# kills node B meanwhile. Then it trains to the target and prints the facts as one JSON line
+# (or the one-line error that ended the run).
+_NODE_LOSS_DRIVER = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, {tests!r})
+    import ray, torch
+    from pytorchrl.learner import Learner
+    from pytorchrl.scheme import Scheme
+    from pytorchrl.scheme.base.faults import WorkerFailure
+    from distributed_fixtures import factories, register_for_ray
+
+    register_for_ray()
+    torch.manual_seed(0)
+    ray.init()
+    layout = {layout!r}
+    hold = None
+    if {hold_a_cpu}:
+        Hold = type("Hold", (), {{"ping": lambda self: 1}})
+        hold = ray.remote(num_cpus=1, resources={{"node_a": 0.001}})(Hold).remote()
+        ray.get(hold.ping.remote())
+    kwargs = dict(num_col_workers=2, col_workers_resources={{"num_cpus": 1}}) if layout == "collectors" else \\
+        dict(num_grad_workers=2, grad_workers_resources={{"num_cpus": 1}}, decentralized_update_execution=True)
+    scheme = Scheme(**factories(vec_env_size={vec_env}, rollout_size={rollout}), **kwargs)
+    scheme.fault_policy.start_timeout_s = 20   # (the driver's worker sets share this policy)
+    learner = Learner(scheme, target_steps={target})
+    events = []
+    learner.on_worker_event = events.append
+    node_of = {{n["NodeID"]: ("a" if "node_a" in n["Resources"] else "b") for n in ray.nodes()}}
+    def placement():
+        return [node_of.get(node, "?") for node, _ in scheme.process_info()]
+    try:
+        if hold is not None:
+            ray.kill(hold)
+        for _ in range(3):
+            learner.step()
+        print("READY " + json.dumps(placement()), flush=True)
+        sys.stdin.readline()   # node B is killed meanwhile
+        error = None
+        try:
+            while not learner.done():
+                learner.step()
+        except WorkerFailure as exc:
+            error = str(exc)
+        facts = dict(error=error, events=events, env_steps=learner.num_samples_collected,
+                     restarts=learner.get_metrics(add_scheme_metrics=True)["Scheme/WorkerRestarts"])
+        if error is None:
+            facts["placement"] = placement()
+            if layout == "dd-ppo":
+                w0, w1 = ray.get([w.get_weights.remote() for w in scheme.update_worker.grad_workers.remote_workers()])
+                facts["identical_weights"] = all(torch.equal(w0[k], w1[k]) for k in w0)
+    finally:
+        scheme.stop()
+    print("FACTS " + json.dumps(facts), flush=True)
+""")
+
+
+def _lose_node_b(cluster, layout, hold_a_cpu, target):
+    """Run the node-loss driver on ``cluster``; kill node B once it is READY. Returns the
+    placement printed with READY (node of each remote worker) and the facts."""
+    script = _NODE_LOSS_DRIVER.format(tests=TESTS, layout=layout, hold_a_cpu=hold_a_cpu, vec_env=VEC_ENV,
+                                      rollout=ROLLOUT, target=target)
+    proc = cluster.start_driver(script)
+    seen = []
+    for line in proc.stdout:           # blocks on the driver's output, line by line
+        seen.append(line)
+        if line.startswith("READY "):
+            break
+    else:
+        out = cluster.finish_driver(proc)
+        pytest.fail("the driver ended before it was ready:\n" + "".join(seen)[-3000:] + out[-3000:])
+    placement = json.loads(line[len("READY "):])
+    cluster.kill_node_b()
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    out = cluster.finish_driver(proc, timeout=180)
+    assert proc.returncode == 0, "".join(seen)[-3000:] + out[-6000:]
+    return placement, _facts(out)
+
+
+@pytest.mark.parametrize("layout", ["collectors", "dd-ppo"])
+def test_run_survives_the_loss_of_node_b(layout):
+    """Node A has 2 CPUs, node B 1; one of the two workers (collection workers, or DD-PPO
+    gradient workers) runs on each node. Node B is killed mid-run: its worker is replaced on
+    node A and the run reaches its target steps (DD-PPO: the group formed again, identical
+    weights)."""
+    target = 8 * COLLECTORS * VEC_ENV * ROLLOUT
+    with NetnsCluster(num_cpus=1, num_cpus_a=2, system_config=FAST_HEALTH_CHECKS) as cluster:
+        placement, facts = _lose_node_b(cluster, layout, hold_a_cpu=True, target=target)
+    assert sorted(placement) == ["a", "b"], placement
+    assert facts["error"] is None, facts
+    assert facts["env_steps"] >= target
+    worker = "collection worker" if layout == "collectors" else "gradient worker"
+    lost = placement.index("b") + 1
+    assert facts["restarts"] == 1 and len(facts["events"]) == 1, facts
+    assert facts["events"][0].startswith(f"{worker} {lost} died (") and \
+        facts["events"][0].endswith("; replaced (restart 1 of 3)"), facts["events"]
+    assert facts["placement"] == ["a", "a"], facts
+    if layout == "dd-ppo":
+        assert facts["identical_weights"]
+
+
+def test_run_that_no_longer_fits_ends_with_one_line():
+    """Both nodes have 1 CPU, each runs one of two collection workers of 1 CPU: once node B
+    is lost the cluster cannot hold two, and the run ends with one line saying so (at once,
+    or once the replacement's start times out) instead of waiting for ever."""
+    with NetnsCluster(num_cpus=1, system_config=FAST_HEALTH_CHECKS) as cluster:
+        placement, facts = _lose_node_b(cluster, "collectors", hold_a_cpu=False, target=10 ** 6)
+    assert sorted(placement) == ["a", "b"], placement
+    error = facts["error"]
+    assert error and "\n" not in error, facts
+    lost = placement.index("b") + 1
+    assert error.startswith(f"collection worker {lost} died ("), error
+    assert ("it cannot be replaced: impossible resource request: 2 collection workers x 1 = 2 CPU, but the Ray "
+            "cluster has 1 CPU" in error) or "its replacement did not start within 20 s" in error, error
+    assert facts["restarts"] == 0

@@ -1,0 +1,322 @@
+"""The queue data path (scheme.data_path: queues, pytorchrl.scheme.workflows.queues):
+bounded queues with back-pressure, pop one/all, prefetch, binned/random selection, work
+stealing, per-learner routing, the lag bound, the episode budget's global end, refusals,
+and EXARL's six RMA workflows learning on a real local Ray."""
+
+import os
+import threading
+
+import pytest
+
+from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.scheme import Scheme
+from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.workflows.queues import (CLOSED, EMPTY, OK, TIMEOUT, QueueDataPath, QueueLink, QueueServer,
+                                               make_queue_server, queue_options)
+
+from cli_helpers import REPO, assert_one_line_error, pytorchrl, tiny, write_config
+from distributed_fixtures import LayoutProbe, factories, register_for_ray
+from learning_helpers import greedy_returns_along_run
+
+EXARL = os.path.join(REPO, "examples", "configs", "exarl")
+RMA_WORKFLOWS = ["exarl-rma", "exarl-rma-window-random", "exarl-rma-window-binned", "exarl-rma-queue-pop-all",
+                 "exarl-ml-rma-queue", "exarl-ml-rma-queue-short"]
+
+#: Two gradient workers (1, 2), each with collectors 1 and 2.
+GROUPS = {1: [1, 2], 2: [1, 2]}
+
+
+def rollout(tag):
+    """A stand-in rollout the server only stores and hands back."""
+    return {"tag": tag}
+
+
+def tags(items):
+    return [data["tag"] for data, _, _ in items]
+
+
+# ------------------------------------------------------------------ the server
+def test_a_full_queue_makes_the_collector_wait_and_never_exceeds_its_size():
+    server = QueueServer(GROUPS, size=2)
+    assert server.put((1, 1), rollout(0), 0) == OK and server.put((1, 1), rollout(1), 0) == OK
+    assert server.put((1, 1), rollout(2), 0, timeout=0) == TIMEOUT    # full: no room, nothing dropped
+    outcome = []
+    waiting = threading.Thread(target=lambda: outcome.append(server.put((1, 1), rollout(2), 0)))
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive() and server.sizes()[(1, 1)] == 2            # still waiting for room
+    assert tags(server.pop(1)[1]) == [0]                                  # a pop makes room ...
+    waiting.join(10)
+    assert outcome == [OK] and server.sizes()[(1, 1)] == 2                # ... and the put goes in
+    stats = server.stats()
+    assert stats["max_size"] == 2 and stats["puts"] == 3 and stats["put_blocked_s"] > 0
+    # Other collectors' queues are not held up by a full one.
+    assert server.put((1, 2), rollout(9), 0, timeout=0) == OK
+
+
+def test_pop_all_drains_the_queue_oldest_first():
+    server = QueueServer(GROUPS, size=4, pop="all")
+    for i in range(3):
+        server.put((1, 2), rollout(i), version=i)
+    outcome, items, stolen = server.pop(1)
+    assert outcome == OK and not stolen
+    assert tags(items) == [0, 1, 2] and [v for _, v, _ in items] == [0, 1, 2]
+    assert {c for _, _, c in items} == {(1, 2)} and server.sizes()[(1, 2)] == 0
+    assert server.stats()["pops"] == 1 and server.stats()["popped_rollouts"] == 3
+
+
+def test_binned_selection_reads_only_its_own_bin_oldest_head_first():
+    server = QueueServer(GROUPS, size=4, selection="binned")
+    server.put((1, 2), rollout("a"), 0)
+    server.put((2, 1), rollout("other"), 0)
+    server.put((1, 1), rollout("b"), 0)
+    server.put((1, 2), rollout("c"), 0)
+    popped = [tags(server.pop(1, timeout=0)[1]) for _ in range(3)]
+    assert popped == [["a"], ["b"], ["c"]]
+    # Its bin is empty: the other gradient worker's queue is not its to read.
+    assert server.pop(1, timeout=0) == (EMPTY, [], False)
+    assert tags(server.pop(2, timeout=0)[1]) == ["other"]
+
+
+def test_random_selection_reads_every_collectors_queue():
+    server = QueueServer(GROUPS, size=1, selection="random", seed=0)
+    seen = set()
+    for _ in range(20):
+        for g, cols in GROUPS.items():
+            for c in cols:
+                server.put((g, c), rollout(None), 0, timeout=0)
+        for _ in range(4):
+            _, items, stolen = server.pop(1, timeout=0)
+            seen |= {c for _, _, c in items}
+            assert not stolen                 # reading any collector is what random selection does
+    assert seen == {(1, 1), (1, 2), (2, 1), (2, 2)}
+
+
+def test_work_stealing_drains_another_group_once_its_own_is_finished():
+    server = QueueServer(GROUPS, size=4, pop="all", steal=True)
+    server.put((2, 1), rollout(0), 0)
+    server.put((2, 2), rollout(1), 0)
+    assert server.pop(1, finished=False, timeout=0)[0] == EMPTY      # its collectors may still put
+    outcome, items, stolen = server.pop(1, finished=True, timeout=0)
+    assert outcome == OK and stolen and tags(items) == [0]
+    assert tags(server.pop(1, finished=True, timeout=0)[1]) == [1]
+    assert server.pop(1, finished=True, timeout=0)[0] == EMPTY and server.stats()["stolen_pops"] == 2
+    # Without stealing a finished group stays empty.
+    no_steal = QueueServer(GROUPS, size=4)
+    no_steal.put((2, 1), rollout(0), 0)
+    assert no_steal.pop(1, finished=True, timeout=0)[0] == EMPTY
+
+
+def test_learner_route_puts_into_a_random_learner_queue_with_room():
+    server = QueueServer(GROUPS, size=2, route="learner", steal=True, seed=0)
+    assert sorted(server.queues) == [(1,), (2,)]
+    for i in range(4):
+        assert server.put((1, 1), rollout(i), 0, timeout=0) == OK
+    assert server.sizes() == {(1,): 2, (2,): 2}                       # a full queue is skipped
+    assert server.put((2, 2), rollout(4), 0, timeout=0) == TIMEOUT     # both full: the collector waits
+    assert len(server.pop(2, timeout=0)[1]) == 1
+
+
+def test_a_paused_server_admits_puts_and_a_stopped_one_ends_every_wait():
+    server = QueueServer(GROUPS, size=1)
+    server.put((1, 1), rollout(0), 0)
+    server.pause_sampling()       # the learner waits for its collectors: puts go in beyond the bound
+    assert server.put((1, 1), rollout(1), 0, timeout=0) == OK
+    server.resume_sampling()
+    assert server.put((1, 1), rollout(2), 0, timeout=0) == TIMEOUT
+    results = []
+    waiting = threading.Thread(target=lambda: results.append(server.pop(2)))
+    waiting.start()
+    server.stop()
+    waiting.join(10)
+    assert results == [(CLOSED, [], False)] and server.put((1, 1), rollout(3), 0) == CLOSED
+
+
+@pytest.mark.parametrize("options,words", [
+    ({"sizes": 2}, "unknown queues keys ['sizes']"),
+    ({"size": 0}, "size must be a positive integer"),
+    ({"pop": "some"}, "pop must be one of 'one', 'all'"),
+    ({"route": "learner", "selection": "random"}, "with route='learner' each gradient worker reads its own"),
+    ({"steal": "yes"}, "steal must be true or false"),
+])
+def test_bad_queue_options_are_refused(options, words):
+    with pytest.raises(ValueError) as info:
+        queue_options(options)
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"queues": {"size": 2}}, "queues options act with data_path='queues' only"),
+    ({"data_path": "queues", "num_col_workers": 1}, "needs remote collectors (num_col_workers >= 2)"),
+    ({"data_path": "queues", "num_col_workers": 2}, "needs asynchronous collection"),
+    ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async",
+      "replay_server": {"num_cpus": 0}}, "replay_server options have no effect with data_path='queues'"),
+    ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async", "num_grad_workers": 0},
+     "a collection-only scheme"),
+    ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async", "col_policy": "server"},
+     "col_policy='server' with data_path='queues' is not supported"),
+])
+def test_scheme_refuses_what_the_queue_path_cannot_run(kwargs, words):
+    import pytorchrl as prl
+    if kwargs.get("col_workers_communication") == "async":
+        kwargs["col_workers_communication"] = prl.ASYNC
+    with pytest.raises(ValueError) as info:
+        Scheme(**factories(), **kwargs)       # refused before any worker (or Ray) starts
+    assert words in str(info.value)
+
+
+def queue_config(scheme, **learner):
+    return tiny(scheme={"num_col_workers": 2, "col_workers_communication": "async", "data_path": "queues",
+                        **scheme}, learner={"target_steps": 1000, **learner})
+
+
+@pytest.mark.parametrize("config,path,words", [
+    (tiny(scheme={"queues": {"size": 2}}), "scheme.queues", "has no effect with scheme.data_path: direct"),
+    (queue_config({"queues": {"sise": 2}}), "scheme.queues.sise", "did you mean 'size'?"),
+    (queue_config({"queues": {"pop": "most"}}), "scheme.queues.pop", "one of 'one', 'all'"),
+    (queue_config({"col_workers_communication": "sync"}), "scheme.data_path", "needs scheme.col_workers_communication"),
+    (queue_config({"num_col_workers": 1}), "scheme.data_path", "needs remote collectors"),
+    (queue_config({"replay_server": {"num_cpus": 0}}), "scheme.replay_server", "has no effect with scheme.data_path: queues"),
+    (queue_config({"queues": {"route": "learner", "selection": "random"}}), "scheme.queues.selection",
+     "with route: learner"),
+    (queue_config({"col_policy": "server"}), "scheme.col_policy", "server with scheme.data_path: queues"),
+])
+def test_configuration_refuses_what_the_queue_path_cannot_use(config, path, words):
+    with pytest.raises(ConfigError) as info:
+        validate_config(config)
+    assert str(info.value).startswith(f"config error: {path}: ") and words in str(info.value), str(info.value)
+
+
+def test_a_resolved_queue_configuration_validates_again():
+    config = validate_config(queue_config({"queues": {"size": 2}}))
+    assert config["scheme"]["queues"] == {"size": 2, "pop": "one", "prefetch": True, "selection": "binned",
+                                          "steal": False, "route": "collector", "kind": "fifo", "end": "all",
+                                          "num_cpus": 0.25}
+    assert validate_config(config)["scheme"] == config["scheme"]
+
+
+def test_command_line_refuses_queues_with_synchronous_collectors(tmp_path):
+    path = write_config(tmp_path, queue_config({"col_workers_communication": "sync"}))
+    assert_one_line_error(pytorchrl("train", path, cwd=tmp_path), "scheme.data_path: queues needs")
+
+
+# ------------------------------------------------------------------------ Ray
+@pytest.fixture(scope="module")
+def ray_for_module(ray_session):
+    register_for_ray()
+    return ray_session
+
+
+def test_prefetch_asks_for_the_next_pop_before_training(ray_for_module):
+    ray = ray_for_module
+    server = make_queue_server({0: [1, 2], 1: [1]}, queue_options({"num_cpus": 0}), remote=True)
+    try:
+        for i in range(2):
+            ray.get(server.put.remote((0, 1), rollout(i), i))
+        path = QueueDataPath(QueueLink(server, prefetch=True), group=0)
+        assert tags(path.pop(False)) == [0]
+        # Before this worker trains on rollout 0 its next pop is out: the server serves it
+        # meanwhile, and the next call only collects it.
+        assert path._prefetched is not None and path.prefetches == 1
+        ray.wait([path._prefetched], timeout=30)
+        assert ray.get(server.stats.remote())["held"] == 0
+        assert tags(path.pop(False)) == [1]
+        # (That pop returned data, so the next one is out again, waiting in the server.)
+        assert path._prefetched is not None and path.prefetches == 2
+        # It finds nothing; a rollout put after it returned is not lost: the next pop (its
+        # collectors finished) asks again instead of taking the empty answer.
+        ray.wait([path._prefetched], timeout=30)
+        ray.get(server.put.remote((0, 2), rollout(3), 0))
+        assert tags(path.pop(True)) == [3]
+        assert path._prefetched is None     # a finished worker asks nothing ahead: its next pop returns at once
+        no_prefetch = QueueDataPath(QueueLink(server, prefetch=False), group=1)
+        ray.get(server.put.remote((1, 1), rollout(2), 0))
+        assert tags(no_prefetch.pop(False)) == [2] and no_prefetch._prefetched is None
+    finally:
+        ray.kill(server)
+
+
+def _rma_learner(name, *overrides, test_env=False):
+    """The Learner of the workflow's example configuration, with ``overrides``."""
+    return build_learner(load_config(os.path.join(EXARL, f"{name}.yaml"),
+                                     ["learner.tensorboard=false", f"env.test_env={str(test_env).lower()}",
+                                      *overrides]))
+
+
+def test_the_lag_bound_drops_stale_rollouts_when_popped(ray_for_module):
+    ray = ray_for_module
+    learner = _rma_learner("exarl-rma", "scheme.max_policy_lag=1", "scheme.queues.selection=binned",
+                           "scheme.queues.pop=all", "learner.target_steps=100000")
+    try:
+        gw = learner.update_worker.local_worker
+        while gw.version < 3:
+            learner.step()
+        server = learner.scheme.queue_server
+        # A real rollout, put back as if played with version 0: three versions too old. (The
+        # collectors get their next requests when their reports are read.)
+        items = []
+        while not items:
+            gw.col_workers.collect(False)
+            _, items, _ = ray.get(server.pop.remote(0, False, 0.5))
+        stale = items[0][0]
+        ray.get(server.pause_sampling.remote())
+        ray.get(server.put.remote((0, 1), stale, 0))
+        ray.get(server.resume_sampling.remote())
+        dropped = gw.col_workers.stats["dropped_rollouts"]
+        stored = gw.storage.num_items
+        for _ in range(100):                    # pops (no training: the version stays)
+            gw._pop_queues()
+            if gw.col_workers.stats["dropped_rollouts"] > dropped:
+                break
+        assert gw.col_workers.stats["dropped_rollouts"] > dropped
+        # Only rollouts within the bound reached the storage and were reported.
+        assert all(lag <= 1 for lag in gw._round_info["policy_lags"])
+        assert gw.storage.num_items >= stored
+    finally:
+        learner.stop()
+
+
+def test_an_episode_budget_ends_with_every_episode_popped_and_queues_empty(ray_for_module):
+    # Two learners with work stealing: the run ends once both groups are done and every
+    # queue is empty, with exactly the budget's episodes run and all their data popped.
+    learner = _rma_learner("exarl-ml-rma-queue", "learner.target_episodes=16", "learner.target_steps=100000",
+                           "scheme.max_policy_lag=null")
+    try:
+        while not learner.done():
+            learner.step()
+        stats = learner.scheme.queue_stats()
+        assert learner.budget_spent and learner.num_episodes == 16
+        assert stats["held"] == 0 and stats["puts"] == stats["popped_rollouts"] >= 16
+        metrics = learner.get_metrics(add_scheme_metrics=True)
+        assert metrics["Queues/PoppedRollouts"] == stats["popped_rollouts"]
+    finally:
+        learner.stop()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", RMA_WORKFLOWS)
+def test_rma_workflow_learns(ray_for_module, name):
+    # Random CartPole play lasts about 22 steps, an untrained greedy policy fewer; these
+    # workflows reach greedy returns of 65-320 by 3500-5000 steps (6000 at most here).
+    steps, every, bar = 6000, 500, 60
+    learner = _rma_learner(name, f"learner.target_steps={steps}", "algorithm.test_every=1000000",
+                           test_env=True)
+    try:
+        probe = LayoutProbe(learner)
+        # The run ends once the bar is reached.
+        returns = greedy_returns_along_run(learner, first=1500, every=every, episodes=3, stop_at=bar,
+                                           on_infos=probe.observe)
+        metrics = learner.get_metrics(add_scheme_metrics=True)
+        stats = learner.scheme.queue_stats()
+        probe.check(name, metrics)
+    finally:
+        learner.stop()
+    assert max(returns) >= bar, returns
+    assert stats["popped_rollouts"] > 0 and metrics["Queues/PoppedRollouts"] == stats["popped_rollouts"]
+    assert stats["max_size"] <= PRESETS[name].scheme["queues"]["size"]
+    print(name, learner.num_samples_collected, returns)
+
+
+def test_a_queue_option_written_next_to_a_preset_keeps_its_other_options():
+    config = validate_config(tiny(scheme={"preset": "exarl-rma-queue-pop-all", "queues": {"size": 8}}))
+    assert config["scheme"]["queues"] == {**PRESETS["exarl-rma-queue-pop-all"].scheme["queues"], "size": 8}
