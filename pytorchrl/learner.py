@@ -41,7 +41,9 @@ class Learner:
     scheme : Scheme
         The training layout to drive.
     target_steps : int
-        Environment steps after which ``done()`` is True.
+        Environment steps after which ``done()`` is True. On the queue data path
+        (``Scheme.step_budget_on_data``) the collectors hand over about this many and
+        ``done()`` is True once their rollouts are all trained on.
     log_dir : str or None
         Directory for saved models (and, where used, logs); created if needed.
     schedules : list of Schedule or None
@@ -134,6 +136,11 @@ class Learner:
         self.plateau = False
         if target_episodes is not None:
             scheme.update_worker.set_episode_budget(int(target_episodes))
+        # On the queue data path the steps are a budget handed to the collectors: the run
+        # ends once their data is trained on (every queued rollout consumed).
+        self.steps_on_data = bool(getattr(scheme, "step_budget_on_data", False))
+        if self.steps_on_data:
+            scheme.update_worker.set_step_budget(int(target_steps))
         self.max_nonfinite_updates = max_nonfinite_updates
         self.checkpoint_replay = bool(checkpoint_replay)
         self.scheme = scheme
@@ -244,8 +251,10 @@ class Learner:
     def done(self):
         """True once ``target_steps`` environment steps have been collected, the episode
         budget (``target_episodes``) is trained on, or the returns stopped changing
-        (``cutoff``)."""
-        return self.num_samples_collected >= self.target_steps or self.budget_spent or self.plateau
+        (``cutoff``). On the queue data path the steps are a budget too: done once the
+        collectors have handed them over and every rollout queued is trained on."""
+        steps_done = not self.steps_on_data and self.num_samples_collected >= self.target_steps
+        return steps_done or self.budget_spent or self.plateau
 
     def write_episode_records(self, path, policy):
         """Write ``episode_records`` as CSV (one row per episode, with a ``policy`` column

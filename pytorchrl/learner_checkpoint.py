@@ -167,6 +167,8 @@ def load_checkpoint(learner, path):
         if learner.target_episodes is not None:
             # The collectors count from zero again: only the episodes still to run.
             uw.set_episode_budget(max(0, learner.target_episodes - metrics.num_episodes))
+        if learner.steps_on_data:
+            uw.set_step_budget(max(0, learner.target_steps - metrics.env_steps))
         metrics.episodes.clear()
         metrics.episodes.extend(ls["episodes"])
         metrics.episode_lengths.clear()

@@ -24,14 +24,15 @@ RECENT_EVENTS = 1000
 #: as ``col_<name>``) and the metric of their sum. The data servers' losses are counted
 #: where they are met (see ``pytorchrl.scheme.collection.server_links``).
 COL_COUNT_METRICS = {"dropped_rollouts": "Scheme/DroppedRollouts", "weight_pulls": "Scheme/WeightPulls",
-                     "weight_bytes": "Scheme/BytesToCollectors",
+                     "weight_bytes": "Scheme/BytesToCollectors", "proxy_weight_bytes": "Scheme/BytesToProxies",
                      "lost_inserts": "Replay/LostInserts", "lost_transitions": "Replay/LostTransitions",
                      "lost_samples": "Replay/LostSamples", "dropped_priorities": "Replay/DroppedPriorities",
                      "lost_rollouts": "Queues/LostRollouts", "lost_episodes": "Queues/LostEpisodes",
                      "resent_acts": "Inference/ResentActs"}
 #: Counters of the queue server (``QueueServer.stats``) and their ``Queues/`` names.
 QUEUE_METRICS = {"held": "Held", "puts": "Puts", "pops": "Pops", "popped_rollouts": "PoppedRollouts",
-                 "stolen_pops": "StolenPops", "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
+                 "stolen_pops": "StolenPops", "stolen_rollouts": "StolenRollouts", "overwritten": "Overwritten",
+                 "active_groups": "ActiveGroups", "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
                  "bytes_in": "BytesIn", "max_size": "MaxSize"}
 #: Keys of an update's information added up into ``Time/<key>``.
 TIME_KEYS = ("grad_time", "col_time", "prepare_time", "wait_time", "update_time", "collect_wait")

@@ -190,7 +190,8 @@ def test_configuration_refuses_what_the_queue_path_cannot_use(config, path, word
 def test_a_resolved_queue_configuration_validates_again():
     config = validate_config(queue_config({"queues": {"size": 2}}))
     assert config["scheme"]["queues"] == {"size": 2, "pop": "one", "prefetch": True, "selection": "binned",
-                                          "steal": False, "route": "collector", "num_cpus": 0.25}
+                                          "steal": False, "route": "collector", "kind": "fifo", "end": "all",
+                                          "num_cpus": 0.25}
     assert validate_config(config)["scheme"] == config["scheme"]
 
 
@@ -227,7 +228,7 @@ def test_prefetch_asks_for_the_next_pop_before_training(ray_for_module):
         ray.wait([path._prefetched], timeout=30)
         ray.get(server.put.remote((0, 2), rollout(3), 0))
         assert tags(path.pop(True)) == [3]
-        ray.get(path._prefetched)
+        assert path._prefetched is None     # a finished worker asks nothing ahead: its next pop returns at once
         no_prefetch = QueueDataPath(QueueLink(server, prefetch=False), group=1)
         ray.get(server.put.remote((1, 1), rollout(2), 0))
         assert tags(no_prefetch.pop(False)) == [2] and no_prefetch._prefetched is None

@@ -144,6 +144,16 @@ class ServerClient:
                 raise self.lost(exc) from None
             raise
 
+    def ready(self, ref, wait=True):
+        """Whether a call made to the server (a prefetched pop) has answered; with ``wait``,
+        waits for it (True). A dead server's call counts as answered: ``get`` raises
+        ``ServerLost`` for it."""
+        if wait or not self.remote:
+            return True
+        import ray
+        ready, _ = ray.wait([ref], timeout=0)
+        return bool(ready)
+
     def lost(self, exc):
         """The ``ServerLost`` saying that this client's server died of ``exc``."""
         return ServerLost(self.kind, self.generation, death_cause(exc))

@@ -93,7 +93,7 @@ class GWorker(Worker):
         return self.col_workers.local_worker()
 
     # ----------------------------------------------------------------- gradients
-    def step(self, return_grads=True, weights=None, version=None, pack_grads=None):
+    def step(self, return_grads=True, weights=None, version=None, pack_grads=None, wait_for_data=True):
         """Compute the gradient of the next mini-batch.
 
         Parameters
@@ -108,6 +108,11 @@ class GWorker(Worker):
             and count their bytes (``grad_raw_bytes``, ``grad_sent_bytes`` in the info).
             None: only when compression is on. The update worker asks for it on remote
             gradient workers.
+        wait_for_data : bool
+            Queue data path: with no mini-batch left and nothing in the queues, wait for a
+            rollout (True), or return at once without a gradient, ``no_data`` in the info
+            (False: a synchronous update of several gradient workers, which a worker
+            without data must not hold up). Other data paths always wait.
 
         Returns
         -------
@@ -120,10 +125,13 @@ class GWorker(Worker):
         if weights is not None:
             self.set_weights(weights, version)
         try:
-            batch = self._next_batch()
+            batch = self._next_batch(wait_for_data)
         except EpisodeBudgetSpent:
             # Every episode of the budget was handed over and trained on: no gradient.
             return None, self._take_round_info({"budget_spent": True, "version": self.version,
+                                                "index_worker": self.index_worker})
+        except NoDataYet:
+            return None, self._take_round_info({"no_data": True, "version": self.version,
                                                 "index_worker": self.index_worker})
         t0 = time.perf_counter()
         grads, algo_info = self.algo.compute_gradients(batch, return_grads=return_grads and not self.decentralized)
@@ -171,7 +179,13 @@ class GWorker(Worker):
         all (None: no limit); ``step`` then reports ``budget_spent`` once they are trained on."""
         return self.col_workers.set_episode_budget(episodes)
 
-    def _next_batch(self):
+    def set_step_budget(self, steps):
+        """Let this worker's collectors hand over about ``steps`` env steps in all (None: no
+        limit; see ``CWorkerSet.set_step_budget``); ``step`` then reports ``budget_spent``
+        once they are trained on."""
+        return self.col_workers.set_step_budget(steps)
+
+    def _next_batch(self, wait_for_data=True):
         if self._data_path is not None:
             return self._data_path.next_batch(self._collect_round)
         if self._queue_path is not None:
@@ -191,14 +205,15 @@ class GWorker(Worker):
                     return batch
                 self._batches = None
             if self._queue_path is not None:
-                self._pop_queues()
+                self._pop_queues(wait_for_data)
             else:
                 self._collect_round()
 
     def _read_reports(self):
         """Queue data path: read every collector report that has come (env steps, episodes;
         each collector reported gets its next request). Returns True once the collectors
-        have handed over the episode budget: nothing more will be queued by them."""
+        have handed over their budget and have no request out: nothing more will be queued
+        by them."""
         try:
             for _ in range(max(1, len(self.col_workers.remote_workers())) * self.col_workers.requests_in_flight):
                 if not self._collect_round(block=False):
@@ -207,20 +222,27 @@ class GWorker(Worker):
             return True
         return False
 
-    def _pop_queues(self):
+    def _pop_queues(self, wait=True):
         """Queue data path: read the collectors' reports, then pop rollouts into the
         storage, dropping those more than ``max_policy_lag`` versions old (counted with the
-        collector set's dropped rollouts). Once the collectors have handed over the episode
-        budget, their rollouts are still popped until this worker's queues (and, with
-        stealing, the others') are empty; only then is ``EpisodeBudgetSpent`` raised, so no
-        episode counted is left untrained."""
+        collector set's dropped rollouts). Once the collectors have handed over their
+        budget (episodes or env steps), their rollouts are still popped until this worker's
+        queues (and, with stealing, the others') are empty; only then is
+        ``EpisodeBudgetSpent`` raised, so no episode counted is left untrained (the pop
+        tells the queue server this worker's group is finished: EXARL's record of active
+        actors). Without ``wait``, ``NoDataYet`` is raised when nothing came at once."""
         finished = self._read_reports()
-        items = self._queue_path.pop(finished)
+        items = self._queue_path.pop(finished, wait)
         if items is None:
-            return   # the server died and was replaced: the reports are read again first
+            # The server died and was replaced: the reports are read again first.
+            if not wait:
+                raise NoDataYet()
+            return
         if not items:
             if finished:
                 raise EpisodeBudgetSpent(self.col_workers.episodes_received)
+            if not wait:
+                raise NoDataYet()
             return
         max_lag = self.col_workers.max_policy_lag
         lags = []
@@ -229,7 +251,7 @@ class GWorker(Worker):
             if max_lag is not None and lag > max_lag:
                 self.col_workers.stats["dropped_rollouts"] += 1
                 continue
-            self.storage.add_data(data)
+            self.storage.add_data(unpack(data))   # (packed by a collector that compresses)
             lags.append(lag)
         # Lags are those of the data trained on, known when popped (not when reported).
         info = self._round_info if self._round_info is not None else {"collected_samples": 0}
@@ -520,6 +542,11 @@ class GWorker(Worker):
         """Stop the collection workers and leave the distributed group (idempotent)."""
         self.col_workers.stop()
         self.leave_distributed()
+
+
+class NoDataYet(Exception):
+    """Raised by ``GWorker._pop_queues`` (asked not to wait) when the queues hold nothing
+    for this worker now: ``step`` returns no gradient, ``no_data`` in its information."""
 
 
 def _agent_factories(col_workers_factory):

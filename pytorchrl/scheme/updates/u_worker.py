@@ -5,6 +5,7 @@ import time
 import torch
 
 import pytorchrl as prl
+from pytorchrl.scheme.base.checks import check_communication
 from pytorchrl.scheme.base.faults import InFlight, death_cause, drain, failure_of, gather, raise_failure, worker_died
 from pytorchrl.scheme.base.servers import server_lost_of
 from pytorchrl.scheme.base.worker import Worker
@@ -42,6 +43,17 @@ class UWorker(Worker):
     collect_only : bool
         Collection-only scheme (one gradient worker, in this process): each ``step``
         collects one round and trains nothing (``GWorker.collect_only``).
+    budget_end : str
+        With a budget (``set_episode_budget``, ``set_step_budget``) and several gradient
+        workers: ``"all"`` (``step`` reports ``budget_spent`` once every gradient worker's
+        share is trained on) or ``"first"`` (as soon as one gradient worker's is: EXARL's
+        short multi-learner RMA queue, where the run ends when one learner can get no more
+        data from its own group).
+    queue_server : QueueServer, ray.actor.ActorHandle or None
+        The queue data path's server. Several synchronous gradient workers then step
+        without waiting for data (one without data sends no gradient and the others' are
+        applied: it does not hold them up); when none had data the update worker waits on
+        the server for a rollout before it asks again.
 
     Versions. A weight version is one publication of new weights: with one gradient
     worker, the weights its collectors get after an update round (``GWorker.publish``);
@@ -68,9 +80,13 @@ class UWorker(Worker):
     """
 
     def __init__(self, grad_workers_factory, index_worker=0, grad_communication=prl.SYNC,
-                 decentralized_update_execution=False, local_device=None, max_grad_lag=None, collect_only=False):
-        if grad_communication not in (prl.SYNC, prl.ASYNC):
-            raise ValueError(f"gradient communication must be prl.SYNC or prl.ASYNC, got {grad_communication!r}")
+                 decentralized_update_execution=False, local_device=None, max_grad_lag=None, collect_only=False,
+                 budget_end="all", queue_server=None):
+        if budget_end not in ("all", "first"):
+            raise ValueError(f"budget_end must be 'all' or 'first', got {budget_end!r}")
+        self.budget_end = budget_end
+        self.queue_server = queue_server
+        grad_communication = check_communication("gradient communication", grad_communication)
         if decentralized_update_execution and grad_communication == prl.ASYNC:
             raise ValueError("decentralized_update_execution needs synchronous gradient workers "
                              "(grad_workers_communication=prl.SYNC)")
@@ -183,9 +199,11 @@ class UWorker(Worker):
                 return [outcomes[i][0][1] for i in succeeded], t1
 
     def _step_sync(self):
+        # On the queue path a gradient worker without data answers at once (no gradient).
+        wait = self.queue_server is None
         while True:
             weights, version = self._weights(), self.version
-            outcomes = gather([w.step.remote(weights=weights, version=version, pack_grads=True)
+            outcomes = gather([w.step.remote(weights=weights, version=version, pack_grads=True, wait_for_data=wait)
                                for w in self.grad_workers.remote_workers()])
             t1 = time.perf_counter()
             self._raise_failures(outcomes)
@@ -200,12 +218,25 @@ class UWorker(Worker):
         # Gradient workers whose episode budget is spent send their last round's
         # information and no gradient; the run's budget is spent once all of theirs are.
         spent = [i.pop("budget_spent", False) for i in infos]
+        no_data = any([i.pop("no_data", False) for i in infos])
         results = [r for r in results if r[0] is not None]
+        if self.budget_end == "first" and any(spent):
+            # EXARL's short multi-learner queue: the first group that can get no more data ends the run.
+            results = []
         if not results:
-            infos[0].update(no_update=True, budget_spent=all(spent))
+            ended = all(spent) or (self.budget_end == "first" and any(spent))
+            infos[0].update(no_update=True, budget_spent=ended)
+            if no_data and not ended:
+                # Nobody had data: wait for a rollout instead of asking again at once.
+                from pytorchrl.scheme.workflows.queues import POP_POLL_S, QueueServer
+                from pytorchrl.scheme.workflows.replay_server import ServerClient
+                remote = not isinstance(self.queue_server, QueueServer)
+                ServerClient(self.queue_server, remote=remote).call("wait_for_data", POP_POLL_S)
             return infos, t1
-        # Those of the gradients used first: the update's outcome is written on infos[0].
-        infos = [i for _, i in results] + [i for i, was_spent in zip(infos, spent) if was_spent]
+        # Those of the gradients used first: the update's outcome is written on infos[0]. The
+        # workers that sent none (budget spent, no data) still report their collection.
+        used = {id(i) for _, i in results}
+        infos = [i for _, i in results] + [i for i in infos if id(i) not in used]
         grads = [self._unpack(g) for g, _ in results]
         averaged = [None if gs[0] is None else torch.stack(gs).mean(0) for gs in zip(*grads)]
         for _, info in results:
@@ -243,9 +274,9 @@ class UWorker(Worker):
                 continue
             t1 = time.perf_counter()
             if grads is None:
-                # Its episode budget is spent: it gets no new request.
+                # Its budget is spent: it gets no new request (with budget_end "first" the run ends).
                 info["no_update"] = True
-                info["budget_spent"] = not self._in_flight
+                info["budget_spent"] = not self._in_flight or self.budget_end == "first"
                 return [info], t1
             lag = self.version - info["version"]
             if self.max_grad_lag is not None and lag > self.max_grad_lag:
@@ -263,21 +294,31 @@ class UWorker(Worker):
     def set_episode_budget(self, episodes):
         """Let the collectors hand over at most ``episodes`` finished episodes in all (None:
         no limit), shared among the gradient workers (the first ones take one more when it
-        does not divide). Once they are all trained on, ``step`` reports ``budget_spent``.
-        Not with decentralized updates: a gradient worker that stops would leave its peers
-        waiting in their all-reduce."""
-        if episodes is not None and self.decentralized:
-            raise ValueError("an episode budget (learner.target_episodes) needs a central update: with "
-                             "decentralized_update_execution a gradient worker whose budget is spent would "
-                             "leave the others waiting in their all-reduce")
+        does not divide). Once they are all trained on (with ``budget_end="first"``: once
+        one gradient worker's are), ``step`` reports ``budget_spent``. Not with
+        decentralized updates: a gradient worker that stops would leave its peers waiting
+        in their all-reduce."""
+        return self._set_budget("set_episode_budget", episodes, "an episode budget (learner.target_episodes)")
+
+    def set_step_budget(self, steps):
+        """Let the collectors hand over about ``steps`` env steps in all (None: no limit),
+        shared among the gradient workers as ``set_episode_budget`` shares episodes; the
+        queue data path's budget (``learner.target_steps``), whose run ends once the data
+        is trained on."""
+        return self._set_budget("set_step_budget", steps, "a step budget on the queue data path")
+
+    def _set_budget(self, method, amount, words):
+        if amount is not None and self.decentralized:
+            raise ValueError(f"{words} needs a central update: with decentralized_update_execution a gradient "
+                             f"worker whose budget is spent would leave the others waiting in their all-reduce")
         remotes = self.grad_workers.remote_workers()
         if not remotes:
-            return self.local_worker.set_episode_budget(episodes)
+            return getattr(self.local_worker, method)(amount)
         n = len(remotes)
-        shares = [None if episodes is None else episodes // n + (i < episodes % n) for i in range(n)]
-        outcomes = gather([w.set_episode_budget.remote(share) for w, share in zip(remotes, shares)])
+        shares = [None if amount is None else amount // n + (i < amount % n) for i in range(n)]
+        outcomes = gather([getattr(w, method).remote(share) for w, share in zip(remotes, shares)])
         self._raise_failures(outcomes)
-        return episodes
+        return amount
 
     def _submit(self, worker):
         ref = worker.step.remote(weights=self._weights(), version=self.version, pack_grads=True)

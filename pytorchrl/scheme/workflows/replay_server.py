@@ -20,6 +20,7 @@ import torch
 from pytorchrl import INDEX, REW, TD_ERROR
 from pytorchrl.scheme.base.checks import check_non_negative, merge_options
 from pytorchrl.scheme.base.servers import ServerClient, ServerLost, ServerPath, ServerProcess
+from pytorchrl.scheme.transport import unpack
 from pytorchrl.scheme.workflows.rate_limiter import CLOSED, OK, TIMEOUT, RateLimiter
 
 #: Values of ``Scheme(data_path=...)`` and ``scheme.data_path`` ("queues": see
@@ -185,6 +186,7 @@ class ReplayServer(ServerProcess):
         str
             ``"ok"``, ``"timeout"`` or ``"closed"`` (the learner stopped: the data is dropped).
         """
+        data = unpack(data)   # (outside the limiter's lock: other threads insert and sample meanwhile)
         n = int(data[REW].shape[0])
         lim = self.limiter
         with lim.cond:
