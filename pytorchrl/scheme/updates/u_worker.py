@@ -86,6 +86,7 @@ class UWorker(Worker):
             raise ValueError(f"budget_end must be 'all' or 'first', got {budget_end!r}")
         self.budget_end = budget_end
         self.queue_server = queue_server
+        self._queue_generation = 0
         grad_communication = check_communication("gradient communication", grad_communication)
         if decentralized_update_execution and grad_communication == prl.ASYNC:
             raise ValueError("decentralized_update_execution needs synchronous gradient workers "
@@ -228,10 +229,7 @@ class UWorker(Worker):
             infos[0].update(no_update=True, budget_spent=ended)
             if no_data and not ended:
                 # Nobody had data: wait for a rollout instead of asking again at once.
-                from pytorchrl.scheme.workflows.queues import POP_POLL_S, QueueServer
-                from pytorchrl.scheme.workflows.replay_server import ServerClient
-                remote = not isinstance(self.queue_server, QueueServer)
-                ServerClient(self.queue_server, remote=remote).call("wait_for_data", POP_POLL_S)
+                self._wait_for_queued_data()
             return infos, t1
         # Those of the gradients used first: the update's outcome is written on infos[0]. The
         # workers that sent none (budget spent, no data) still report their collection.
@@ -355,6 +353,20 @@ class UWorker(Worker):
                 found = True
         return found
 
+    def _wait_for_queued_data(self):
+        """Wait (at most ``POP_POLL_S``) for a rollout in the queue server; a server found
+        dead meanwhile is replaced (the next step asks the gradient workers again)."""
+        from pytorchrl.scheme.base.servers import ServerClient, ServerLost
+        from pytorchrl.scheme.workflows.queues import POP_POLL_S, QueueServer
+        client = ServerClient(self.queue_server, remote=not isinstance(self.queue_server, QueueServer), kind="queue",
+                              generation=self._queue_generation)
+        try:
+            client.call("wait_for_data", POP_POLL_S)
+        except ServerLost as lost:
+            if self.servers is None:
+                raise
+            self.servers.recover(lost)
+
     # ------------------------------------------------------------------ servers
     def watch_servers(self, supervisor):
         """Have ``supervisor`` (the scheme's ``ServerSupervisor``) replace the data servers
@@ -381,6 +393,7 @@ class UWorker(Worker):
         popped += [value or {} for value, _ in remote]
         if kind != "queue":
             return
+        self.queue_server, self._queue_generation = server, int(generation)
         # Gradient worker i owns the rollouts of its collectors (index 0: this process's).
         dead = int(generation) - 1
         shares = [{dead: [0, 0]} for _ in workers]
