@@ -41,16 +41,19 @@ class Learner:
     scheme : Scheme
         The training layout to drive.
     target_steps : int
-        Environment steps after which ``done()`` is True.
+        Environment steps after which ``done()`` is True. On the queue data path
+        (``Scheme.step_budget_on_data``) the collectors hand over about this many and
+        ``done()`` is True once their rollouts are all trained on.
     log_dir : str or None
         Directory for saved models (and, where used, logs); created if needed.
     schedules : list of Schedule or None
         Planned parameter changes (see ``pytorchrl.schedules``), applied between updates
         through the same hot-swap path as ``update_algorithm_parameter``.
     checkpoint_replay : bool
-        Save the contents of the (local gradient worker's) replay storage in checkpoints,
-        so that a resumed run continues with them; costs the buffer's size on disk. Only
-        for replay storages.
+        Save the contents of the replay (the replay server's, or the local gradient
+        worker's replay storage) in checkpoints, so that a resumed run continues with them;
+        costs the buffer's size on disk. Only for replay storages. A replay server that
+        dies is replaced with the contents of the last checkpoint (else it starts empty).
     max_nonfinite_updates : int or None
         Updates skipped in a row for NaN or infinite gradients after which ``step`` raises
         ``NonFiniteUpdatesError`` (None: never). An update whose gradient is not finite is
@@ -87,9 +90,10 @@ class Learner:
         Every finished training episode, in the order handed over: ``episode`` (1-based),
         ``return``, ``length``, ``grad_worker``, ``col_worker``, ``env_steps`` (when it was
         handed over) and ``time`` (seconds since the start); see ``write_episode_records``.
-    worker_restarts, env_restarts : int
-        Remote workers replaced after they died, and environments rebuilt after they
-        failed, since the start (``Scheme/WorkerRestarts``, ``Scheme/EnvRestarts``).
+    worker_restarts, env_restarts, server_restarts : int
+        Remote workers replaced after they died, environments rebuilt after they failed,
+        and data servers (replay, inference, queue server) replaced after they died, since
+        the start (``Scheme/WorkerRestarts``, ``Scheme/EnvRestarts``, ``Scheme/ServerRestarts``).
     worker_events : deque of (int, dict)
         (env step, event) of the latest restarts; each event's ``text`` is its log line.
     on_worker_event : callable
@@ -132,6 +136,11 @@ class Learner:
         self.plateau = False
         if target_episodes is not None:
             scheme.update_worker.set_episode_budget(int(target_episodes))
+        # On the queue data path the steps are a budget handed to the collectors: the run
+        # ends once their data is trained on (every queued rollout consumed).
+        self.steps_on_data = bool(getattr(scheme, "step_budget_on_data", False))
+        if self.steps_on_data:
+            scheme.update_worker.set_step_budget(int(target_steps))
         self.max_nonfinite_updates = max_nonfinite_updates
         self.checkpoint_replay = bool(checkpoint_replay)
         self.scheme = scheme
@@ -162,6 +171,7 @@ class Learner:
     episode_records = _kept_by("metrics", "episode_records", "See the class docstring.")
     worker_restarts = _kept_by("metrics", "worker_restarts", "See the class docstring.")
     env_restarts = _kept_by("metrics", "env_restarts", "See the class docstring.")
+    server_restarts = _kept_by("metrics", "server_restarts", "See the class docstring.")
     worker_events = _kept_by("metrics", "worker_events", "See the class docstring.")
     on_worker_event = _kept_by("metrics", "on_worker_event", "See the class docstring.")
     bytes_from_collectors = _kept_by("metrics", "bytes_from_collectors", "See the class docstring.")
@@ -241,8 +251,10 @@ class Learner:
     def done(self):
         """True once ``target_steps`` environment steps have been collected, the episode
         budget (``target_episodes``) is trained on, or the returns stopped changing
-        (``cutoff``)."""
-        return self.num_samples_collected >= self.target_steps or self.budget_spent or self.plateau
+        (``cutoff``). On the queue data path the steps are a budget too: done once the
+        collectors have handed them over and every rollout queued is trained on."""
+        steps_done = not self.steps_on_data and self.num_samples_collected >= self.target_steps
+        return steps_done or self.budget_spent or self.plateau
 
     def write_episode_records(self, path, policy):
         """Write ``episode_records`` as CSV (one row per episode, with a ``policy`` column
@@ -287,18 +299,26 @@ class Learner:
             bytes handed over by remote collectors, packed or inserted into a replay server,
             since the start) and ``BytesToCollectors`` (weight bytes they loaded: carried by
             their requests, or pulled from the weight board, since the start), ``WeightPulls``
-            (weight versions collectors pulled mid-rollout, ``scheme.col_weights: pull``), and the restarts since the start: ``WorkerRestarts``
-            (remote workers replaced after they died) and ``EnvRestarts`` (environments
-            rebuilt after they failed), and ``SkippedUpdates``: updates skipped since the start
-            because their gradients were not finite. On the replay-server data path also
-            ``Replay/InsertsPerS`` and ``Replay/SamplesPerS`` (transitions per second since the
-            previous call), ``Replay/MeasuredRatio`` (sampled per inserted past the warm-up,
-            since the start), ``Replay/Size``, ``Replay/InsertBlockedS`` and
-            ``Replay/SampleBlockedS`` (seconds each side waited, since the start). With an
+            (weight versions collectors pulled mid-rollout, ``scheme.col_weights: pull``), and
+            the restarts since the start: ``WorkerRestarts`` (remote workers replaced after
+            they died), ``EnvRestarts`` (environments rebuilt after they failed) and
+            ``ServerRestarts`` (data servers replaced after they died), and
+            ``SkippedUpdates``: updates skipped since the start because their gradients were
+            not finite. On the replay-server data path also ``Replay/InsertsPerS`` and
+            ``Replay/SamplesPerS`` (transitions per second since the previous call),
+            ``Replay/MeasuredRatio`` (sampled per inserted past the warm-up, since the start),
+            ``Replay/Size``, ``Replay/InsertBlockedS`` and ``Replay/SampleBlockedS`` (seconds
+            each side waited, since the start), and, once a replay server died, what died
+            with it since the start: ``Replay/LostInserts`` and ``Replay/LostTransitions``
+            (rollouts being inserted), ``Replay/LostSamples`` (mini-batches being sampled) and
+            ``Replay/DroppedPriorities`` (TD errors of mini-batches sampled from it). With an
             inference server (``col_policy="server"``) also ``Inference/MeanBatch``
             (observations per batched act, since the start), ``Inference/Calls`` (batched act
-            calls since the start), ``Inference/CallsPerS`` (since the previous call) and
-            ``Inference/MeanWaitMs`` (from a request's arrival to its batch, since the start).
+            calls since the start), ``Inference/CallsPerS`` (since the previous call),
+            ``Inference/MeanWaitMs`` (from a request's arrival to its batch, since the start)
+            and ``Inference/ResentActs`` (acts sent again to a replacement, since the start).
+            The queue path's ``Queues/LostRollouts`` and ``Queues/LostEpisodes`` count what
+            dead queue servers took with them (and puts that met them), since the start.
         add_time_metrics : bool
             Steps per second, elapsed time, seconds spent in each phase.
         """
@@ -412,10 +432,17 @@ class Learner:
         """
         return learner_checkpoint.load_checkpoint(self, path)
 
-    def training_state(self):
+    def training_state(self, replay=True):
         """The full training state as a dict: what ``save_checkpoint`` writes, in memory (its
-        tensors may share memory with the live networks; copy it before training on)."""
-        return learner_checkpoint.training_state(self)
+        tensors may share memory with the live networks; copy it before training on).
+
+        Parameters
+        ----------
+        replay : bool
+            Include the replay's contents (off-policy runs that checkpoint their replay); a
+            copy for another learner (``restore_state(copy=True)``) does without them.
+        """
+        return learner_checkpoint.training_state(self, replay=replay)
 
     def restore_state(self, state, source, copy=False):
         """Restore a ``training_state`` on every worker of the scheme.

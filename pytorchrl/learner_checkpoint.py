@@ -36,7 +36,7 @@ def refuse_nonfinite_weights(update_worker, path):
                              f"({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''})")
 
 
-def training_state(learner, extra=None):
+def training_state(learner, extra=None, path="the training state", replay=True):
     """The full training state of ``learner`` as a dict: what a checkpoint holds (see
     ``Learner.save_checkpoint``), and what a member of a population copies from another
     (``restore(..., copy=True)``). Its tensors may share memory with the live networks:
@@ -48,6 +48,12 @@ def training_state(learner, extra=None):
         The learner whose state is taken (the local copy of its weights is made current).
     extra : object or None
         Kept along under ``"extra"``.
+    path : str
+        Where the state goes (the checkpoint file), for the warning of a replay server
+        found dead (see ``replay_contents``).
+    replay : bool
+        Include the replay's contents (with ``learner.checkpoint_replay``); a member of a
+        population that copies another keeps its own, so the copy leaves them out.
     """
     learner.update_worker.sync_local_weights()
     local = learner.update_worker.local_worker
@@ -69,10 +75,12 @@ def training_state(learner, extra=None):
         "rng": {**ckpt.process_rng_state(), "actor": ckpt.generator_states(local.actor)},
         "extra": extra,
     }
-    if learner.checkpoint_replay:
+    if replay and learner.checkpoint_replay:
         # The replay's contents, counters and sampling state: a resumed run samples
-        # from the same transitions (local gradient worker's replay only).
-        state["replay"] = {"contents": local.storage.state_dict(), "rng": ckpt.generator_states(local.storage)}
+        # from the same transitions (the replay server's, or the local gradient worker's).
+        contents = replay_contents(learner, path)
+        if contents is not None:
+            state["replay"] = {"contents": contents, "rng": ckpt.generator_states(local.storage)}
     return state
 
 
@@ -92,7 +100,65 @@ def save_checkpoint(learner, path, extra=None, keep_previous=True):
         Keep the checkpoint being replaced as ``<stem>.prev<ext>``.
     """
     refuse_nonfinite_weights(learner.update_worker, path)
-    return ckpt.save_torch(ckpt.to_plain(training_state(learner, extra)), path, keep_previous=keep_previous)
+    state = training_state(learner, extra, path)
+    ckpt.save_torch(ckpt.to_plain(state), path, keep_previous=keep_previous)
+    if "replay" in state and learner.scheme.replay_server is not None:
+        # A replacement of the replay server starts from what this checkpoint holds.
+        learner.scheme.set_replay_snapshot(ReplaySnapshot(path, learner.metrics.env_steps))
+    return path
+
+
+def replay_contents(learner, path):
+    """The replay contents a checkpoint of ``learner`` saves (to ``path``): the replay
+    server's, or the local gradient worker's storage's. A replay server found dead gives
+    those of the last checkpoint instead (said with ``learner.on_warning``; None, and the
+    checkpoint keeps no replay, when there was none)."""
+    from pytorchrl.scheme.base.servers import ServerLost
+    scheme = learner.scheme
+    if scheme.replay_server is None:
+        return learner.update_worker.local_worker.storage.state_dict()
+    try:
+        return scheme.replay_contents()
+    except ServerLost as lost:
+        snapshot, contents, why = scheme.replay_snapshot, None, ""
+        if snapshot is not None:
+            try:
+                contents = snapshot()[0]
+            except (OSError, ValueError) as exc:
+                why = f" (those of the last checkpoint cannot be read: {' '.join(str(exc).split())})"
+        kept = f"the transitions saved at {snapshot.env_steps:,} env steps" if contents is not None else "no replay"
+        learner.on_warning(f"{path} keeps {kept}: {lost}{why}")
+        return contents
+
+
+class ReplaySnapshot:
+    """The replay server's contents saved with a checkpoint, read back from its file when a
+    replacement of the server needs them (``Scheme.set_replay_snapshot``).
+
+    Parameters
+    ----------
+    path : str
+        The checkpoint file.
+    env_steps : int
+        Its env steps (said in the restart's line).
+    """
+
+    def __init__(self, path, env_steps):
+        self.path = path
+        self.env_steps = int(env_steps)
+
+    def __call__(self):
+        """``(contents, env_steps)``.
+
+        Raises
+        ------
+        ValueError
+            The file cannot be read any more (``CheckpointError``), or holds no replay.
+        """
+        state = ckpt.read_checkpoint(self.path)
+        if "replay" not in state:
+            raise ValueError(f"{self.path} holds no replay")
+        return state["replay"]["contents"], self.env_steps
 
 
 def load_checkpoint(learner, path):
@@ -168,13 +234,18 @@ def restore(learner, state, source, copy=False):
         if learner.target_episodes is not None:
             # The collectors count from zero again: only the episodes still to run.
             uw.set_episode_budget(max(0, learner.target_episodes - metrics.num_episodes))
+        if learner.steps_on_data:
+            uw.set_step_budget(max(0, learner.target_steps - metrics.env_steps))
         learner.hot_swaps = [tuple(swap) for swap in ls["hot_swaps"]]
         metrics.restart_clock(ls["elapsed"])
         for sched, last in zip(learner.schedules, state.get("schedules", [])):
             sched.last_sent = last
         ckpt.set_generator_states(local.actor, state["rng"]["actor"], "actor")
         ckpt.set_process_rng_state(state["rng"])
-        if "replay" in state and hasattr(local.storage, "load_state_dict"):
+        if "replay" in state and learner.scheme.replay_server is not None:
+            learner.scheme.load_replay(state["replay"]["contents"])
+            learner.scheme.set_replay_snapshot(ReplaySnapshot(source, metrics.env_steps))
+        elif "replay" in state and hasattr(local.storage, "load_state_dict"):
             local.storage.load_state_dict(state["replay"]["contents"])
             ckpt.set_generator_states(local.storage, state["replay"]["rng"], "storage")
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
@@ -225,4 +296,4 @@ def check_fits(state, algo, actor, path):
 
 
 __all__ = ["save_model", "training_state", "save_checkpoint", "load_checkpoint", "restore", "check_fits",
-           "algorithm_name", "refuse_nonfinite_weights"]
+           "algorithm_name", "refuse_nonfinite_weights", "ReplaySnapshot"]

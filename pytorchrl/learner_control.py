@@ -39,10 +39,13 @@ class LearnerControl:
 
     def check(self, target, name, value, what):
         """Raise ValueError/TypeError unless ``name`` is a parameter of the algorithm
-        (``target`` "algorithm") or of the storage (else) that accepts ``value``; ``what``
-        names the parameter in the message (e.g. "scheduled algorithm parameter")."""
+        (``target`` "algorithm") or of the storage (else) that accepts ``value`` (type and,
+        for a change, range and fixed parameters: the component's ``check_update``); ``what``
+        names the parameter in the message (e.g. "scheduled algorithm parameter"). Returns
+        the value converted to the parameter's type."""
         component = self.algorithm() if target == "algorithm" else self.storage()
-        check_parameter(component.hyperparameters, name, value, what)
+        value = check_parameter(component.hyperparameters, name, value, what, owner=component)
+        return component.check_update(name, value)
 
     def update_algorithm_parameter(self, parameter_name, new_parameter_value, env_step):
         """Change an algorithm hyperparameter on every worker (see

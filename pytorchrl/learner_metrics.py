@@ -21,12 +21,18 @@ FPS_WINDOW_S = 10.0
 #: Worker restarts kept in ``Learner.worker_events``.
 RECENT_EVENTS = 1000
 #: Running counts of the collector sets (``CWorkerSet.stats``, reported per gradient worker
-#: as ``col_<name>``) and the ``Scheme/`` metric of their sum.
-COL_COUNT_METRICS = {"dropped_rollouts": "DroppedRollouts", "weight_pulls": "WeightPulls",
-                     "weight_bytes": "BytesToCollectors"}
+#: as ``col_<name>``) and the metric of their sum. The data servers' losses are counted
+#: where they are met (see ``pytorchrl.scheme.collection.server_links``).
+COL_COUNT_METRICS = {"dropped_rollouts": "Scheme/DroppedRollouts", "weight_pulls": "Scheme/WeightPulls",
+                     "weight_bytes": "Scheme/BytesToCollectors", "proxy_weight_bytes": "Scheme/BytesToProxies",
+                     "lost_inserts": "Replay/LostInserts", "lost_transitions": "Replay/LostTransitions",
+                     "lost_samples": "Replay/LostSamples", "dropped_priorities": "Replay/DroppedPriorities",
+                     "lost_rollouts": "Queues/LostRollouts", "lost_episodes": "Queues/LostEpisodes",
+                     "resent_acts": "Inference/ResentActs"}
 #: Counters of the queue server (``QueueServer.stats``) and their ``Queues/`` names.
 QUEUE_METRICS = {"held": "Held", "puts": "Puts", "pops": "Pops", "popped_rollouts": "PoppedRollouts",
-                 "stolen_pops": "StolenPops", "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
+                 "stolen_pops": "StolenPops", "stolen_rollouts": "StolenRollouts", "overwritten": "Overwritten",
+                 "active_groups": "ActiveGroups", "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
                  "bytes_in": "BytesIn", "max_size": "MaxSize"}
 #: Keys of an update's information added up into ``Time/<key>``.
 TIME_KEYS = ("grad_time", "col_time", "prepare_time", "wait_time", "update_time", "collect_wait")
@@ -65,8 +71,8 @@ class LearnerMetrics:
         Newest weight version (publication) seen in a gradient's information.
     test_reward : float or None
         Latest evaluation's mean return.
-    worker_restarts, env_restarts : int
-        Remote workers replaced and environments rebuilt since the start.
+    worker_restarts, env_restarts, server_restarts : int
+        Remote workers replaced, environments rebuilt and data servers replaced since the start.
     worker_events : deque of (int, dict)
         (env step, event) of the latest restarts.
     on_worker_event : callable
@@ -91,6 +97,7 @@ class LearnerMetrics:
         self.episode_lengths = collections.deque(maxlen=RECENT_EPISODES)
         self.worker_restarts = 0
         self.env_restarts = 0
+        self.server_restarts = 0
         self.worker_events = collections.deque(maxlen=RECENT_EVENTS)
         self.bytes_from_collectors = 0
         self.start_time = time.time()
@@ -134,6 +141,8 @@ class LearnerMetrics:
         for event in info.get("worker_events", ()):
             if event["kind"] == "env":
                 self.env_restarts += 1
+            elif event["kind"] == "server":
+                self.server_restarts += 1
             else:
                 self.worker_restarts += 1
             self.worker_events.append((self.env_steps, event))
@@ -254,10 +263,11 @@ class LearnerMetrics:
             m["Scheme/GradCompressionRatio"] = float(np.sum(s["GradBytesRaw"]) / max(1, np.sum(s["GradBytesSent"])))
         for stat, name in COL_COUNT_METRICS.items():
             if stat in self._col_counts:
-                m[f"Scheme/{name}"] = int(sum(self._col_counts[stat].values()))
+                m[name] = int(sum(self._col_counts[stat].values()))
         m["Scheme/BytesFromCollectors"] = self.bytes_from_collectors
         m["Scheme/WorkerRestarts"] = self.worker_restarts
         m["Scheme/EnvRestarts"] = self.env_restarts
+        m["Scheme/ServerRestarts"] = self.server_restarts
         m["Scheme/SkippedUpdates"] = skipped_updates
         dropped_grads = getattr(self.update_worker, "stats", {}).get("dropped_gradients", 0)
         if dropped_grads:

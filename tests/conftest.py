@@ -51,6 +51,11 @@ MARKERS = {
 #: Run order of the groups: unit tests first, the longest (learning) last.
 ORDER = ("subprocess", "ray", "learning")
 
+#: Tests that each take minutes, run first within their group: on two workers (``-n 2``) the
+#: longest test started last would leave the other worker idle while it finishes.
+LONGEST_FIRST = ("test_sac_script_learns_pendulum_with_two_collection_workers",
+                 "test_recurrent_ddqn_solves_what_feed_forward_ddqn_cannot_on_masked_cartpole")
+
 #: A learning test says so in its name (the repository's naming: what the test proves).
 LEARNING_NAME = re.compile(r"_(learns|solves|improves_over_random)(_|$)")
 
@@ -152,7 +157,8 @@ def pytest_collection_modifyitems(config, items):
         marked = {m.name for m in item.iter_markers()}
         return max((ORDER.index(m) + 1 for m in marked if m in ORDER), default=0)
 
-    items.sort(key=group)       # stable: file order within a group
+    # Stable: file order within a group, but for the longest tests.
+    items.sort(key=lambda item: (group(item), getattr(item, "originalname", "") not in LONGEST_FIRST))
 
 
 # ------------------------------------------------------------ run-time checks

@@ -60,6 +60,22 @@ def factories(env_fn=make_gym_env, env_kwargs=None, vec_env_size=8, rollout_size
     return dict(algo_factory=algo, actor_factory=actor, storage_factory=storage, train_envs_factory=train)
 
 
+def ddqn_factories(update_every=64, start_steps=32, hidden=16, replay=2000, **ddqn):
+    """Scheme keyword arguments (algo/actor/storage/train env factories) for DDQN on one
+    CartPole env per collector: a small Q-network, a ReplayBuffer of ``replay``; ``ddqn``:
+    more DDQN hyperparameters (``update_every`` is also a collector's rollout length)."""
+    from pytorchrl.agent.actors import OffPolicyActor
+    from pytorchrl.agent.algorithms import DDQN
+    from pytorchrl.agent.storages import ReplayBuffer
+    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1,
+                                                           seed=0)
+    algo, name = DDQN.create_factory(update_every=update_every, start_steps=start_steps, **ddqn)
+    actor = OffPolicyActor.create_factory(obs_space, action_space, name,
+                                          common_feature_extractor_kwargs={"hidden_sizes": [hidden]})
+    return dict(algo_factory=algo, actor_factory=actor, storage_factory=ReplayBuffer.create_factory(size=replay),
+                train_envs_factory=train)
+
+
 class SleepyStep(gym.Wrapper):
     """Sleeps ``delay`` seconds in every step: a straggling environment."""
 

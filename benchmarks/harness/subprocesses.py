@@ -83,7 +83,10 @@ def reexec_in_source(args, argv, flag="--_in-source"):
             f.write(diff)
         env["PYTORCHRL_BENCH_DIFF"] = path
     cmd = [sys.executable, os.path.abspath(sys.argv[0]), flag, *argv]
-    return subprocess.run(cmd, env=env, cwd=REPO).returncode
+    # In the measured tree: Ray puts its driver's working directory ahead of PYTHONPATH on
+    # its workers' sys.path, so from the repository they would import the live pytorchrl.
+    cwd = getattr(args, "ours_src", None) or REPO
+    return subprocess.run(cmd, env=env, cwd=cwd).returncode
 
 
 def run_json_worker(cmd, env, timeout, args=None, tag=None):

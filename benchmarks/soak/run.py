@@ -1,11 +1,22 @@
-"""Soak benchmark (issue 11): an asynchronous scheme trained for ``--minutes`` while one
-collector is SIGKILLed every ``--kill-every`` seconds; the run must reach its target steps,
+"""Soak benchmark (issues 11 and 22): a scheme trained for ``--minutes`` while one of its
+processes is SIGKILLed every ``--kill-every`` seconds; the run must reach its target steps,
 and the resident memory of its processes must not grow by more than 10% after warm-up.
 
-Layout: PPO on CartPole-v1 through the public API, ``Scheme(num_col_workers=2,
-col_workers_communication=prl.ASYNC)`` (2 remote collectors of 1 CPU, 8 CartPoles x 128
-steps per rollout), the learner in this process, in a local Ray instance started here with
-``ray.init(num_cpus=2)``.
+Layouts (``--layout``):
+
+- ``ppo-async`` (default, issue 11): PPO on CartPole-v1 through the public API,
+  ``Scheme(num_col_workers=2, col_workers_communication=prl.ASYNC)`` (2 remote collectors
+  of 1 CPU, 8 CartPoles x 128 steps per rollout), the learner in this process; the
+  collectors are killed in turn (1, 2, 1, ...).
+- ``drl-actor-model``, ``exarl-seed`` (issue 22): the example configuration of that preset
+  (``examples/configs/exarl/<layout>.yaml``: DDQN on CartPole-v1 through a replay server, or
+  through a central inference server); every kill picks a process at random among all the
+  remote ones: collectors, gradient workers (``--grad-workers 2`` makes drl-actor-model's
+  gradient workers remote: with one, it is the learner's own process) and the data server.
+  The figures add the kills and restarts by kind and what the deaths lost (the metrics
+  ``Replay/Lost*``, ``Inference/ResentActs``, ``Scheme/DroppedRollouts``).
+
+Every layout runs in a local Ray instance started here with ``ray.init(num_cpus=2)``.
 
 Run:
 1. Calibration: the Learner steps for ``--calibrate`` seconds (default 30, at most 15% of
@@ -15,12 +26,14 @@ Run:
    stops and reports the target missed.
 2. Kills: at every multiple of ``--kill-every`` seconds after the start of training, the
    process of one collector (its Ray actor's pid, from ``scheme.process_info()``) gets
-   SIGKILL; the collectors are killed in turn (1, 2, 1, ...). The library replaces dead
-   workers (``pytorchrl.scheme.base.faults``); its per-worker limit
-   (``max_worker_restarts``) is raised to the kills any one collector can get before the
-   deadline, so the limit is never what is measured (10 minutes, a kill every 2 minutes:
-   5 kills planned, at most 10 before the deadline, 5 per collector; the library default is
-   3).
+   SIGKILL; the collectors are killed in turn (1, 2, 1, ...), or, with a preset layout, a
+   process drawn at random (``--seed``) among the collectors, gradient workers and data
+   server (``scheme.server_processes()``). The library replaces dead workers and servers
+   (``pytorchrl.scheme.base.faults``, ``pytorchrl.scheme.base.servers``); its per-process
+   limit (``max_worker_restarts``) is raised to the kills any one process can get before
+   the deadline, so the limit is never what is measured (10 minutes, a kill every 2 minutes:
+   5 kills planned, at most 10 before the deadline, 5 per collector in turn, 10 for a
+   process drawn every time; the library default is 3).
 3. Metrics are read every 10 s (``learner.get_metrics``), as a training loop that logs does.
 4. Memory: a background thread samples the resident set size (RSS) of this process's whole
    tree every ``--sample-every`` seconds (psutil, else /proc), split into the driver (this
@@ -41,12 +54,15 @@ memory verdict is in the report and the summary, not the status).
 Usage:
     python benchmarks/soak/run.py                                  # 10 minutes, a kill every 120 s
     python benchmarks/soak/run.py --minutes 0.5 --kill-every 15    # smoke run (~1 min)
+    python benchmarks/soak/run.py --layout drl-actor-model --grad-workers 2 --kill-every 60
+    python benchmarks/soak/run.py --layout exarl-seed --kill-every 60
 """
 
 import argparse
 import csv
 import math
 import os
+import random
 import signal
 import statistics
 import sys
@@ -77,10 +93,23 @@ GROUP_NAMES = {"job": "driver + workers (this job)", "driver": "driver (learner)
                "tree": "whole tree"}
 METRICS_EVERY_S = 10.0
 PROGRESS_EVERY_S = 1.0
+#: Layouts (see the module docstring): the default kills collectors in turn; the presets'
+#: example configurations kill any remote process.
+LAYOUTS = ("ppo-async", "drl-actor-model", "exarl-seed")
+EXAMPLES = os.path.join(os.path.dirname(BENCH), "examples", "configs", "exarl")
+#: Metrics of what deaths lost, reported when the run has them.
+LOSS_METRICS = ("Scheme/DroppedRollouts", "Replay/LostInserts", "Replay/LostTransitions", "Replay/LostSamples",
+                "Replay/DroppedPriorities", "Inference/ResentActs", "Queues/LostRollouts", "Queues/LostEpisodes")
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description="Soak: async scheme, collectors killed in turn, memory growth.")
+    ap = argparse.ArgumentParser(description="Soak: a scheme whose processes are killed, memory growth.")
+    ap.add_argument("--layout", choices=LAYOUTS, default="ppo-async",
+                    help="ppo-async (default): collectors killed in turn; drl-actor-model, exarl-seed: any remote "
+                         "process (collector, gradient worker, data server) drawn at random")
+    ap.add_argument("--grad-workers", type=int, default=None,
+                    help="scheme.num_grad_workers of a preset layout (default: the preset's; 2 makes "
+                         "drl-actor-model's gradient workers remote, so that they are killed too)")
     ap.add_argument("--minutes", type=float, default=10.0, help="planned duration of training (default 10)")
     ap.add_argument("--kill-every", type=float, default=120.0, help="seconds between kills (default 120)")
     ap.add_argument("--calibrate", type=float, default=30.0,
@@ -110,6 +139,11 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.collectors < 2:
         ap.error("--collectors must be >= 2 (one collector runs in the learner's process)")
+    args.any_process = args.layout != "ppo-async"
+    if args.grad_workers is not None and not args.any_process:
+        ap.error("--grad-workers sets a preset layout's gradient workers (--layout drl-actor-model)")
+    if args.grad_workers is not None and args.grad_workers < 1:
+        ap.error("--grad-workers must be >= 1")
     if args.minutes <= 0 or args.kill_every <= 0 or args.sample_every <= 0:
         ap.error("--minutes, --kill-every and --sample-every must be positive")
     args.duration_s = 60.0 * args.minutes
@@ -120,7 +154,9 @@ def parse_args(argv=None):
     args.deadline_s = args.max_overrun * args.duration_s
     args.max_kills = int(args.deadline_s // args.kill_every)
     if args.max_worker_restarts is None:
-        args.max_worker_restarts = max(3, math.ceil(args.max_kills / args.collectors))
+        # A process drawn at random may be drawn every time.
+        args.max_worker_restarts = max(3, args.max_kills if args.any_process
+                                       else math.ceil(args.max_kills / args.collectors))
     return args
 
 
@@ -319,6 +355,41 @@ def build_scheme(args):
                   col_requests_in_flight=args.requests_in_flight, max_worker_restarts=args.max_worker_restarts)
 
 
+def build_preset_learner(args):
+    """The Learner of ``examples/configs/exarl/<args.layout>.yaml`` (its target set later by
+    the calibration), with the restart limit of ``args`` and ``--grad-workers``."""
+    from pytorchrl.config import load_config, validate_config
+    from pytorchrl.config.build import build_learner
+    overrides = ["learner.target_steps=1000000000000", "learner.tensorboard=false", f"seed={args.seed}",
+                 f"scheme.max_worker_restarts={args.max_worker_restarts}"]
+    if args.grad_workers is not None:
+        overrides += [f"scheme.num_grad_workers={args.grad_workers}", "scheme.grad_workers_resources={num_cpus: 0.25}"]
+    config = validate_config(load_config(os.path.join(EXAMPLES, f"{args.layout}.yaml"), overrides))
+    return build_learner(config)
+
+
+def remote_processes(scheme):
+    """[(kind, pid)] of every remote process of ``scheme`` that a kill may hit: ``collector``,
+    ``gradient worker``, or the data server's title (``replay server``)."""
+    import ray
+    from pytorchrl.scheme.base.servers import server_title
+    grads = {ray.get(w.process_info.remote())[1] for w in scheme.update_worker.grad_workers.remote_workers()}
+    out = [("gradient worker" if pid in grads else "collector", pid) for _, pid in scheme.process_info()]
+    return out + [(server_title(kind), pid) for kind, (_, pid) in sorted(scheme.server_processes().items())]
+
+
+def kind_of(line):
+    """The kind of process a restart line names ("collection worker 2 died ..." ->
+    "collector"), or None for an environment rebuilt."""
+    if "environments rebuilt" in line:
+        return None
+    if line.startswith("collection worker"):
+        return "collector"
+    if line.startswith("gradient worker"):
+        return "gradient worker"
+    return line.split(" died", 1)[0]
+
+
 def soak(args, log=print):
     """Build the scheme, train with kills and memory sampling; return (record, samples, kills).
 
@@ -327,9 +398,14 @@ def soak(args, log=print):
     from pytorchrl.learner import Learner
     torch.manual_seed(args.seed)
     t_build = time.perf_counter()
-    scheme = build_scheme(args)
+    if args.any_process:
+        learner = build_preset_learner(args)
+        scheme = learner.scheme
+    else:
+        scheme = build_scheme(args)
+        learner = Learner(scheme, target_steps=10 ** 12)   # set from the calibration
     build_s = time.perf_counter() - t_build
-    learner = Learner(scheme, target_steps=10 ** 12)   # set from the calibration
+    draw = random.Random(args.seed)
     # Restart lines; kills; (t, env steps) at most every PROGRESS_EVERY_S: the benchmark's own
     # bookkeeping must not grow with the number of updates (one tuple per update would add
     # ~12 MB to the driver over 10 minutes, more than the library under test).
@@ -359,27 +435,34 @@ def soak(args, log=print):
                     k = len(kills)
                     victim = k % args.collectors          # collector 1, 2, 1, ...
                     try:
-                        pid = scheme.process_info()[victim][1]
+                        if args.any_process:
+                            kind, pid = draw.choice(remote_processes(scheme))
+                            victim = None
+                        else:
+                            kind, pid = "collector", scheme.process_info()[victim][1]
                     except Exception as exc:  # the previous victim not replaced yet: try again shortly
                         log(f"  t={now:6.1f} s  kill postponed ({type(exc).__name__}: {exc})")
                         next_kill = now + 1.0
                     else:
                         os.kill(pid, signal.SIGKILL)
-                        kills.append({"record": "kill", "n": k + 1, "t_s": round(now, 2), "collector": victim + 1,
-                                      "pid": pid, "steps": int(learner.num_samples_collected)})
-                        log(f"  t={now:6.1f} s  SIGKILL collector {victim + 1} (pid {pid}) "
+                        name = kind if victim is None else f"collector {victim + 1}"
+                        kills.append({"record": "kill", "n": k + 1, "t_s": round(now, 2), "kind": kind,
+                                      "collector": None if victim is None else victim + 1, "pid": pid,
+                                      "steps": int(learner.num_samples_collected)})
+                        log(f"  t={now:6.1f} s  SIGKILL {name} (pid {pid}) "
                             f"at {int(learner.num_samples_collected):,} steps")
                         next_kill = args.kill_every * (math.floor(now / args.kill_every) + 1)
                 learner.step()
                 t = time.perf_counter() - t0
                 if t - progress[-1][0] >= PROGRESS_EVERY_S:
                     progress.append((t, int(learner.num_samples_collected)))
-                if learner.worker_restarts > restarts_seen:
+                restarts = learner.worker_restarts + learner.server_restarts
+                if restarts > restarts_seen:
                     # The learner counts a restart with the next round of its gradient worker.
                     waiting = [k for k in kills if "replaced_after_s" not in k]
-                    for kill in waiting[:learner.worker_restarts - restarts_seen]:
+                    for kill in waiting[:restarts - restarts_seen]:
                         kill["replaced_after_s"] = round(t - kill["t_s"], 2)
-                    restarts_seen = learner.worker_restarts
+                    restarts_seen = restarts
                     log(f"  t={t:6.1f} s  {events[-1] if events else 'restart counted'}")
                 if t >= next_metrics:
                     metrics = learner.get_metrics(add_episodes_metrics=True, add_scheme_metrics=True,
@@ -427,9 +510,12 @@ def soak(args, log=print):
         "train_wall_s": round(t_end, 2), "planned_s": args.duration_s, "deadline_s": args.deadline_s,
         "env_steps_per_s": round(steps / t_end, 1) if t_end > 0 else None, **calib,
         "kills": len(kills), "kill_times_s": [k["t_s"] for k in kills],
-        "killed_collectors": [k["collector"] for k in kills],
+        "killed_collectors": [k["collector"] for k in kills], "killed_kinds": [k["kind"] for k in kills],
         "replaced_after_s": [k.get("replaced_after_s") for k in kills],
         "worker_restarts": metrics.get("Scheme/WorkerRestarts", learner.worker_restarts),
+        "server_restarts": metrics.get("Scheme/ServerRestarts", learner.server_restarts),
+        "restarts_by_kind": count_kinds(kind_of(line) for line in events),
+        "losses": {key: metrics[key] for key in LOSS_METRICS if key in metrics},
         "env_restarts": metrics.get("Scheme/EnvRestarts", learner.env_restarts), "restart_lines": events,
         "dropped_rollouts": metrics.get("Scheme/DroppedRollouts"),
         "max_worker_restarts": args.max_worker_restarts, "updates": learner.num_updates,
@@ -446,6 +532,15 @@ def soak(args, log=print):
     return rec, samples, kills
 
 
+def count_kinds(kinds):
+    """{kind: how many} of ``kinds`` (None left out), in the order first met."""
+    out = {}
+    for kind in kinds:
+        if kind is not None:
+            out[kind] = out.get(kind, 0) + 1
+    return out
+
+
 # ------------------------------------------------------------------------ report
 def pct(v):
     return "–" if v is None else f"{100 * v:+.1f}%"
@@ -453,12 +548,22 @@ def pct(v):
 
 def render(rec, meta):
     mem = rec["memory"]
-    lines = [f"Async scheme: {meta['collectors']} remote collectors (num_cpus {meta['cpus_per_collector']:g}, "
-             f"{meta['envs_per_collector']} CartPole-v1 x {meta['rollout']} steps per rollout, "
-             f"col_requests_in_flight {meta['requests_in_flight']}), PPO learner in the driver, "
-             f"ray.init(num_cpus={meta['num_cpus']}); planned {meta['minutes']:g} min, SIGKILL of one collector "
-             f"(in turn) every {meta['kill_every']:g} s; max_worker_restarts {rec['max_worker_restarts']}.", ""]
-    kills = ", ".join(f"{k:g} s (collector {c})" for k, c in zip(rec["kill_times_s"], rec["killed_collectors"]))
+    layout = meta.get("layout", "ppo-async")
+    if layout == "ppo-async":
+        lines = [f"Async scheme: {meta['collectors']} remote collectors (num_cpus {meta['cpus_per_collector']:g}, "
+                 f"{meta['envs_per_collector']} CartPole-v1 x {meta['rollout']} steps per rollout, "
+                 f"col_requests_in_flight {meta['requests_in_flight']}), PPO learner in the driver, "
+                 f"ray.init(num_cpus={meta['num_cpus']}); planned {meta['minutes']:g} min, SIGKILL of one collector "
+                 f"(in turn) every {meta['kill_every']:g} s; max_worker_restarts {rec['max_worker_restarts']}.", ""]
+        kills = ", ".join(f"{k:g} s (collector {c})" for k, c in zip(rec["kill_times_s"], rec["killed_collectors"]))
+    else:
+        grads = meta.get("grad_workers")
+        lines = [f"Preset {layout} (examples/configs/exarl/{layout}.yaml, DDQN on CartPole-v1"
+                 f"{f', {grads} gradient workers' if grads else ''}), ray.init(num_cpus={meta['num_cpus']}); planned "
+                 f"{meta['minutes']:g} min, SIGKILL of a remote process drawn at random (collector, gradient worker, "
+                 f"data server; seed {meta['seed']}) every {meta['kill_every']:g} s; max_worker_restarts "
+                 f"{rec['max_worker_restarts']}.", ""]
+        kills = ", ".join(f"{k:g} s ({kind})" for k, kind in zip(rec["kill_times_s"], rec["killed_kinds"]))
     replaced = [r for r in rec["replaced_after_s"] if r is not None]
     rows = [
         ["target steps", f"{fmt(rec['target_steps'])} (calibrated over the first "
@@ -468,7 +573,8 @@ def render(rec, meta):
          f"{fmt(rec['env_steps'])}: target {'**reached**' if rec['target_reached'] else '**MISSED**'}"],
         ["training wall time", f"{fmt(rec['train_wall_s'], 1)} s (planned {rec['planned_s']:g} s)"],
         ["env steps/s (whole run)", fmt(rec["env_steps_per_s"])],
-        ["collectors killed (SIGKILL)", f"{rec['kills']}: {kills or '–'}"],
+        ["collectors killed (SIGKILL)" if layout == "ppo-async" else "processes killed (SIGKILL)",
+         f"{rec['kills']}: {kills or '–'}"],
         ["restarts counted (Scheme/WorkerRestarts)", f"{rec['worker_restarts']} (env restarts {rec['env_restarts']})"],
         ["replacement counted by the learner after (s)",
          ", ".join(fmt(r, 1) for r in replaced) if replaced else "–"],
@@ -476,6 +582,12 @@ def render(rec, meta):
         ["train return (last 100 episodes)", fmt(rec["train_return_last100"], 1)],
         ["CPU used by other processes", fmt_share(rec.get("others_cpu_share_during"))],
     ]
+    if layout != "ppo-async":
+        rows[6:6] = [
+            ["kills by kind", _by_kind(count_kinds(rec["killed_kinds"]))],
+            ["restarts by kind (restart lines)", _by_kind(rec.get("restarts_by_kind", {}))],
+            ["server restarts (Scheme/ServerRestarts)", fmt(rec.get("server_restarts"))],
+            ["data lost", ", ".join(f"{k} {fmt(v)}" for k, v in rec.get("losses", {}).items()) or "–"]]
     if rec.get("error"):
         rows.append(["error", rec["error"]])
     lines.append(md_table(["figure", "value"], rows, align="lr"))
@@ -525,6 +637,10 @@ def render(rec, meta):
     return "\n".join(lines)
 
 
+def _by_kind(counts):
+    return ", ".join(f"{kind} {n}" for kind, n in counts.items()) or "–"
+
+
 def write_csv(path, samples):
     if not samples:
         return None
@@ -538,12 +654,14 @@ def write_csv(path, samples):
 
 def run(args):
     settings = {k: getattr(args, k) for k in (
-        "minutes", "kill_every", "calibrate", "warmup", "window", "sample_every", "max_overrun", "collectors",
-        "envs_per_collector", "rollout", "cpus_per_collector", "requests_in_flight", "num_cpus", "seed",
-        "max_worker_restarts")}
+        "layout", "grad_workers", "minutes", "kill_every", "calibrate", "warmup", "window", "sample_every",
+        "max_overrun", "collectors", "envs_per_collector", "rollout", "cpus_per_collector", "requests_in_flight",
+        "num_cpus", "seed", "max_worker_restarts")}
     with inprocess.OwnedRay(args.num_cpus):
         jsonl, meta = start_results("soak", args, extra={**settings, "versions": inprocess.torch_versions()},
-                                    plan=f"{args.minutes:g} min, a collector killed every {args.kill_every:g} s")
+                                    plan=f"{args.layout}, {args.minutes:g} min, "
+                                         f"{'any remote process' if args.any_process else 'a collector'} killed "
+                                         f"every {args.kill_every:g} s")
         maybe_wait_idle(args)
         rec, samples, kills = soak(args, log=lambda line: print(line, flush=True))
     for k in kills:

@@ -1,6 +1,8 @@
-"""Picklable factories: the only form in which components cross process boundaries."""
+"""Picklable factories: the only form in which components cross process boundaries; and the
+parameters that components document (read by the configuration and by hot-swaps)."""
 
 import inspect
+import re
 
 
 class ComponentFactory:
@@ -48,3 +50,60 @@ def accepted_kwargs(fn, candidates):
     named = {n for n, p in params.items() if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                          inspect.Parameter.KEYWORD_ONLY)}
     return {k: v for k, v in candidates.items() if k in named}
+
+
+_PARAM_LINE = re.compile(r"^([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s+:\s+(\S.*)$")
+# A full stop ends a sentence only before a capital letter ("e.g. 'lr'" does not).
+_SENTENCE_END = re.compile(r"(?<=[\w)\]])\.\s+(?=[A-Z])")
+
+
+def documented_parameters(obj):
+    """Parameters documented in numpydoc style by ``obj`` (a class, with its bases, or a function).
+
+    Parameters
+    ----------
+    obj : type or callable
+        Where to read ``name : type`` lines and the description under each.
+
+    Returns
+    -------
+    dict
+        name -> (type text, first sentence of the description). A subclass's
+        documentation of a name wins over its bases'.
+    """
+    sources = [k.__dict__.get("__doc__") for k in reversed(obj.__mro__)] if inspect.isclass(obj) \
+        else [obj.__doc__]
+    docs = {}
+    for text in sources:
+        lines = inspect.cleandoc(text or "").splitlines()
+        for i, line in enumerate(lines):
+            m = _PARAM_LINE.match(line)
+            if not m:
+                continue
+            desc = []
+            for follow in lines[i + 1:]:
+                if not follow.startswith((" ", "\t")) or not follow.strip():
+                    break
+                desc.append(follow.strip())
+            sentence = " ".join(desc).replace("``", "")
+            sentence = _SENTENCE_END.split(sentence)[0].rstrip(".") + "." if sentence else ""
+            for name in m.group(1).split(","):
+                docs[name.strip()] = (m.group(2).strip(), sentence)
+    return docs
+
+
+def documented_kind(type_text):
+    """The kind of value a documented type admits ("float or None" -> "number"): "bool",
+    "int", "number", "str" or "dict", the first of these words it names; None when it names
+    none of them.
+
+    Parameters
+    ----------
+    type_text : str or None
+        The type of a numpydoc parameter line (``documented_parameters``).
+    """
+    text = (type_text or "").lower()
+    for word, kind in (("bool", "bool"), ("int", "int"), ("float", "number"), ("str", "str"), ("dict", "dict")):
+        if re.search(rf"\b{word}\b", text):
+            return kind
+    return None

@@ -183,7 +183,9 @@ def build_scheme(config, log_dir=None):
         data_path=s["data_path"], replay_server=s["replay_server"], queues=s["queues"],
         col_rollout_unit=s["col_rollout_unit"],
         col_policy=s["col_policy"], col_weights=s["col_weights"], col_weight_pull_every=s["col_weight_pull_every"],
-        inference_server=s["inference_server"],
+        inference_server=s["inference_server"], batch_step_frequency=s["batch_step_frequency"],
+        batch_episode_frequency=s["batch_episode_frequency"], episode_block=s["episode_block"],
+        col_worker_proxy=s["col_worker_proxy"],
         col_step_log_dir=os.path.abspath(os.path.join(log_dir, "steps")) if s["col_step_logs"] and log_dir else None, **kwargs)
 
 

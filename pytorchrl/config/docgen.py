@@ -112,11 +112,13 @@ SECTION_TEXT = {
            "null, the factory's own default; one the family does not have is refused. Image observations "
            "(Atari's stacked frames) get the CNN feature extractor (`actor.feature_extractor: auto`).",
     "algorithm": "The algorithm (`name`) and its hyperparameters; the valid keys depend on the name. "
-                 "Every hyperparameter can change while training (`pytorchrl set RUN_DIR lr=1e-4`, "
-                 "`schedules`).",
+                 "A hyperparameter can change while training (`pytorchrl set RUN_DIR lr=1e-4`, "
+                 "`schedules`) unless it says \"Fixed once built\" (e.g. `numpy_update`): a change of "
+                 "those is refused before anything is applied.",
     "actor": "The policy and value networks.",
     "storage": "Where rollouts are kept and prepared (advantages, returns); the valid keys depend on "
-               "the name. Parameters can change while training like the algorithm's.",
+               "the name. Parameters can change while training like the algorithm's, except those that "
+               "say \"Fixed once built\" (a replay's `size` and `n_step`: its memory is laid out for them).",
     "scheme": "How the work is spread: collection workers (`col_*`) per gradient worker, gradient "
               "workers (`grad_*`), synchronous or asynchronous at each level, central or decentralized "
               "updates. With one worker at every level everything runs in one process without Ray. "

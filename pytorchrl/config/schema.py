@@ -23,13 +23,13 @@ Example::
 """
 
 import inspect
-import re
 
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors import get_feature_extractor
 from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.factory import documented_kind, documented_parameters
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.agent_presets import AGENT_PRESETS
 from pytorchrl.envs.families import ENV_FAMILIES
@@ -39,9 +39,10 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.inference_server import INFERENCE_SERVER_DEFAULTS
-from pytorchrl.scheme.workflows.queues import POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
+from pytorchrl.scheme.workflows.queues import ENDS, POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
+from pytorchrl.scheme.workflows.queues import KINDS as QUEUE_KINDS
 from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
-from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, WEIGHT_MODES
+from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, PULL_EACH_EPISODE, WEIGHT_MODES
 
 
 class _Required:
@@ -80,7 +81,7 @@ RESOURCE_KEYS = tuple(n for n in inspect.signature(Worker.as_remote).parameters 
 #: Ranges of well-known component parameters. The components document the type of their
 #: parameters but not their range, which the configuration checks before anything starts.
 PARAMETER_RANGES = {
-    "lr": dict(low=0.0), "eps": dict(low=0.0, low_inclusive=False), "gamma": dict(low=0.0, high=1.0),
+    "lr": dict(low=0.0), "lr_v": dict(low=0.0), "lr_pi": dict(low=0.0), "eps": dict(low=0.0, low_inclusive=False), "gamma": dict(low=0.0, high=1.0),
     "num_epochs": dict(low=1), "num_mini_batch": dict(low=1), "mini_batch_size": dict(low=1),
     "clip_param": dict(low=0.0), "kl_coef": dict(low=0.0), "entropy_coef": dict(low=0.0),
     "value_loss_coef": dict(low=0.0),
@@ -91,7 +92,8 @@ PARAMETER_RANGES = {
     "clip_c_threshold": dict(low=0.0, low_inclusive=False),
     "num_col_workers": dict(low=1), "num_grad_workers": dict(low=0), "max_policy_lag": dict(low=0),
     "max_grad_lag": dict(low=0), "col_requests_in_flight": dict(low=1), "target_steps": dict(low=1),
-    "col_weight_pull_every": dict(low=1),
+    "batch_step_frequency": dict(low=1), "batch_episode_frequency": dict(low=1),
+    "episode_block": dict(low=1),
     "max_worker_restarts": dict(low=0), "worker_restart_delay_s": dict(low=0.0),
     "target_episodes": dict(low=1), "cutoff": dict(low=0.0), "rolling_reward_length": dict(low=1),
     "start_step": dict(low=0),
@@ -169,53 +171,11 @@ class Key:
 
 
 # ---------------------------------------------------------------------------- derivation
-_PARAM_LINE = re.compile(r"^([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s+:\s+(\S.*)$")
-# A full stop ends a sentence only before a capital letter ("e.g. 'lr'" does not).
-_SENTENCE_END = re.compile(r"(?<=[\w)\]])\.\s+(?=[A-Z])")
-
-
-def documented_parameters(obj):
-    """Parameters documented in numpydoc style by ``obj`` (a class, with its bases, or a function).
-
-    Parameters
-    ----------
-    obj : type or callable
-        Where to read ``name : type`` lines and the description under each.
-
-    Returns
-    -------
-    dict
-        name -> (type text, first sentence of the description). A subclass's
-        documentation of a name wins over its bases'.
-    """
-    sources = [k.__dict__.get("__doc__") for k in reversed(obj.__mro__)] if inspect.isclass(obj) \
-        else [obj.__doc__]
-    docs = {}
-    for text in sources:
-        lines = inspect.cleandoc(text or "").splitlines()
-        for i, line in enumerate(lines):
-            m = _PARAM_LINE.match(line)
-            if not m:
-                continue
-            desc = []
-            for follow in lines[i + 1:]:
-                if not follow.startswith((" ", "\t")) or not follow.strip():
-                    break
-                desc.append(follow.strip())
-            sentence = " ".join(desc).replace("``", "")
-            sentence = _SENTENCE_END.split(sentence)[0].rstrip(".") + "." if sentence else ""
-            for name in m.group(1).split(","):
-                docs[name.strip()] = (m.group(2).strip(), sentence)
-    return docs
-
-
 def _kind_of(type_text, default):
     """Key kind from a documented type ("float or None") or, failing that, from the default."""
-    text = (type_text or "").lower()
-    for word, kind in (("bool", "bool"), ("int", "int"), ("float", "number"), ("str", "str"),
-                       ("dict", "dict")):
-        if re.search(rf"\b{word}\b", text):
-            return kind
+    kind = documented_kind(type_text)
+    if kind is not None:
+        return kind
     if isinstance(default, bool):
         return "bool"
     if isinstance(default, int):
@@ -264,15 +224,28 @@ def _component_keys(cls):
     return {n: derived(cls, n) for n in names}
 
 
+#: Said of a parameter that a hot-swap (``pytorchrl set``, a schedule) may not change.
+FIXED_DOC = " Fixed once built: a hot-swap to another value is refused."
+
+
+def _mark_fixed(keys, fixed):
+    """``keys`` with ``FIXED_DOC`` added to the doc of those named in ``fixed``."""
+    for name in fixed:
+        if name in keys:
+            keys[name].doc += FIXED_DOC
+    return keys
+
+
 def algorithm_keys(name):
     """Hyperparameter keys of the algorithm called ``name`` (a key of ``ALGORITHMS``)."""
     cls = ALGORITHMS[name]
-    return {n: derived(cls, n) for n in cls.hyperparameter_names()}
+    return _mark_fixed({n: derived(cls, n) for n in cls.hyperparameter_names()}, cls.fixed_hyperparameters)
 
 
 def storage_keys(name):
     """Parameter keys of the storage called ``name`` (a key of ``STORAGES``)."""
-    return _component_keys(STORAGES[name])
+    cls = STORAGES[name]
+    return _mark_fixed(_component_keys(cls), getattr(cls, "fixed_parameters", ()))
 
 
 #: Docs of family options whose factory docstring speaks of Python values (None) that the
@@ -452,11 +425,19 @@ SECTIONS = {
                                doc="How remote collectors get new weights: push (with each rollout request; "
                                    "one version per rollout) or pull (EXARL's non-blocking async: each version "
                                    "is published once to a weight board that collectors check every "
-                                   "col_weight_pull_every steps without waiting, swapping weights mid-rollout; "
-                                   "async collection, off-policy algorithms)."),
-        "col_weight_pull_every": derived(Scheme, "col_weight_pull_every",
-                                         doc=f"With col_weights: pull, environment steps between two checks of "
-                                             f"the weight board (null: {DEFAULT_PULL_EVERY})."),
+                                   "col_weight_pull_every steps without waiting, swapping weights mid-rollout, "
+                                   "or at every episode's start; async collection)."),
+        "col_weight_pull_every": derived(Scheme, "col_weight_pull_every", kind="any", low=None,
+                                         doc=f"With col_weights: pull, how often collectors read the weight board: "
+                                             f"every this many env steps, without waiting for the answer (null: "
+                                             f"{DEFAULT_PULL_EVERY}), or '{PULL_EACH_EPISODE}': at the start of "
+                                             f"every episode, waiting for the answer (then allowed for PPO/A2C "
+                                             f"with col_rollout_unit: episodes, the weights changing between "
+                                             f"rollouts only)."),
+        "col_worker_proxy": derived(Scheme, "col_worker_proxy"),
+        "batch_step_frequency": derived(Scheme, "batch_step_frequency"),
+        "batch_episode_frequency": derived(Scheme, "batch_episode_frequency"),
+        "episode_block": derived(Scheme, "episode_block"),
         "col_step_logs": Key("bool", False, "Every collector writes a per-step log of its training steps to "
                                             "<run_dir>/steps/steps_g<i>_c<j>.csv (time, state, action, reward, "
                                             "next state, total reward, done, episode, step, policy): EXARL's "
@@ -605,9 +586,19 @@ QUEUE_KEYS = {
     "selection": Key("str", QUEUE_DEFAULTS["selection"], "binned: a gradient worker reads its own collectors' "
                                                          "queues (oldest head first); random: a random non-empty "
                                                          "queue among all collectors'.", choices=SELECTIONS),
-    "steal": Key("bool", QUEUE_DEFAULTS["steal"], "A gradient worker whose queues are empty and whose collectors "
-                                                  "have handed over their episode budget pops other gradient "
-                                                  "workers' queues."),
+    "steal": Key("bool", QUEUE_DEFAULTS["steal"], "Work stealing (EXARL's multi-learner RMA queue): a gradient "
+                                                  "worker whose collectors have handed over their share of the "
+                                                  "budget (learner.target_episodes or target_steps) and whose "
+                                                  "queues are empty pops other gradient workers' queues "
+                                                  "(Queues/StolenPops); needs num_grad_workers >= 2, selection "
+                                                  "binned and end all."),
+    "end": Key("str", QUEUE_DEFAULTS["end"], "all: the run ends once every group is finished and every queue is "
+                                             "empty; first: as soon as one gradient worker's group is finished and "
+                                             "its queues are empty (EXARL's short multi-learner RMA queue).",
+               choices=ENDS),
+    "kind": Key("str", QUEUE_DEFAULTS["kind"], "fifo: a bounded queue, a put into a full one waits; circular: a put "
+                                               "into a full one overwrites its oldest rollout "
+                                               "(Queues/Overwritten) and never waits.", choices=QUEUE_KINDS),
     "route": Key("str", QUEUE_DEFAULTS["route"], "collector: one queue per collector; learner: one queue per "
                                                  "gradient worker, each collector puts into a random one with "
                                                  "room.", choices=ROUTES),

@@ -19,8 +19,11 @@ from pytorchrl.config.schema import (ENV_FAMILY_OPTION_KEYS, MUTATION_KEYS, OPTI
                                      SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL, Key, hot_swappable_keys)
 from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.agent.factory import ComponentFactory
-from pytorchrl.scheme.base.checks import ineffective_options
+from pytorchrl.scheme.base.checks import batching_refused, ineffective_options
+from pytorchrl.scheme.collection.c_worker import episodes_per_rollout
+from pytorchrl.scheme.workflows.queues import steal_refused
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
+from pytorchrl.scheme.workflows.worker_proxy import proxy_refused
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
 
 
@@ -481,6 +484,7 @@ def _check_consistency(config):
                           f"{scheme_cfg['col_requests_in_flight']} needs scheme.col_workers_communication: async "
                           "(a synchronous round sends each collector one request)")
     _check_ineffective(scheme_cfg)
+    _check_batching(config)
     _check_weight_mode(config)
     _check_recurrent(config)
     _check_data_path(config)
@@ -545,10 +549,47 @@ def _check_ineffective(scheme_cfg):
     for item in ineffective_options(s["num_col_workers"], s["col_workers_communication"] == "async",
                                     s["num_grad_workers"], s["grad_workers_communication"] == "async",
                                     s["fraction_samples"], s["fraction_workers"], s["max_policy_lag"],
-                                    s["max_grad_lag"]):
+                                    s["max_grad_lag"], s["col_compress_data"], s["grad_compress_data"],
+                                    s["decentralized_update_execution"]):
+        value = _yaml_word(item.value) if isinstance(item.value, bool) else repr(item.value)
         raise ConfigError(f"scheme.{item.option}",
-                          f"{item.value!r} has no effect with scheme.{item.setting}: {item.current} ({item.reason}); "
-                          f"remove it, or set scheme.{item.setting}: {item.needed}")
+                          f"{value} has no effect with scheme.{item.setting}: {_yaml_word(item.current)} "
+                          f"({item.reason}); remove it, or set scheme.{item.setting}: {_yaml_word(item.needed)}")
+
+
+def _yaml_word(value):
+    """``value`` as a configuration file writes it: true/false for a boolean."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _check_batching(config):
+    """Refuse EXARL's batching options where they cannot run (``batching_refused``), a
+    ``batch_step_frequency`` longer than the storage's rollout (which its buffers hold),
+    and the worker proxy where it cannot run (``proxy_refused``)."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    s = config["scheme"]
+    refused = batching_refused(s["batch_episode_frequency"], s["episode_block"],
+                               s["col_workers_communication"] == "async", s["col_requests_in_flight"])
+    if refused is not None:
+        raise ConfigError(f"scheme.{refused[0]}", f"{s['episode_block']} {refused[1]}")
+    if s["col_worker_proxy"]:
+        refused = proxy_refused(s["num_col_workers"], s["col_workers_communication"] == "async",
+                                min(s["fraction_samples"], s["fraction_workers"]) < 1.0, s["data_path"],
+                                s["col_policy"], s["col_weights"])
+        if refused is not None:
+            raise ConfigError("scheme.col_worker_proxy", f"true {refused[1]} (see scheme.{refused[0]})")
+    steps = s["batch_step_frequency"]
+    if steps is None:
+        return
+    algo = config["algorithm"]
+    if ALGORITHMS[algo["name"]].on_policy:
+        fits, words = config["storage"]["size"], "storage.size"
+    else:
+        fits = max(1, math.ceil(algo["update_every"] / config["env"]["vec_env_size"]))
+        words = "algorithm.update_every per environment"
+    if steps > fits:
+        raise ConfigError("scheme.batch_step_frequency", f"{steps} steps do not fit a collector's rollout of {fits} "
+                                                         f"steps ({words}); raise that, or lower this")
 
 
 def _check_weight_mode(config):
@@ -558,12 +599,15 @@ def _check_weight_mode(config):
     from pytorchrl.agent.algorithms import ALGORITHMS
     s = config["scheme"]
     algo = config["algorithm"]["name"]
+    episodes = episodes_per_rollout(s["col_rollout_unit"], s["episode_block"] or s["batch_episode_frequency"])
     try:
         ineffective = check_weight_mode(s["col_weights"], s["col_weight_pull_every"], s["num_col_workers"],
                                         s["col_workers_communication"] == "async",
-                                        ComponentFactory(ALGORITHMS[algo]))
+                                        ComponentFactory(ALGORITHMS[algo]), episodes)
     except PullRefused as exc:
         raise ConfigError("scheme.col_weights", f"pull: pulled weights {exc}") from None
+    except ValueError as exc:
+        raise ConfigError("scheme.col_weight_pull_every", str(exc).replace("col_weight_pull_every ", "", 1)) from None
     for option, value, reason in ineffective:
         raise ConfigError(f"scheme.{option}", f"{value!r} has no effect with {reason}; remove it")
 
@@ -600,9 +644,6 @@ def _check_data_path(config):
     if s["max_policy_lag"] is not None:
         raise ConfigError("scheme.max_policy_lag", "has no effect with scheme.data_path: replay_server (rollouts "
                                                    "are in the server before their lag is known); remove it")
-    if config["learner"]["checkpoint_replay"]:
-        raise ConfigError("learner.checkpoint_replay", "the replay lives in the replay server "
-                                                       "(scheme.data_path: replay_server), which is not saved")
 
 
 def _check_inference_server(config):
@@ -657,6 +698,9 @@ def _check_queue_path(config):
         raise ConfigError("scheme.queues.selection", "random reads collectors' queues; with route: learner each "
                                                      "gradient worker reads its own queue (set selection: binned, "
                                                      "and steal: true to read the others')")
+    refused = steal_refused(s["queues"], s["num_grad_workers"], s["grad_workers_communication"] == "async")
+    if refused is not None:
+        raise ConfigError("scheme.queues.steal", f"true has no effect: {refused}; remove it")
 
 
 #: Algorithm keys that set the pace of training on the direct data path only: on the

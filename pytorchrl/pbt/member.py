@@ -166,9 +166,10 @@ class Member(Worker):
         return {f"{t}.{name}": value for t in TARGETS for name, value in current[t].items()}
 
     def state(self):
-        """The member's training state (``Learner.training_state``), for another member to
-        copy. A copy: the member trains on while it travels or waits."""
-        return copy.deepcopy(self.session.learner.training_state())
+        """The member's training state (``Learner.training_state``, without the replay: the
+        member that copies keeps its own), for another member to copy. A copy: the member
+        trains on while it travels or waits."""
+        return copy.deepcopy(self.session.learner.training_state(replay=False))
 
     def exploit(self, state, source, changes):
         """Take over another member's policy in place, then apply perturbed values.

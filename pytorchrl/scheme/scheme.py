@@ -3,18 +3,22 @@
 import logging
 
 import pytorchrl as prl
-from pytorchrl.scheme.base.checks import check_fraction, check_int, ineffective_options
+from pytorchrl.scheme.base.checks import (batching_refused, check_communication, check_fraction, check_int,
+                                          ineffective_options)
 from pytorchrl.scheme.base.faults import FaultPolicy
+from pytorchrl.scheme.base.servers import (SERVER_TITLES, ServerClient, ServerLost, ServerSupervisor, close_server,
+                                          stop_server)
 from pytorchrl.scheme.base.worker import default_remote_config
-from pytorchrl.scheme.collection.c_worker import no_envs
+from pytorchrl.scheme.collection.c_worker import episodes_per_rollout, no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
 from pytorchrl.scheme.updates.u_worker import UWorker
 from pytorchrl.scheme.workflows import inference_server as inference
 from pytorchrl.scheme.workflows.queues import QueueLink, check_queue_path, make_queue_server
-from pytorchrl.scheme.workflows.replay_server import (ServerClient, check_data_path, close_server, make_server,
-                                                        stop_server)
+from pytorchrl.scheme.workflows.replay_server import check_data_path, make_server
+from pytorchrl.scheme.workflows.replay_server import start_remote as start_replay_server
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
+from pytorchrl.scheme.workflows.worker_proxy import proxy_refused
 
 DEFAULT_COL_RESOURCES = default_remote_config(num_cpus=1)
 DEFAULT_GRAD_RESOURCES = default_remote_config(num_cpus=1)
@@ -142,9 +146,37 @@ class Scheme:
         that every collector checks every ``col_weight_pull_every`` steps without waiting
         for the answer, swapping weights mid-rollout; a rollout's version is the oldest it
         acted with. See ``pytorchrl.scheme.workflows.weight_board``.
-    col_weight_pull_every : int or None
+    col_weight_pull_every : int, str or None
         With ``col_weights="pull"``: environment steps between two checks of the board
-        (None: ``DEFAULT_PULL_EVERY``, 10).
+        (None: ``DEFAULT_PULL_EVERY``, 10), none of them waited for; or ``"episode"``:
+        the board is read at the start of every episode and the answer waited for (EXARL's
+        RMA actors reading the weight window per episode). Then on-policy algorithms may
+        pull too when a rollout is one episode (``col_rollout_unit="episodes"``): the
+        weights change between rollouts only.
+    batch_step_frequency : int or None
+        EXARL's ``batch_step_frequency``: a collector hands its batch over every this many
+        steps (per environment); a rollout is at most that long. It must fit the storage's
+        rollout (``storage.size``, or ``update_every`` per environment for a replay). None:
+        the storage's rollout.
+    batch_episode_frequency : int or None
+        EXARL's ``batch_episode_frequency``: a collector hands its batch over at the end of
+        every this many episodes (a rollout ends with the step that ends its this-many-th
+        episode, or at its step limit, whichever first). With synchronous collection every
+        round gathers one such batch of every collector (EXARL's SYNC). None: 1 with
+        ``col_rollout_unit="episodes"``, episodes do not end rollouts otherwise.
+    col_worker_proxy : bool
+        DistributedReinforcementLearning.jl's WorkerProxy (synchronous collection without
+        preemption, remote collectors, direct data path, pushed weights): one proxy per node
+        that runs collectors receives each weight version once, serves every collector of
+        its node from its node's object store, and gathers their rollouts into one message
+        per round (see ``pytorchrl.scheme.workflows.worker_proxy``). Default False: every
+        collector gets its own request, and small weights ride inside each.
+    episode_block : int or None
+        EXARL's ``episode_block`` (ASYNC workflow; asynchronous collection): each request
+        runs a block of this many whole episodes, sent as one rollout, and the collectors'
+        next requests go out together, with the newest weights, once every collector has
+        handed its block over (one weight broadcast per block round). None: a collector gets
+        its next request as soon as it hands a rollout over.
 
     Options that the layout never uses (preemption thresholds with asynchronous collection
     or one collection worker, ``max_policy_lag`` with synchronous collection,
@@ -159,6 +191,15 @@ class Scheme:
         The three options above (and ``start_timeout_s``, the time a replacement may wait
         for resources), shared by the worker sets in this process; remote gradient workers
         hold a copy made when they were built (see ``pytorchrl.scheme.base.faults``).
+    servers : ServerSupervisor
+        Replaces the data servers (replay, inference, queue server) that run as Ray actors
+        when they die, under the same limit and delay as the workers; every client is
+        given the replacement (see ``pytorchrl.scheme.base.servers``). The replay server's
+        replacement holds the contents of the last checkpoint that saved them
+        (``set_replay_snapshot``), else none; the inference server's gets the current
+        weights; the queue server's starts empty.
+    replay_server, inference_server, queue_server : ray.actor.ActorHandle, object or None
+        The running data servers (None where the layout has none).
     """
 
     def __init__(self, algo_factory, actor_factory, storage_factory, train_envs_factory,
@@ -170,7 +211,8 @@ class Scheme:
                  col_requests_in_flight=1, max_worker_restarts=3, worker_restart_delay_s=1.0,
                  on_env_error="restart", data_path="direct", replay_server=None, col_rollout_unit="steps",
                  col_policy="learned", col_step_log_dir=None, col_weights="push", col_weight_pull_every=None,
-                 inference_server=None, queues=None):
+                 inference_server=None, queues=None, batch_step_frequency=None, batch_episode_frequency=None,
+                 episode_block=None, col_worker_proxy=False):
         thresholds = {"fraction_samples": 1.0, "fraction_workers": 1.0}
         unknown = set(col_preemption_thresholds or {}) - set(thresholds)
         if unknown:
@@ -181,13 +223,15 @@ class Scheme:
         check_int("num_col_workers", num_col_workers, 1)
         check_int("num_grad_workers", num_grad_workers, 0)
         collect_only = num_grad_workers == 0
+        algo_cls = getattr(algo_factory, "cls", None)
+        if num_grad_workers > 1 and isinstance(algo_cls, type) and not getattr(algo_cls, "sends_gradients", True):
+            raise ValueError(f"{algo_cls.__name__} updates its weights itself (it has no gradients to send or "
+                             f"all-reduce): it needs num_grad_workers=1, got {num_grad_workers}")
         requested_grad_workers, num_grad_workers = num_grad_workers, max(1, num_grad_workers)
+        col_workers_communication = check_communication("col_workers_communication", col_workers_communication)
+        grad_workers_communication = check_communication("grad_workers_communication", grad_workers_communication)
         if decentralized_update_execution and grad_workers_communication != prl.SYNC:
             raise ValueError("decentralized_update_execution needs grad_workers_communication=prl.SYNC")
-        for name, mode in (("col_workers_communication", col_workers_communication),
-                           ("grad_workers_communication", grad_workers_communication)):
-            if mode not in (prl.SYNC, prl.ASYNC):
-                raise ValueError(f"{name} must be prl.SYNC or prl.ASYNC, got {mode!r}")
         for name, mode in (("col_compress_data", col_compress_data), ("grad_compress_data", grad_compress_data)):
             if mode not in (True, False, "auto"):
                 raise ValueError(f"{name} must be True, False or 'auto', got {mode!r}")
@@ -196,15 +240,32 @@ class Scheme:
         check_int("col_requests_in_flight", col_requests_in_flight, 1)
         if col_requests_in_flight > 1 and col_workers_communication != prl.ASYNC:
             raise ValueError("col_requests_in_flight > 1 needs col_workers_communication=prl.ASYNC")
+        for name, value in (("batch_step_frequency", batch_step_frequency),
+                            ("batch_episode_frequency", batch_episode_frequency), ("episode_block", episode_block)):
+            check_int(name, value, 1, optional=True)
+        refused = batching_refused(batch_episode_frequency, episode_block, col_workers_communication == prl.ASYNC,
+                                   col_requests_in_flight)
+        if refused is not None:
+            raise ValueError(f"{refused[0]}={episode_block!r} {refused[1]}")
+        if not isinstance(col_worker_proxy, bool):
+            raise ValueError(f"col_worker_proxy must be True or False, got {col_worker_proxy!r}")
+        refused = col_worker_proxy and proxy_refused(
+            num_col_workers, col_workers_communication == prl.ASYNC,
+            min(thresholds.values()) < 1.0, data_path, col_policy, col_weights)
+        if refused:
+            raise ValueError(f"col_worker_proxy {refused[1]} (see {refused[0]})")
         for item in ineffective_options(num_col_workers, col_workers_communication == prl.ASYNC, num_grad_workers,
                                         grad_workers_communication == prl.ASYNC, thresholds["fraction_samples"],
-                                        thresholds["fraction_workers"], max_policy_lag, max_grad_lag):
+                                        thresholds["fraction_workers"], max_policy_lag, max_grad_lag,
+                                        col_compress_data, grad_compress_data, decentralized_update_execution):
             logger.warning(f"Scheme: {_python_name(item.option)}={item.value!r} has no effect with "
                            f"{item.setting}={_python_value(item.current)} ({item.reason}); it is ignored "
                            f"(it acts with {item.setting}={_python_value(item.needed)})")
         try:
             ineffective = check_weight_mode(col_weights, col_weight_pull_every, num_col_workers,
-                                            col_workers_communication == prl.ASYNC, algo_factory)
+                                            col_workers_communication == prl.ASYNC, algo_factory,
+                                            episodes_per_rollout(col_rollout_unit,
+                                                                 episode_block or batch_episode_frequency))
         except PullRefused as exc:
             raise ValueError(f"col_weights='pull': pulled weights {exc}") from None
         for option, value, reason in ineffective:
@@ -221,7 +282,8 @@ class Scheme:
         queue_options = None
         if data_path == "queues":
             queue_options = check_queue_path(queues, num_col_workers, col_workers_communication == prl.ASYNC,
-                                             collect_only)
+                                             collect_only, requested_grad_workers,
+                                             grad_workers_communication == prl.ASYNC)
         elif queues:
             raise ValueError(f"queues options act with data_path='queues' only, got data_path={data_path!r}; "
                              f"remove them, or set data_path='queues'")
@@ -247,6 +309,13 @@ class Scheme:
         remote_cols = 0 if num_col_workers == 1 else num_col_workers
         remote_grads = 0 if num_grad_workers == 1 else num_grad_workers
         self.num_col_workers, self.num_grad_workers = num_col_workers, requested_grad_workers
+        self._components = {"actor": actor_factory, "algorithm": algo_factory, "storage": storage_factory,
+                            "train_envs": train_envs_factory, "test_envs": test_envs_factory}
+        self._layout = {"num_col_workers": num_col_workers, "col_workers_communication": col_workers_communication,
+                        "num_grad_workers": requested_grad_workers,
+                        "grad_workers_communication": grad_workers_communication,
+                        "decentralized_update_execution": bool(decentralized_update_execution),
+                        "data_path": data_path}
         self.collect_only = collect_only
         self.uses_ray = bool(remote_cols or remote_grads)
         self._holds_ray = False
@@ -272,34 +341,17 @@ class Scheme:
             except BaseException:
                 self._release_ray()
                 raise
-        if replay_options is not None:
-            try:
-                self.replay_server = make_server(algo_factory, actor_factory, storage_factory, replay_options,
-                                                 remote=self.uses_ray)
-            except BaseException:
-                self._release_ray()
-                raise
-        if server_options is not None:
-            try:
-                # Each collector waits for its answer before it asks again: once all of them
-                # wait, the batch is complete.
-                self.inference_server = inference.make_server(algo_factory, actor_factory, server_options,
-                                                              remote=self.uses_ray, num_callers=num_col_workers)
-            except BaseException:
-                self._stop_replay_server()
-                self._release_ray()
-                raise
+        self.servers = ServerSupervisor(self.fault_policy)
+        self.replay_snapshot = None   # see set_replay_snapshot
         queue_link = None
+        try:
+            self._start_servers(algo_factory, actor_factory, storage_factory, replay_options, server_options,
+                                queue_options, num_col_workers, num_grad_workers)
+        except BaseException:
+            self._stop_servers()
+            self._release_ray()
+            raise
         if queue_options is not None:
-            # Gradient workers are indexed 1..M when remote, 0 when the only one is local.
-            parents = [0] if num_grad_workers == 1 else list(range(1, num_grad_workers + 1))
-            groups = {p: list(range(1, num_col_workers + 1)) for p in parents}
-            try:
-                self.queue_server = make_queue_server(groups, queue_options, remote=self.uses_ray)
-            except BaseException:
-                self._stop_servers()
-                self._release_ray()
-                raise
             queue_link = QueueLink(self.queue_server, queue_options["prefetch"])
 
         col_kwargs = dict(algo_factory=algo_factory, actor_factory=actor_factory,
@@ -313,7 +365,10 @@ class Scheme:
                           replay_server=self.replay_server, rollout_unit=col_rollout_unit, policy=col_policy,
                           step_log_dir=col_step_log_dir, weights=col_weights,
                           weight_pull_every=col_weight_pull_every, inference_server=self.inference_server,
-                          queues=queue_link)
+                          queues=queue_link, rollout_steps=batch_step_frequency,
+                          rollout_episodes=episode_block or batch_episode_frequency,
+                          block_rounds=episode_block is not None and num_col_workers > 1,
+                          worker_proxy=col_worker_proxy)
         col_factory = CWorkerSet.create_factory(num_workers=remote_cols, train_envs_factory=train_envs_factory,
                                                 **col_kwargs)
         # With remote gradient workers, the local one only keeps and evaluates the weights.
@@ -328,13 +383,118 @@ class Scheme:
             self.update_worker = UWorker(grad_factory, grad_communication=grad_workers_communication,
                                          decentralized_update_execution=decentralized_update_execution,
                                          local_device=local_device, max_grad_lag=max_grad_lag,
-                                         collect_only=collect_only)
+                                         collect_only=collect_only,
+                                         budget_end=queue_options["end"] if queue_options else "all",
+                                         queue_server=self.queue_server)
         except BaseException:
             # The worker sets stop what they started before failing; what is left is the
             # data servers and Ray.
             self._stop_servers()
             self._release_ray()
             raise
+        self.servers.listen(self._server_replaced)
+        self.update_worker.watch_servers(self.servers)
+
+    def _start_servers(self, algo_factory, actor_factory, storage_factory, replay_options, inference_options,
+                       queue_options, num_col_workers, num_grad_workers):
+        """Start the data servers the layout has (their options None: none), and have the
+        remote ones supervised (``servers``)."""
+        remote = self.uses_ray
+        if replay_options is not None:
+            self.replay_server = make_server(algo_factory, actor_factory, storage_factory, replay_options,
+                                             remote=remote)
+            if remote:
+                self.servers.add("replay", self.replay_server, restore=self._restore_replay, start=lambda: (
+                    start_replay_server(algo_factory, actor_factory, storage_factory, replay_options, wait=False)))
+        if inference_options is not None:
+            # Each collector waits for its answer before it asks again: once all of them
+            # wait, the batch is complete.
+            self.inference_server = inference.make_server(algo_factory, actor_factory, inference_options,
+                                                          remote=remote, num_callers=num_col_workers)
+            if remote:
+                # (The collector set gives it the current weights before any collector acts.)
+                self.servers.add("inference", self.inference_server,
+                                 restore=lambda client: "replaced, with the current weights", start=lambda: (
+                                     inference.start_remote(algo_factory, actor_factory, inference_options,
+                                                            num_col_workers, wait=False)))
+        if queue_options is not None:
+            # Gradient workers are indexed 1..M when remote, 0 when the only one is local.
+            parents = [0] if num_grad_workers == 1 else list(range(1, num_grad_workers + 1))
+            groups = {p: list(range(1, num_col_workers + 1)) for p in parents}
+            self.queue_server = make_queue_server(groups, queue_options, remote=remote)
+            if remote:
+                self.servers.add("queue", self.queue_server, restore=lambda client: "replaced, empty",
+                                 start=lambda: make_queue_server(groups, queue_options, remote=True, wait=False))
+
+    def _server_replaced(self, kind, handle, generation):
+        setattr(self, _SERVER_ATTRIBUTES[kind], handle)
+
+    # ---------------------------------------------------------------- servers
+    def set_replay_snapshot(self, load):
+        """Where a replacement of the replay server gets its contents.
+
+        Parameters
+        ----------
+        load : callable or None
+            ``load()`` -> ``(contents, env_steps)``: what ``replay_contents`` returned when
+            the last checkpoint was saved (read back from it) and that checkpoint's env
+            steps; it raises OSError or ValueError when they cannot be read. Kept as
+            ``replay_snapshot``. None: replacements start empty.
+        """
+        self.replay_snapshot = load
+
+    def _restore_replay(self, client):
+        """Fill a replacement of the replay server (``client``) from the last checkpoint;
+        returns the words of the restart's line."""
+        if self.replay_snapshot is None:
+            return "replaced, empty"
+        try:
+            contents, env_steps = self.replay_snapshot()
+        except (OSError, ValueError) as exc:
+            return f"replaced, empty (the last checkpoint's transitions cannot be read: {' '.join(str(exc).split())})"
+        held = client.call("load_state_dict", contents)
+        return f"replaced with the {held:,} transitions saved at {env_steps:,} env steps"
+
+    def replay_contents(self):
+        """The replay server's transitions and counters (``ReplayServer.state_dict``), for a
+        checkpoint; None without a replay server.
+
+        Raises
+        ------
+        ServerLost
+            The server is dead. It is not replaced here: a checkpoint saved on the way out
+            of a run that a dying server ended must not start another.
+        """
+        if self.replay_server is None:
+            return None
+        return self._client("replay").call("state_dict")
+
+    def load_replay(self, contents):
+        """Make the replay server hold ``contents`` (``replay_contents``' output, from a
+        checkpoint); returns the transitions it holds (raises ``ServerLost`` if it died)."""
+        if self.replay_server is None:
+            raise ValueError("this scheme has no replay server to load transitions into")
+        return self._client("replay").call("load_state_dict", contents)
+
+    def server_processes(self):
+        """``{kind: (node id, pid)}`` of the data servers that run as Ray actors and are
+        alive (empty in one process)."""
+        out = {kind: self._live_call(kind, "process_info") for kind in SERVER_TITLES if kind in self.servers}
+        return {kind: where for kind, where in out.items() if where is not None}
+
+    def _client(self, kind):
+        server = getattr(self, _SERVER_ATTRIBUTES[kind])
+        generation = self.servers.generation(kind) if kind in self.servers else 0
+        return ServerClient(server, kind=kind, generation=generation)
+
+    def _live_call(self, kind, method, *args):
+        """``method(*args)`` of the data server of ``kind``, or None when it is dead: a
+        query (metrics, process ids) replaces nothing; the next step of the run that needs
+        the server does (or ends the run when it may not)."""
+        try:
+            return self._client(kind).call(method, *args)
+        except ServerLost:
+            return None
 
     @staticmethod
     def _check_inference_server(col_policy, options, algo_factory, actor_factory, num_grad_workers):
@@ -358,27 +518,53 @@ class Scheme:
         inference.check_server_agent(actor, algo_factory("cpu", actor, None))
         return out
 
+    @property
+    def step_budget_on_data(self):
+        """True on the queue data path: a step budget (``Learner``'s ``target_steps``) is
+        then a budget of env steps the collectors hand over, and the run ends once their
+        rollouts are popped and trained on (``UWorker.set_step_budget``), not at the step
+        count: every rollout queued is consumed."""
+        return self.queue_server is not None
+
+    def get_agent_components(self):
+        """What this scheme is made of, as pytorchrl's scripts log it (``wandb.config``): a
+        dict naming each agent component and the layout.
+
+        Returns
+        -------
+        dict
+            ``actor``, ``algorithm``, ``storage``: the class each factory builds (its name);
+            ``train_envs``, ``test_envs``: the environment factories in words (None where
+            there are none); and the layout options ``num_col_workers``,
+            ``col_workers_communication``, ``num_grad_workers``, ``grad_workers_communication``,
+            ``decentralized_update_execution``, ``data_path``.
+        """
+        return {**{name: _component_name(factory) for name, factory in self._components.items()}, **self._layout}
+
     def inference_stats(self):
-        """The inference server's counters (``InferenceServer.stats``), or None without one."""
+        """The inference server's counters (``InferenceServer.stats``), or None without one (or
+        while it is dead: see ``_live_call``)."""
         if self.inference_server is None:
             return None
-        return inference.call(self.inference_server, "stats")
+        return self._live_call("inference", "stats")
 
     def process_info(self):
         """(node id, pid) of every remote worker process of the scheme (empty in-process)."""
         return self.update_worker.process_info() if self.update_worker is not None else []
 
     def replay_stats(self):
-        """The replay server's counters (``ReplayServer.stats``), or None on the direct data path."""
+        """The replay server's counters (``ReplayServer.stats``), or None on the direct data path
+        (or while it is dead)."""
         if self.replay_server is None:
             return None
-        return ServerClient(self.replay_server).call("stats")
+        return self._live_call("replay", "stats")
 
     def queue_stats(self):
-        """The queue server's counters (``QueueServer.stats``), or None on another data path."""
+        """The queue server's counters (``QueueServer.stats``), or None on another data path (or
+        while it is dead)."""
         if self.queue_server is None:
             return None
-        return ServerClient(self.queue_server).call("stats")
+        return self._live_call("queue", "stats")
 
     def get_hyperparameters(self):
         """Parameters held by every worker (see ``UWorker.get_hyperparameters``)."""
@@ -389,6 +575,8 @@ class Scheme:
         Ray instance started for this scheme is shut down once no other scheme uses it.
         Calling it again does nothing."""
         try:
+            # Nothing is replaced any more: a server found dead while stopping stays so.
+            self.servers.stop()
             # Collectors waiting to insert and gradient workers waiting to sample are let
             # go first, so that no worker is stopped in the middle of a wait.
             if self.replay_server is not None:
@@ -402,25 +590,22 @@ class Scheme:
             self._release_ray()
 
     def _stop_servers(self):
-        self._stop_replay_server()
-        server, self.inference_server = self.inference_server, None
-        if server is not None:
-            inference.stop_server(server)
-
-    def _stop_replay_server(self):
-        """Stop the data path's servers (replay server, queue server) that are running."""
-        server, self.replay_server = self.replay_server, None
-        if server is not None:
-            stop_server(server)
-        server, self.queue_server = self.queue_server, None
-        if server is not None:
-            stop_server(server)
+        """Stop the data servers that are running."""
+        for attribute in _SERVER_ATTRIBUTES.values():
+            server = getattr(self, attribute)
+            setattr(self, attribute, None)
+            if server is not None:
+                stop_server(server)
 
     def _release_ray(self):
         if self._holds_ray:
             self._holds_ray = False
             from pytorchrl.scheme.base.ray_runtime import release_ray
             release_ray()
+
+
+#: Scheme attribute holding each kind of data server.
+_SERVER_ATTRIBUTES = {"replay": "replay_server", "inference": "inference_server", "queue": "queue_server"}
 
 
 def _python_name(option):
@@ -433,3 +618,14 @@ def _python_name(option):
 def _python_value(value):
     """A value of ``Ineffective`` as a Scheme caller writes it ("async" -> prl.ASYNC)."""
     return {"sync": "prl.SYNC", "async": "prl.ASYNC"}.get(value, value)
+
+
+def _component_name(factory):
+    """A factory in words: the name of the class a ``ComponentFactory`` builds, the
+    ``repr`` of an environment factory, None for the factory that builds no environments."""
+    if factory is no_envs:
+        return None
+    cls = getattr(factory, "cls", None)
+    if isinstance(cls, type):
+        return cls.__name__
+    return repr(factory)

@@ -231,8 +231,6 @@ def apply_changes(learner, assignments, check=None):
     ValueError, TypeError
         The reason of a refusal; nothing was changed.
     """
-    from pytorchrl.agent.algorithms.base import check_parameter
-
     local = learner.update_worker.local_worker
     current = {"algorithm": local.algo.hyperparameters, "storage": local.storage.hyperparameters}
     if not assignments:
@@ -242,7 +240,8 @@ def apply_changes(learner, assignments, check=None):
         target, name = resolve_key(str(key), current["algorithm"], current["storage"])
         if check is not None:
             value = check(target, name, value)
-        value = check_parameter(current[target], name, value, target + " parameter")
+        # Every change is checked (fixed parameters included) before the first is applied.
+        value = learner.control.check(target, name, value, target + " parameter")
         planned.append((target, name, value))
     for target, name, value in planned:
         if target == "algorithm":

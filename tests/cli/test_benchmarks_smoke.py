@@ -290,25 +290,33 @@ def test_harness_snapshot_and_load_probe():
 
 
 # ---------------------------------------------------------------- soak (issue 11)
+def run_soak(options, out, timeout):
+    """Run benchmarks/soak/run.py with ``options`` (results into ``out``, a memory sample a
+    second, the live tree) in its own process and Ray instance; returns its output, failing
+    the test if it does not exit 0 within ``timeout`` seconds."""
+    import signal
+    cmd = [sys.executable, os.path.join(BENCH, "soak", "run.py"), *options, "--sample-every", "1", "--live-tree",
+           "--out-dir", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=REPO, start_new_session=True)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)   # the script stops its learner and Ray on SIGTERM
+        stdout, _ = proc.communicate(timeout=30)
+        pytest.fail(f"soak/run.py did not finish:\n{stdout[-3000:]}")
+    assert proc.returncode == 0, stdout[-3000:]
+    return stdout
+
+
 @pytest.mark.timeout(300)
 def test_soak_survives_kills_and_reaches_its_target(tmp_path):
     """The soak benchmark on a tiny budget, in its own process and Ray instance: a collector
     is SIGKILLed every 15 s and the run still reaches its calibrated target; the kills are
     replaced and counted (Scheme/WorkerRestarts). Memory and timing are not asserted (30 s
     is no soak)."""
-    import signal
     out = tmp_path / "results"
-    cmd = [sys.executable, os.path.join(BENCH, "soak", "run.py"), "--minutes", "0.5", "--kill-every", "15",
-           "--max-overrun", "3", "--sample-every", "1", "--live-tree", "--out-dir", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=REPO, start_new_session=True)
-    try:
-        stdout, _ = proc.communicate(timeout=280)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)   # the script stops its learner and Ray on SIGTERM
-        stdout, _ = proc.communicate(timeout=30)
-        pytest.fail(f"soak/run.py did not finish:\n{stdout[-3000:]}")
-    assert proc.returncode == 0, stdout[-3000:]
+    stdout = run_soak(["--minutes", "0.5", "--kill-every", "15", "--max-overrun", "3"], out, timeout=280)
     records = [json.loads(ln) for f in out.glob("soak_*.jsonl") for ln in f.read_text().splitlines()]
     summary = next(r for r in records if r.get("record") == "summary")
     kills = [r for r in records if r.get("record") == "kill"]

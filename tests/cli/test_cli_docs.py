@@ -17,7 +17,7 @@ DOCS = os.path.join(REPO, "docs")
 QUICK_START = [
     'python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e . && '
     'pytorchrl train examples/configs/ppo_cartpole.yaml',
-    'python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e ".[test]" && python -m pytest -q',
+    'python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e ".[test]" && python -m pytest -q -n 2',
 ]
 
 

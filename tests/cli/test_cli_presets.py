@@ -40,6 +40,7 @@ LAYOUT_CHECKED_BY = {
     "exarl-seed-a2c": ("test_inference_server", "test_seed_a2c_learns_cartpole_from_whole_episodes"),
     "exarl-nonblocking-async": ("test_weight_pull", "test_exarl_nonblocking_async_learns_cartpole"),
     "exarl-async": ("test_collector_targets", "test_exarl_async_learns_cartpole"),
+    "exarl-sync": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
     "exarl-a2c-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
     "exarl-multi-learner-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
 }

@@ -32,7 +32,7 @@ def rollout(tag):
 
 
 def tags(items):
-    return [data["tag"] for data, _, _ in items]
+    return [data["tag"] for data, *_ in items]
 
 
 # ------------------------------------------------------------------ the server
@@ -60,8 +60,8 @@ def test_pop_all_drains_the_queue_oldest_first():
         server.put((1, 2), rollout(i), version=i)
     outcome, items, stolen = server.pop(1)
     assert outcome == OK and not stolen
-    assert tags(items) == [0, 1, 2] and [v for _, v, _ in items] == [0, 1, 2]
-    assert {c for _, _, c in items} == {(1, 2)} and server.sizes()[(1, 2)] == 0
+    assert tags(items) == [0, 1, 2] and [v for _, v, _, _ in items] == [0, 1, 2]
+    assert {c for _, _, c, _ in items} == {(1, 2)} and server.sizes()[(1, 2)] == 0
     assert server.stats()["pops"] == 1 and server.stats()["popped_rollouts"] == 3
 
 
@@ -87,7 +87,7 @@ def test_random_selection_reads_every_collectors_queue():
                 server.put((g, c), rollout(None), 0, timeout=0)
         for _ in range(4):
             _, items, stolen = server.pop(1, timeout=0)
-            seen |= {c for _, _, c in items}
+            seen |= {c for _, _, c, _ in items}
             assert not stolen                 # reading any collector is what random selection does
     assert seen == {(1, 1), (1, 2), (2, 1), (2, 2)}
 
@@ -190,7 +190,8 @@ def test_configuration_refuses_what_the_queue_path_cannot_use(config, path, word
 def test_a_resolved_queue_configuration_validates_again():
     config = validate_config(queue_config({"queues": {"size": 2}}))
     assert config["scheme"]["queues"] == {"size": 2, "pop": "one", "prefetch": True, "selection": "binned",
-                                          "steal": False, "route": "collector", "num_cpus": 0.25}
+                                          "steal": False, "route": "collector", "kind": "fifo", "end": "all",
+                                          "num_cpus": 0.25}
     assert validate_config(config)["scheme"] == config["scheme"]
 
 
@@ -227,7 +228,7 @@ def test_prefetch_asks_for_the_next_pop_before_training(ray_for_module):
         ray.wait([path._prefetched], timeout=30)
         ray.get(server.put.remote((0, 2), rollout(3), 0))
         assert tags(path.pop(True)) == [3]
-        ray.get(path._prefetched)
+        assert path._prefetched is None     # a finished worker asks nothing ahead: its next pop returns at once
         no_prefetch = QueueDataPath(QueueLink(server, prefetch=False), group=1)
         ray.get(server.put.remote((1, 1), rollout(2), 0))
         assert tags(no_prefetch.pop(False)) == [2] and no_prefetch._prefetched is None

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
-from pytorchrl.agent.algorithms import DDQN, PPO
+from pytorchrl.agent.actors import OnPolicyActor
+from pytorchrl.agent.algorithms import PPO
 from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.storages import GAEBuffer, ReplayBuffer
+from pytorchrl.agent.storages import GAEBuffer
 from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
 from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme import Scheme
@@ -30,6 +30,7 @@ from pytorchrl.scheme.workflows.weight_board import BoardPublisher, WeightBoard,
 
 from cli_helpers import REPO, pytorchrl, tiny, write_config
 from distributed_fixtures import LayoutProbe
+from distributed_fixtures import ddqn_factories as shared_ddqn_factories
 from learning_helpers import greedy_returns_along_run
 
 NONBLOCKING = os.path.join(REPO, "examples", "configs", "exarl", "exarl-nonblocking-async.yaml")
@@ -43,13 +44,7 @@ def cartpole_spaces():
 
 
 def ddqn_factories():
-    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1,
-                                                           seed=0)
-    algo, name = DDQN.create_factory(update_every=ROLLOUT, start_steps=0, test_every=10 ** 9)
-    actor = OffPolicyActor.create_factory(obs_space, action_space, name,
-                                          common_feature_extractor_kwargs={"hidden_sizes": [16]})
-    return dict(algo_factory=algo, actor_factory=actor, storage_factory=ReplayBuffer.create_factory(size=1000),
-                train_envs_factory=train)
+    return shared_ddqn_factories(update_every=ROLLOUT, start_steps=0, replay=1000, test_every=10 ** 9)
 
 
 def make_collector(board, every):

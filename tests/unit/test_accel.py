@@ -660,8 +660,9 @@ def test_compute_loss_is_loss_tensors_read_back_once(name):
     expected.update(algo.host_stats())
     torch.manual_seed(7)
     loss, _ = algo.loss_tensors(batch)        # as compute_gradients computes it
-    losses = loss if isinstance(loss, dict) else {"actor": loss}
-    groups = algo._parameter_groups()
+    # One loss (A2C's with its two optimizers included) trains every parameter.
+    losses = loss if isinstance(loss, dict) else {"all": loss}
+    groups = algo._parameter_groups() if isinstance(loss, dict) else {"all": algo.trainable_parameters()}
     grads = {}
     for group, value in losses.items():
         found = torch.autograd.grad(value, groups[group], retain_graph=True, allow_unused=True)

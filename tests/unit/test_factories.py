@@ -100,7 +100,7 @@ def test_algorithm_factory(pickler, algo_cls):
     algo = clone("cpu", actor, None)
     assert algo.name == name == algo_cls.name
     assert (algo.lr, algo.num_epochs, algo.gamma) == (5e-4, 3, 0.9)
-    assert algo.optimizer.param_groups[0]["lr"] == 5e-4
+    assert all(opt.param_groups[0]["lr"] == 5e-4 for opt in algo.optimizers.values())
 
 
 @pytest.mark.parametrize("pickler", PICKLERS)

@@ -151,10 +151,15 @@ class OnPolicyActor(Actor):
 
     @classmethod
     def create_factory(cls, input_space, action_space, algorithm_name="PPO", restart_model=None,
-                       feature_extractor_network=None, feature_extractor_kwargs=None,
-                       shared_policy_value_network=True, ortho_init=True, log_std_init=0.0, recurrent_net=None,
-                       recurrent_net_kwargs=None):
-        """Return a picklable ``factory(device)`` building an OnPolicyActor (parameters as in the class)."""
+                       recurrent_net=None, recurrent_net_kwargs=None, feature_extractor_network=None,
+                       feature_extractor_kwargs=None, shared_policy_value_network=True, ortho_init=True,
+                       log_std_init=0.0):
+        """Return a picklable ``factory(device)`` building an OnPolicyActor (parameters as in the class).
+
+        The parameters up to ``shared_policy_value_network`` are in pytorchrl's positional
+        order (its scripts pass them positionally); ``ortho_init`` and ``log_std_init``,
+        which it does not have, follow.
+        """
         if recurrent_net is not None:
             recurrent_net = get_memory_network(recurrent_net)   # a wrong name fails here, not in a worker
         return ComponentFactory(cls, input_space=input_space, action_space=action_space,

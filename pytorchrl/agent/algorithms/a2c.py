@@ -9,22 +9,89 @@ from pytorchrl.agent.algorithms.on_policy import OnPolicyAlgorithm, actor_critic
 class A2C(OnPolicyAlgorithm):
     """A2C: one gradient step per rollout on the advantage-weighted log-likelihood.
 
-    Parameters are those of ``OnPolicyAlgorithm``; the defaults follow the usual A2C
-    settings (one epoch, the whole rollout as one mini-batch, no advantage normalisation).
+    As pytorchrl's A2C it has two Adam optimizers, one for the policy and one for the
+    value function, each with its learning rate (``lr_pi``, ``lr_v``) and its gradients
+    clipped to ``max_grad_norm`` on their own. Parameters are those of
+    ``OnPolicyAlgorithm`` and the ones below; the defaults follow the usual A2C settings
+    (one epoch, the whole rollout as one mini-batch, no advantage normalisation), not
+    pytorchrl's (``lr_v = lr_pi = 1e-4``, ``test_every=5000``, ``num_test_episodes=5``).
+
+    Parameters
+    ----------
+    lr : float
+        Learning rate of both optimizers (our name): ``lr_pi`` and ``lr_v`` start from it
+        unless given. Read back it is their common value, or None once they differ; a
+        hot-swap of ``lr`` sets both.
+    lr_v : float or None
+        Learning rate of the value optimizer (pytorchrl's name): it trains the value head,
+        and the value network and memory when the actor has separate ones. None: ``lr``.
+    lr_pi : float or None
+        Learning rate of the policy optimizer (pytorchrl's name): it trains every other
+        parameter: the policy head, a feature extractor or memory shared by policy and
+        value, and both copies of separate MLP extractors (the actor computes those as one
+        stacked network, whose weights one optimizer holds). None: ``lr``.
+    policy_loss_addons : list
+        pytorchrl's terms added to the policy loss (``PolicyLossAddOn``); not implemented
+        yet: only an empty list (or tuple) is accepted, anything else is refused. Fixed once
+        the algorithm is built.
     """
 
     name = "A2C"
+    group_lr = {"policy": "lr_pi", "value": "lr_v"}
+    fixed_hyperparameters = OnPolicyAlgorithm.fixed_hyperparameters + ("policy_loss_addons",)
 
-    def __init__(self, device, actor, envs=None, lr=7e-4, eps=1e-5, gamma=0.99, num_epochs=1,
-                 num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
+    def __init__(self, device, actor, envs=None, lr=7e-4, lr_v=None, lr_pi=None, eps=1e-5, gamma=0.99,
+                 num_epochs=1, num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
                  max_grad_norm=0.5, normalize_advantages=False, test_every=10, num_test_episodes=10,
-                 numpy_update=True):
+                 numpy_update=True, policy_loss_addons=()):
+        if not isinstance(policy_loss_addons, (list, tuple)):
+            raise ValueError(f"A2C policy_loss_addons: expected a list of policy-loss add-ons, got "
+                             f"{policy_loss_addons!r}")
+        if policy_loss_addons:
+            raise ValueError(f"A2C policy_loss_addons: policy-loss add-ons are not implemented yet; pass an empty "
+                             f"list (got {policy_loss_addons!r})")
+        self.policy_loss_addons = []
+        # (``lr`` sets both rates in the base constructor; the ones given explicitly follow.)
         super().__init__(device, actor, envs, lr=lr, eps=eps, gamma=gamma, num_epochs=num_epochs,
                          num_mini_batch=num_mini_batch, mini_batch_size=mini_batch_size,
                          entropy_coef=entropy_coef, value_loss_coef=value_loss_coef,
                          max_grad_norm=max_grad_norm, normalize_advantages=normalize_advantages,
                          test_every=test_every, num_test_episodes=num_test_episodes,
                          numpy_update=numpy_update)
+        if lr_v is not None:
+            self.lr_v = float(lr_v)
+        if lr_pi is not None:
+            self.lr_pi = float(lr_pi)
+        self.check_hyperparameters()
+
+    @property
+    def lr(self):
+        """The learning rate of both optimizers, or None when ``lr_pi`` and ``lr_v`` differ."""
+        return self.lr_pi if self.lr_pi == self.lr_v else None
+
+    @lr.setter
+    def lr(self, value):
+        # None is what a state saved with two different rates holds: they follow it.
+        if value is not None:
+            self.lr_pi = self.lr_v = float(value)
+
+    @property
+    def pi_optimizer(self):
+        """The policy optimizer (pytorchrl's attribute)."""
+        return self.optimizers["policy"]
+
+    @property
+    def v_optimizer(self):
+        """The value optimizer (pytorchrl's attribute)."""
+        return self.optimizers["value"]
+
+    def parameter_groups(self):
+        """``policy``: every parameter of the actor but the value function's own; ``value``:
+        the value head, and the value network and memory when the actor has separate ones."""
+        value_modules = [getattr(self.actor, n, None) for n in ("value_head", "value_net", "value_memory")]
+        value = {id(p) for m in value_modules if m is not None for p in m.parameters()}
+        params = list(self.actor.parameters())
+        return {"policy": [p for p in params if id(p) not in value], "value": [p for p in params if id(p) in value]}
 
     def policy_objective(self, xp, logp, old_logp, adv, grad=False):
         """The policy gradient loss (``losses.actor_critic.a2c_policy_loss``)."""

@@ -11,7 +11,7 @@ from pytorchrl.agent import accel
 from pytorchrl.agent.accel.adam import NumpyAdam
 from pytorchrl.agent.accel.cuda_graph import graph_accelerator
 from pytorchrl.agent.accel.private_torch import all_finite, foreach_mul_, foreach_norms
-from pytorchrl.agent.factory import ComponentFactory
+from pytorchrl.agent.factory import ComponentFactory, documented_kind, documented_parameters
 
 
 @accel.accelerated(graph_accelerator())
@@ -65,6 +65,10 @@ class Algorithm(ABC):
     group_lr = {"actor": "lr"}
     #: Hyperparameters fixed at construction: a hot-swap may only repeat their value.
     fixed_hyperparameters = ()
+    #: Whether ``compute_gradients`` returns gradients another process could apply; False
+    #: for an algorithm that updates its weights itself (an EXARL agent's ``train``), which
+    #: then runs with one gradient worker only.
+    sends_gradients = True
 
     def __init__(self, device, actor, envs=None):
         self.device = torch.device(device)
@@ -217,8 +221,40 @@ class Algorithm(ABC):
         """Dict of the current value of every hyperparameter."""
         return {n: getattr(self, n) for n in self.hyperparameter_names()}
 
+    def check_update(self, parameter_name, new_parameter_value):
+        """What ``update_algorithm_parameter(parameter_name, new_parameter_value)`` would set
+        (the value converted to the parameter's type), or the ValueError/TypeError it would
+        raise: name, type, range and fixed hyperparameters. Nothing changes.
+
+        Parameters
+        ----------
+        parameter_name : str
+            One of ``self.hyperparameters``.
+        new_parameter_value : object
+            The value asked for.
+        """
+        value = check_parameter(self.hyperparameters, parameter_name, new_parameter_value,
+                                f"{self.name} hyperparameter", owner=self)
+        old = getattr(self, parameter_name)
+        if parameter_name in self.fixed_hyperparameters:
+            if value != old:
+                raise ValueError(f"{self.name} hyperparameter {parameter_name!r} is fixed once the "
+                                 f"algorithm is built (it is {old!r})")
+            return value
+        # The ranges are checked on the algorithm as it would be, then every hyperparameter
+        # held as an attribute is put back (one set through a property, A2C's ``lr``, may
+        # change several).
+        saved = {n: v for n, v in self.__dict__.items() if n in self.hyperparameter_names()}
+        setattr(self, parameter_name, value)
+        try:
+            self.check_hyperparameters()
+        finally:
+            self.__dict__.update(saved)
+        return value
+
     def update_algorithm_parameter(self, parameter_name, new_parameter_value):
-        """Set hyperparameter ``parameter_name`` to ``new_parameter_value``.
+        """Set hyperparameter ``parameter_name`` to ``new_parameter_value`` (refused, with
+        nothing changed, as ``check_update`` says).
 
         Parameters
         ----------
@@ -227,20 +263,10 @@ class Algorithm(ABC):
         new_parameter_value : object
             New value; numbers must stay numbers, booleans booleans.
         """
-        value = check_parameter(self.hyperparameters, parameter_name, new_parameter_value,
-                                f"{self.name} hyperparameter")
-        old = getattr(self, parameter_name)
+        value = self.check_update(parameter_name, new_parameter_value)
         if parameter_name in self.fixed_hyperparameters:
-            if value != old:
-                raise ValueError(f"{self.name} hyperparameter {parameter_name!r} is fixed once the "
-                                 f"algorithm is built (it is {old!r})")
             return
         setattr(self, parameter_name, value)
-        try:
-            self.check_hyperparameters()
-        except (ValueError, TypeError):
-            setattr(self, parameter_name, old)  # a refused change leaves nothing changed
-            raise
         self._sync_optimizers()
 
     def check_hyperparameters(self):
@@ -516,6 +542,9 @@ class Algorithm(ABC):
         """Restore a state produced by ``state_dict``."""
         self.set_weights(state["actor"])
         optimizers = state.get("optimizers") or {next(iter(self.optimizers)): state["optimizer"]}
+        if set(optimizers) != set(self.optimizers):
+            raise ValueError(f"the saved state holds the optimizers {sorted(optimizers)}; {self.name} has "
+                             f"{sorted(self.optimizers)} (saved by another version of {self.name}?)")
         for name, opt_state in optimizers.items():
             self.optimizers[name].load_state_dict(opt_state)
         for name, value in state.get("hyperparameters", {}).items():
@@ -678,12 +707,14 @@ def clip_grad_norm(parameters, max_norm):
     return total
 
 
-def check_parameter(current, name, value, what):
+def check_parameter(current, name, value, what, owner=None):
     """Validate a hot-swap of ``name`` to ``value`` against the dict ``current``.
 
     Returns the value converted to the parameter's type (1 -> 1.0 for a float parameter).
     Raises ValueError naming the valid names for an unknown name, and TypeError for a value
     of the wrong kind (a string for a number, 2.5 for an integer, a number for a boolean).
+    A parameter whose current value is None takes the kind its owner documents ("int or
+    None": an integer, 1.0 refused; "float or None": a number), or None again.
 
     Parameters
     ----------
@@ -695,11 +726,16 @@ def check_parameter(current, name, value, what):
         Requested value.
     what : str
         Words naming the kind of parameter, for the messages.
+    owner : object, type or None
+        The component (or its class) whose docstring documents the parameters (read only
+        for a parameter that is None now; None: such a parameter accepts anything).
     """
     if name not in current:
         raise ValueError(f"unknown {what} {name!r}; valid: {sorted(current)}")
     old = current[name]
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    if old is None:
+        return _check_documented(owner, name, value, what, number)
     if isinstance(old, bool):
         if isinstance(value, bool):
             return value
@@ -709,6 +745,25 @@ def check_parameter(current, name, value, what):
     elif isinstance(old, float):
         if number:
             return float(value)
-    elif old is None or isinstance(value, type(old)):
+    elif isinstance(value, type(old)):
         return value
     raise TypeError(f"{what} {name!r} expects {type(old).__name__}, got {value!r}")
+
+
+def _check_documented(owner, name, value, what, number):
+    """``check_parameter`` of a parameter that is None now: ``value`` must be None or of
+    the kind ``owner`` documents for ``name`` (anything when it documents none)."""
+    if value is None or owner is None:
+        return value
+    cls = owner if isinstance(owner, type) else type(owner)
+    type_text = documented_parameters(cls).get(name, ("", ""))[0]
+    kind = documented_kind(type_text)
+    if kind is None:
+        return value
+    if kind == "int" and number and isinstance(value, (int, np.integer)):
+        return int(value)
+    if kind == "number" and number:
+        return float(value)
+    if (kind, type(value)) in (("bool", bool), ("str", str), ("dict", dict)):
+        return value
+    raise TypeError(f"{what} {name!r} expects {type_text} (it is None now), got {value!r}")

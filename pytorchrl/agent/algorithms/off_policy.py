@@ -30,6 +30,32 @@ def numpy_update(build, reproduces, actor_reproduces):
                              fallback="updating in torch")
 
 
+def set_replay_schedule(algo, gamma, num_updates, update_every, start_steps, mini_batch_size, test_every,
+                        num_test_episodes):
+    """Give ``algo`` the hyperparameters a replay storage reads (``gamma``, ``num_updates``,
+    ``update_every``, ``start_steps``, ``mini_batch_size``) and the evaluation's (see
+    ``OffPolicyAlgorithm``), converted to their types."""
+    algo.gamma = float(gamma)
+    algo.num_updates = int(num_updates)
+    algo.update_every = int(update_every)
+    algo.start_steps = int(start_steps)
+    algo.mini_batch_size = int(mini_batch_size)
+    algo.test_every = int(test_every)
+    algo.num_test_episodes = int(num_test_episodes)
+
+
+def check_replay_schedule(algo, at_least_one=()):
+    """Raise ValueError unless the hyperparameters of ``set_replay_schedule`` (and those
+    named in ``at_least_one``) are in range on ``algo``."""
+    for name in ("num_updates", "update_every", "mini_batch_size", "test_every", "num_test_episodes") + at_least_one:
+        if getattr(algo, name) < 1:
+            raise ValueError(f"{algo.name} hyperparameter {name} must be >= 1, got {getattr(algo, name)}")
+    if algo.start_steps < 0:
+        raise ValueError(f"{algo.name} hyperparameter start_steps must be >= 0, got {algo.start_steps}")
+    if not 0.0 <= algo.gamma <= 1.0:
+        raise ValueError(f"{algo.name} hyperparameter gamma must be in [0, 1], got {algo.gamma}")
+
+
 class OffPolicyAlgorithm(Algorithm):
     """Base of the algorithms that learn from a replay storage (DDQN, DDPG, TD3, SAC).
 
@@ -82,16 +108,11 @@ class OffPolicyAlgorithm(Algorithm):
                  test_every=10, num_test_episodes=5, numpy_update=True):
         super().__init__(device, actor, envs)
         self.numpy_update = bool(numpy_update)
-        self.gamma = float(gamma)
+        set_replay_schedule(self, gamma, num_updates, update_every, start_steps, mini_batch_size, test_every,
+                            num_test_episodes)
         self.polyak = float(polyak)
-        self.num_updates = int(num_updates)
-        self.update_every = int(update_every)
-        self.start_steps = int(start_steps)
-        self.mini_batch_size = int(mini_batch_size)
         self.target_update_interval = int(target_update_interval)
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
-        self.test_every = int(test_every)
-        self.num_test_episodes = int(num_test_episodes)
         self.target = copy.deepcopy(actor)
         for p in self.target.parameters():
             p.requires_grad_(False)
@@ -102,14 +123,7 @@ class OffPolicyAlgorithm(Algorithm):
         return {"target": self.target}
 
     def check_hyperparameters(self):
-        for name in ("num_updates", "update_every", "mini_batch_size", "target_update_interval", "test_every",
-                     "num_test_episodes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{self.name} hyperparameter {name} must be >= 1, got {getattr(self, name)}")
-        if self.start_steps < 0:
-            raise ValueError(f"{self.name} hyperparameter start_steps must be >= 0, got {self.start_steps}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"{self.name} hyperparameter gamma must be in [0, 1], got {self.gamma}")
+        check_replay_schedule(self, ("target_update_interval",))
         if not 0.0 <= self.polyak <= 1.0:
             raise ValueError(f"{self.name} hyperparameter polyak must be in [0, 1], got {self.polyak}")
 

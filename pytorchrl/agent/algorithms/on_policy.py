@@ -121,9 +121,11 @@ class OnPolicyAlgorithm(Algorithm):
                 raise TypeError(f"{self.name} hyperparameter {name} must be a number or None, got {value!r}")
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ValueError(f"{self.name} hyperparameter mini_batch_size must be >= 1, got {self.mini_batch_size}")
-        for name in ("lr", "gamma", "entropy_coef", "value_loss_coef", "clip_param", "kl_coef"):
-            if getattr(self, name, 0.0) < 0:
-                raise ValueError(f"{self.name} hyperparameter {name} must be >= 0, got {getattr(self, name)}")
+        # (A2C's ``lr`` is None while its two rates differ: they are checked themselves.)
+        for name in ("lr", "lr_v", "lr_pi", "gamma", "entropy_coef", "value_loss_coef", "clip_param", "kl_coef"):
+            value = getattr(self, name, 0.0)
+            if value is not None and value < 0:
+                raise ValueError(f"{self.name} hyperparameter {name} must be >= 0, got {value}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"{self.name} hyperparameter gamma must be in [0, 1], got {self.gamma}")
 

@@ -374,6 +374,11 @@ class _VecEnvFactory:
         self.vectorization = vectorization
         self.seed = seed
 
+    def __repr__(self):
+        env_id = self.env_kwargs.get("env_id") or self.env_kwargs.get("id")
+        env = env_id if isinstance(env_id, str) else getattr(self.env_fn, "__name__", type(self.env_fn).__name__)
+        return f"VecEnv({env}, vec_env_size={self.vec_env_size})"
+
     def __call__(self, device="cpu", index_col_worker=0, index_grad_worker=0, mode="train"):
         fns = [_EnvThunk(self.env_fn, self.env_kwargs, index_col_worker, index_grad_worker, i, mode,
                          self.transpose)

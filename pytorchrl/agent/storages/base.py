@@ -96,10 +96,25 @@ class Storage(ABC):
         new_parameter_value : object
             The new value, of the parameter's type.
         """
+        setattr(self, parameter_name, self.check_update(parameter_name, new_parameter_value))
+
+    def check_update(self, parameter_name, new_parameter_value):
+        """What ``update_storage_parameter(parameter_name, new_parameter_value)`` would set
+        (the value converted to the parameter's type), or the ValueError/TypeError it would
+        raise: name, type, range, and parameters fixed once the storage is built. Nothing
+        changes.
+
+        Parameters
+        ----------
+        parameter_name : str
+            One of ``self.hyperparameters``.
+        new_parameter_value : object
+            The value asked for.
+        """
         value = check_parameter(self.hyperparameters, parameter_name, new_parameter_value,
-                                f"{type(self).__name__} parameter")
+                                f"{type(self).__name__} parameter", owner=self)
         self.check_parameter_value(parameter_name, value)
-        setattr(self, parameter_name, value)
+        return value
 
     # ------------------------------------------------------------ collection side
     @abstractmethod

@@ -513,7 +513,11 @@ class EREBuffer(PERBuffer):
         self._served += 1
         newest = (self.pos - 1 - np.arange(c)) % self.size   # newest first
         if self.alpha == 0.0:
-            return self._batch(newest[self.rng.integers(0, c, batch_size)])
+            # Unit weights, as PERBuffer's batches with alpha 0: the algorithm reports the TD
+            # errors that ``after_update`` turns into priorities (all 1 with alpha 0; an
+            # alpha swapped in later weighs the errors reported from then on).
+            return self._batch(newest[self.rng.integers(0, c, batch_size)],
+                               **{WEIGHT: np.ones((batch_size, 1), dtype=np.float32)})
         priorities = self.tree.get(newest)
         probs = priorities / priorities.sum()
         pick = self.rng.choice(c, size=batch_size, p=probs)

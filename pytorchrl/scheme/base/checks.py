@@ -3,6 +3,35 @@ before any worker or Ray starts) and the worker sets (which are public too)."""
 
 import numpy as np
 
+import pytorchrl as prl
+
+#: Spellings of a communication mode besides ``prl.SYNC`` and ``prl.ASYNC``: pytorchrl's
+#: scripts pass their argparse defaults, which spell the synchronous mode "synchronised".
+_COMMUNICATION_SPELLINGS = {"synchronised": prl.SYNC}
+
+
+def check_communication(name, mode):
+    """The communication mode ``mode`` as ``prl.SYNC`` or ``prl.ASYNC``.
+
+    Parameters
+    ----------
+    name : str
+        The option's name, for the message (e.g. "col_workers_communication").
+    mode : str
+        ``prl.SYNC`` ("synchronous"), ``prl.ASYNC`` ("asynchronous") or "synchronised".
+
+    Raises
+    ------
+    ValueError
+        Any other value, naming the valid ones.
+    """
+    if mode in (prl.SYNC, prl.ASYNC):
+        return mode
+    if isinstance(mode, str) and mode in _COMMUNICATION_SPELLINGS:
+        return _COMMUNICATION_SPELLINGS[mode]
+    raise ValueError(f"{name} must be prl.SYNC ({prl.SYNC!r}, also spelled 'synchronised') or prl.ASYNC "
+                     f"({prl.ASYNC!r}), got {mode!r}")
+
 
 def check_int(name, value, low, optional=False):
     """Raise ValueError unless ``value`` is an integer >= ``low`` (a bool is not one).
@@ -105,10 +134,11 @@ class Ineffective:
 
 
 def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async, fraction_samples=1.0,
-                        fraction_workers=1.0, max_policy_lag=None, max_grad_lag=None):
-    """The options among the last four that have no effect in this layout (those left at
-    their defaults, 1.0 and None, are never listed). Shared by ``Scheme`` (which warns) and
-    the configuration (which refuses), so that both follow the same rules.
+                        fraction_workers=1.0, max_policy_lag=None, max_grad_lag=None, col_compress=False,
+                        grad_compress=False, decentralized=False):
+    """The options among the keyword arguments that have no effect in this layout (those
+    left at their defaults are never listed). Shared by ``Scheme`` (which warns) and the
+    configuration (which refuses), so that both follow the same rules.
 
     Parameters
     ----------
@@ -126,6 +156,12 @@ def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async
         Bound on the policy lag of asynchronous collection.
     max_grad_lag : int or None
         Bound on the lag of asynchronous gradients.
+    col_compress, grad_compress : bool or str
+        ``col_compress_data`` and ``grad_compress_data``: compression of what remote
+        collection and gradient workers send (True, False or "auto").
+    decentralized : bool
+        ``decentralized_update_execution`` (DD-PPO): gradients are all-reduced by
+        torch.distributed, not sent.
 
     Returns
     -------
@@ -157,4 +193,44 @@ def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async
         elif num_grad_workers < 2:
             out.append(Ineffective("max_grad_lag", max_grad_lag, "num_grad_workers", num_grad_workers, "2 or more",
                                    "one gradient worker computes its gradients from the current weights"))
+    if col_compress and num_col_workers < 2:
+        out.append(Ineffective("col_compress_data", col_compress, "num_col_workers", num_col_workers, "2 or more",
+                               "one collection worker runs in its gradient worker's process: its rollouts are "
+                               "never sent"))
+    if grad_compress:
+        if num_grad_workers < 2:
+            out.append(Ineffective("grad_compress_data", grad_compress, "num_grad_workers", num_grad_workers,
+                                   "2 or more", "one gradient worker's gradients are applied in its process"))
+        elif decentralized:
+            out.append(Ineffective("grad_compress_data", grad_compress, "decentralized_update_execution", True,
+                                   False, "DD-PPO's gradients are all-reduced by torch.distributed, never packed"))
     return out
+
+
+def batching_refused(batch_episode_frequency, episode_block, async_collection, requests_in_flight):
+    """Why EXARL's batching options cannot run in this layout, as ``(option, words)`` (the
+    words follow the option's name and value), or None.
+
+    Parameters
+    ----------
+    batch_episode_frequency : int or None
+        Episodes per rollout (EXARL's SYNC).
+    episode_block : int or None
+        Episodes per request, one weight broadcast per block round (EXARL's ASYNC).
+    async_collection : bool
+        Asynchronous collection.
+    requests_in_flight : int
+        Rollout requests queued at each collector.
+    """
+    if episode_block is None:
+        return None
+    if batch_episode_frequency is not None:
+        return ("episode_block", "and batch_episode_frequency both set the episodes of a rollout: give one (episode_"
+                                 "block for asynchronous collection, batch_episode_frequency otherwise)")
+    if not async_collection:
+        return ("episode_block", "needs asynchronous collection: a synchronous round already waits for every "
+                                 "collector (use batch_episode_frequency for the episodes of its rollouts)")
+    if requests_in_flight != 1:
+        return ("episode_block", "needs col_requests_in_flight 1: a block round sends every collector one request "
+                                 "with the same weights")
+    return None

@@ -118,9 +118,14 @@ class Worker:
 
     def process_info(self):
         """(node id, process id) of the process this worker lives in."""
-        try:
-            import ray
-            node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-        except Exception:  # Ray missing or not in a Ray process: a local worker
-            node = None
-        return node, os.getpid()
+        return process_info()
+
+
+def process_info():
+    """(node id, process id) of this process (node None outside Ray)."""
+    try:
+        import ray
+        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # Ray missing or not in a Ray process: a local worker
+        node = None
+    return node, os.getpid()

@@ -10,6 +10,8 @@ from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.components import (AGENT_COMPONENTS, LEARNER_COMPONENTS, build_agent,  # noqa: F401
                                               check_component_name, rebuild_learner_component)
+from pytorchrl.scheme.base.checks import check_int
+from pytorchrl.scheme.base.servers import ServerLost, call_or_lost
 from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.step_log import StepLog
 from pytorchrl.scheme.transport import pack, payload_bytes, weights_from_wire
@@ -20,6 +22,14 @@ ROLLOUT_UNITS = ("steps", "episodes")
 #: Where actions come from: the actor, uniform draws from the action space, or a central
 #: inference server (SEED).
 POLICIES = ("learned", "random", "server")
+
+
+def episodes_per_rollout(rollout_unit, rollout_episodes=None):
+    """Episodes that end a rollout: ``rollout_episodes``, else 1 with the ``"episodes"``
+    unit, else None (the rollout's steps end it)."""
+    if rollout_episodes is not None:
+        return int(rollout_episodes)
+    return 1 if rollout_unit == "episodes" else None
 
 
 def no_envs(*args, **kwargs):
@@ -84,8 +94,11 @@ class CWorker(Worker):
         newer version every ``weight_pull_every`` training steps without waiting for the
         answer, and swaps the weights in between two steps when it comes. None (default):
         weights only arrive with requests (``set_weights``).
-    weight_pull_every : int or None
-        Steps between two checks of ``weight_board`` (None: ``DEFAULT_PULL_EVERY``).
+    weight_pull_every : int, str or None
+        Steps between two checks of ``weight_board`` (None: ``DEFAULT_PULL_EVERY``), or
+        ``"episode"``: the board is read, and the answer waited for, before the first step
+        of every episode (of any environment: a step that ends one makes the next step an
+        episode start).
     inference_server : InferenceServer, ray.actor.ActorHandle or None
         With ``policy="server"``: the scheme's server (see
         ``pytorchrl.scheme.workflows.inference_server``); required then, refused otherwise.
@@ -97,15 +110,39 @@ class CWorker(Worker):
         the hot-swaps of the algorithm and replaces the actor or algorithm first; this
         worker follows. ``initial_weights`` are then the owner's to load. None (default):
         built from the factories.
+    inference_generation : int
+        Generation of ``inference_server`` (one more each time the scheme replaced a dead
+        one; see ``pytorchrl.scheme.base.servers``).
+    rollout_episodes : int or None
+        A rollout ends with the step that ends its ``rollout_episodes``-th episode (of any
+        environment), at most ``update_every`` steps: EXARL's ``batch_episode_frequency``
+        and ``episode_block``. None (default): 1 with ``rollout_unit="episodes"``, no limit
+        with ``"steps"``.
+    rollout_steps : int or None
+        A rollout is at most this many steps (per environment): EXARL's
+        ``batch_step_frequency``. It must fit the storage's rollout (``storage.size`` on
+        policy, ``algorithm.update_every`` per environment for a replay). None (default):
+        the storage's rollout.
+
+    A data server that dies never makes this worker fail (it would be taken for dead): an
+    insert or put that meets a dead server is reported lost (``server_lost`` in the
+    information), and a rollout whose inference server died stops where it is and is
+    reported paused; the next ``collect_data``, after ``set_inference_server`` gave the
+    replacement, goes on from there, sending the observations it was waiting on again.
     """
 
     def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
                  fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, initial_weights=None, device=None, rollout_unit="steps",
                  policy="learned", step_log_dir=None, weight_board=None, weight_pull_every=None,
-                 inference_server=None, borrow_from=None):
+                 inference_server=None, borrow_from=None, inference_generation=0, rollout_episodes=None,
+                 rollout_steps=None):
         if rollout_unit not in ROLLOUT_UNITS:
             raise ValueError(f"rollout_unit must be one of {ROLLOUT_UNITS}, got {rollout_unit!r}")
+        check_int("rollout_episodes", rollout_episodes, 1, optional=True)
+        check_int("rollout_steps", rollout_steps, 1, optional=True)
+        self.rollout_episodes = episodes_per_rollout(rollout_unit, rollout_episodes)
+        self.rollout_steps = rollout_steps
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if (policy == "server") != (inference_server is not None):
@@ -143,11 +180,18 @@ class CWorker(Worker):
         if inference_server is not None:
             from pytorchrl.scheme.workflows.inference_server import ServerActing, check_server_agent
             check_server_agent(self.actor, self.algo)
-            self._server_acting = ServerActing(inference_server)
+            self._server_acting = ServerActing(inference_server, inference_generation)
             self.actor.route_acting(self._server_acting)
         self.iter = 0
         self.actor_version = 0
         self._cut_round = None
+        self._paused = None   # a rollout stopped by the death of its inference server (see _rollout)
+        if rollout_steps is not None and self.envs_train is not None:
+            fits = self.storage.rollout_steps(self.envs_train.num_envs)
+            if rollout_steps > fits:
+                raise ValueError(f"a rollout of rollout_steps={rollout_steps} steps does not fit "
+                                 f"{type(self.storage).__name__}'s rollout of {fits} steps per environment (raise "
+                                 f"storage.size, or algorithm.update_every for a replay)")
         self.obs = self.envs_train.reset_numpy().copy() if self.envs_train is not None else None
         if step_log_dir and self.envs_train is not None:
             self._step_log = StepLog(step_log_dir, index_parent, index_worker, self.envs_train.num_envs, policy)
@@ -161,16 +205,19 @@ class CWorker(Worker):
             self._board_reader = BoardReader(weight_board, weight_pull_every or DEFAULT_PULL_EVERY)
         self._weight_swaps = []     # (step, version) of the rollout running
         self._pulled_bytes = 0
+        self._episode_starts = True  # the next step begins an episode (read the board "each episode")
 
     # ---------------------------------------------------------------- properties
     @property
     def update_every(self):
-        """Vectorized environment steps in one rollout."""
-        return self.storage.rollout_steps(self.envs_train.num_envs)
+        """Vectorized environment steps in one rollout (at most: episodes may end it first)."""
+        steps = self.storage.rollout_steps(self.envs_train.num_envs)
+        return steps if self.rollout_steps is None else min(steps, self.rollout_steps)
 
     # ---------------------------------------------------------------- collection
     def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None,
-                     pack_data=None, replay_server=None, queue_server=None):
+                     pack_data=None, replay_server=None, queue_server=None, server_generation=None,
+                     max_episodes=None):
         """Collect one rollout and return it with information about the collection.
 
         Parameters
@@ -198,6 +245,12 @@ class CWorker(Worker):
         queue_server : ray.actor.ActorHandle or None
             Queue data path: put the rollout into this worker's queue of this server
             (waiting while it is full: back-pressure) and return None in its place.
+        server_generation : int or None
+            Generation of ``replay_server`` or ``queue_server`` (reported with a loss).
+        max_episodes : int or None
+            End this rollout with the step that ends this many episodes (fewer than
+            ``rollout_episodes`` when an episode budget has fewer left). None:
+            ``rollout_episodes``.
 
         Returns
         -------
@@ -209,8 +262,11 @@ class CWorker(Worker):
             (weights that produced it), ``episodes`` (return, length) finished,
             ``index_worker``, ``cut`` (stopped early), ``TestReward`` when an evaluation ran,
             ``raw_bytes``/``sent_bytes`` when packed or inserted into a replay server,
-            ``replay_outcome`` ("ok", "closed") when inserted into one, ``queue_outcome`` when
-            put into a queue. With a weight board:
+            ``replay_outcome`` ("ok", "closed", "lost") when inserted into one,
+            ``queue_outcome`` when put into a queue; ``server_lost`` (a
+            ``ServerLost.report()``) when the server died: the insert or put is lost, or,
+            with ``paused`` True, the inference server died mid-rollout and the rollout is
+            not finished (no data, no samples: ask again once the replacement is given). With a weight board:
             ``weight_swaps``, the (step, version) of every version pulled during the rollout
             (``version`` is then the one its first step acted with, the oldest), and
             ``pulled_bytes``, the size of the weights loaded.
@@ -227,7 +283,12 @@ class CWorker(Worker):
             self._listening_round = listen
         first_version = self.actor_version
         try:
-            col_time, steps, cut = self._guarded(self._rollout, "envs_train", self.update_every, listen)
+            col_time, steps, cut = self._guarded(self._rollout, "envs_train", self.update_every, listen,
+                                                 max_episodes or self.rollout_episodes)
+        except ServerLost as lost:
+            info.update(server_lost=lost.report(), paused=True, collected_samples=0, steps=0, col_time=0.0,
+                        version=self.actor_version, episodes=[], index_worker=self.index_worker, cut=False)
+            return None, info
         finally:
             self._listening_round = None
         # The algorithm's collector-side step (EXARL's ASYNC: Bellman targets computed
@@ -239,19 +300,33 @@ class CWorker(Worker):
         if self._board_reader is not None:
             info.update(weight_swaps=self._weight_swaps, pulled_bytes=self._pulled_bytes)
             self._weight_swaps, self._pulled_bytes = [], 0
-        if replay_server is not None:
-            from pytorchrl.scheme.workflows.replay_server import insert_remote
-            info["replay_outcome"] = insert_remote(replay_server, data, info["version"])
-            info["raw_bytes"] = info["sent_bytes"] = payload_bytes(data)
+        if replay_server is not None or queue_server is not None:
+            # Compressed here and unpacked by the replay server when inserted, or by the
+            # gradient worker when popped: the queue holds what was sent.
+            payload = pack(data, self.compress_data_to_send) if self.compress_data_to_send else data
+            if replay_server is not None:
+                # (Waits as long as the server's rate limiter says.)
+                outcome, lost = call_or_lost(replay_server, "insert", (payload, info["version"]), "replay",
+                                             server_generation)
+                info["replay_outcome"] = outcome or "lost"
+            else:
+                # (Waits for room in this worker's queue: back-pressure.)
+                outcome, lost = call_or_lost(queue_server, "put", ((self.index_parent, self.index_worker), payload,
+                                                                   info["version"], None, len(info["episodes"])),
+                                             "queue", server_generation)
+                info["queue_outcome"] = outcome or "lost"
+            if payload is not data:
+                info.update(raw_bytes=payload.raw_bytes, sent_bytes=payload.sent_bytes)
+            elif replay_server is not None:
+                info["raw_bytes"] = info["sent_bytes"] = payload_bytes(data)
             data = None
-        elif queue_server is not None:
-            from pytorchrl.scheme.workflows.queues import put_remote
-            info["queue_outcome"] = put_remote(queue_server, (self.index_parent, self.index_worker), data,
-                                               self.actor_version)
-            data = None
-        elif pack_data or (pack_data is None and self.compress_data_to_send):
-            data = pack(data, self.compress_data_to_send)
-            info.update(raw_bytes=data.raw_bytes, sent_bytes=data.sent_bytes)
+        else:
+            lost = None
+            if pack_data or (pack_data is None and self.compress_data_to_send):
+                data = pack(data, self.compress_data_to_send)
+                info.update(raw_bytes=data.raw_bytes, sent_bytes=data.sent_bytes)
+        if lost is not None:
+            info["server_lost"] = lost
         self.iter += 1
         return data, info
 
@@ -261,6 +336,8 @@ class CWorker(Worker):
         server the oldest that acted in it."""
         if self._server_acting is not None:
             return self._server_acting.rollout_version()
+        if self._weight_swaps and self._weight_swaps[0][0] == 0:
+            return self._weight_swaps[0][1]    # read before the first step (each episode): it acted throughout
         return first_version
 
     def collect_train_data(self, num_steps=None, listen_to=()):
@@ -301,7 +378,7 @@ class CWorker(Worker):
                              f"or collect one rollout at a time with collect_data()")
         self._check_envs()
         # (A rollout started without a round id is never cut: it takes all the steps.)
-        col_time, _, _ = self._guarded(self._rollout, "envs_train", int(steps), None)
+        col_time, _, _ = self._guarded(self._rollout, "envs_train", int(steps), None, self.rollout_episodes)
         eps = self.envs_train.pop_finished_episodes()
         return col_time, (float(np.mean([r for r, _ in eps])) if eps else float("nan"))
 
@@ -389,50 +466,73 @@ class CWorker(Worker):
     def _cut_round(self, value):
         self._cut_request = None if value is None else (value, 0)
 
-    def _rollout(self, num_steps, round_id):
+    def _rollout(self, num_steps, round_id, episodes=None):
         t0 = time.perf_counter()
         storage, actor, envs = self.storage, self.actor, self.envs_train
         reader = self._board_reader
-        state = self.state
-        if self._server_acting is not None:
-            self._server_acting.start_rollout()
-        storage.start(self.obs, state)
-        num_steps = min(num_steps, self.update_every)
-        steps, cut = 0, False
-        for _ in range(num_steps):
-            # Checked at the step boundary only, so a cut rollout holds whole transitions.
-            if round_id is not None and self._cut_round == round_id:
-                cut = True
-                break
-            if reader is not None:
-                pulled = reader.poll()
-                if pulled is not None:
-                    self._load_pulled(steps, *pulled)
-            # The actor reads the storage's observation row: no copy on the way in.
-            env_action, extras, state = actor.act(storage.current_obs(), state)
-            if self.policy == "random":
-                env_action = self._random_actions(env_action)
-            if self._step_log is not None:
-                obs = storage.current_obs().copy()
-            next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
-            if self._step_log is not None:
-                self._step_log.write(obs, env_action, rew, next_obs, term, trunc, final_obs)
-            step = {ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
-                    FINAL_OBS: final_obs}
-            if state is not None:
-                step[RHS] = state
-            storage.insert(step)
-            if final_obs and state is not None:
-                state = actor.reset_state(state, list(final_obs))
-            steps += 1
-            if final_obs and self.rollout_unit == "episodes":
-                break
-        storage.finish(state)
+        paused, self._paused = self._paused, None
+        if paused is None:
+            state = self.state
+            if self._server_acting is not None:
+                self._server_acting.start_rollout()
+            storage.start(self.obs, state)
+            num_steps = min(num_steps, self.update_every)
+            steps, cut, ended, stepping, spent = 0, False, 0, True, 0.0
+        else:
+            # Stopped by its inference server's death: on from the step it was waiting for.
+            num_steps, steps, cut, ended, stepping, spent, state, episodes = paused
+        try:
+            for _ in range(num_steps - steps if stepping else 0):
+                # Checked at the step boundary only, so a cut rollout holds whole transitions.
+                if round_id is not None and self._cut_round == round_id:
+                    cut = True
+                    break
+                if reader is not None:
+                    if not reader.each_episode:
+                        pulled = reader.poll()
+                    elif self._episode_starts:
+                        pulled = reader.read()
+                        self._episode_starts = False
+                    else:
+                        pulled = None
+                    if pulled is not None:
+                        self._load_pulled(steps, *pulled)
+                # The actor reads the storage's observation row: no copy on the way in.
+                env_action, extras, state = actor.act(storage.current_obs(), state)
+                if self.policy == "random":
+                    env_action = self._random_actions(env_action)
+                if self._step_log is not None:
+                    obs = storage.current_obs().copy()
+                next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
+                if self._step_log is not None:
+                    self._step_log.write(obs, env_action, rew, next_obs, term, trunc, final_obs)
+                step = {ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
+                        FINAL_OBS: final_obs}
+                if state is not None:
+                    step[RHS] = state
+                storage.insert(step)
+                if final_obs and state is not None:
+                    state = actor.reset_state(state, list(final_obs))
+                steps += 1
+                if final_obs:
+                    self._episode_starts = True
+                if final_obs and episodes is not None:
+                    ended += len(final_obs)
+                    if ended >= episodes:
+                        break
+            stepping = False
+            storage.finish(state)
+        except ServerLost:
+            # Raised by the inference server's acting program before the step (or the
+            # bootstrap) it was asked for: nothing of it happened, the rollout is kept.
+            self._paused = (num_steps, steps, cut, ended, stepping, spent + time.perf_counter() - t0, state,
+                            episodes)
+            raise
         if self._step_log is not None:
             self._step_log.flush()
         self.obs = storage.next_rollout_obs()
         self.state = state
-        return time.perf_counter() - t0, steps, cut
+        return spent + time.perf_counter() - t0, steps, cut
 
     def _load_pulled(self, step, version, weights):
         """Load weights pulled from the board before step ``step`` of the rollout (a version
@@ -493,6 +593,15 @@ class CWorker(Worker):
         return float(np.mean(picked))
 
     # ----------------------------------------------------------------- control
+    def set_inference_server(self, server, generation):
+        """Act through ``server`` (of ``generation``), the replacement of a dead inference
+        server, from now on (a paused rollout goes on with it at the next request)."""
+        if self._server_acting is None:
+            raise ValueError("set_inference_server: this worker does not act through an inference server "
+                             f"(policy={self.policy!r})")
+        self._server_acting.set_server(server, generation)
+        return True
+
     def set_weights(self, actor_weights, version=None):
         """Load actor weights.
 
@@ -534,12 +643,16 @@ class CWorker(Worker):
             Factory of the new component, with that component's factory signature.
         """
         rebuild_component(self, component_name, new_component_factory, self._owner)
+        if component_name != "envs_test":
+            # A rollout paused by its server's death belonged to the components replaced.
+            self._paused = None
         if component_name == "actor" and self._server_acting is not None:
             self.actor.route_acting(self._server_acting)
         if component_name in self._env_factories:
             self._env_factories[component_name] = new_component_factory
         if component_name == "envs_train":
             self.obs = self.envs_train.reset_numpy().copy()
+            self._episode_starts = True
         if component_name in ("envs_train", "actor") and self.envs_train is not None:
             self.state = self.actor.initial_state(self.envs_train.num_envs)
         return component_name

@@ -3,21 +3,24 @@
 This module holds the collection policy (synchronous rounds with preemption of stragglers,
 asynchronous streams) and the episode budget. The set's other roles are its parts: how
 the workers get the weights (``weight_distribution.WeightDistribution``), what happens
-when a worker fails (``recovery.CollectorRecovery``) and how hot-swaps reach every worker
-(``control.ControlFanOut``).
+when a worker fails (``recovery.CollectorRecovery``), how hot-swaps reach every worker
+(``control.ControlFanOut``) and the data servers its workers use, replaced when they die
+(``server_links.ServerLinks``).
 """
 
 import math
 import time
 
 import pytorchrl as prl
-from pytorchrl.scheme.base.checks import check_fraction, check_int
+from pytorchrl.scheme.base.checks import check_communication, check_fraction, check_int
 from pytorchrl.scheme.base.faults import InFlight, drain
+from pytorchrl.scheme.base.servers import ServerLost
 from pytorchrl.scheme.base.worker import Worker, default_remote_config
 from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
-from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
+from pytorchrl.scheme.collection.c_worker import CWorker, episodes_per_rollout, no_envs
 from pytorchrl.scheme.collection.control import ControlFanOut
 from pytorchrl.scheme.collection.recovery import CollectorRecovery
+from pytorchrl.scheme.collection.server_links import ServerLinks
 from pytorchrl.scheme.collection.weight_distribution import WeightDistribution
 from pytorchrl.scheme.transport import unpack
 
@@ -25,8 +28,9 @@ DEFAULT_COL_WORKER_RESOURCES = default_remote_config(num_cpus=1)
 
 
 class EpisodeBudgetSpent(Exception):
-    """Raised by ``CWorkerSet.collect`` once the episode budget is handed over: no more
-    rollouts will come. ``args[0]``: the episodes handed over."""
+    """Raised by ``CWorkerSet.collect`` once the budget (episodes, or env steps on the queue
+    data path) is handed over: no more rollouts will come. ``args[0]``: the episodes
+    handed over."""
 
 
 class CWorkerSet(WorkerSet):
@@ -111,9 +115,10 @@ class CWorkerSet(WorkerSet):
         check it every ``weight_pull_every`` steps without waiting, swapping weights
         mid-rollout; requests carry none (see ``pytorchrl.scheme.workflows.weight_board``).
         Ignored without remote workers (the local worker holds the learner's weights).
-    weight_pull_every : int or None
+    weight_pull_every : int, str or None
         With ``weights="pull"``: environment steps between two checks of the board (None:
-        ``DEFAULT_PULL_EVERY``).
+        ``DEFAULT_PULL_EVERY``), or ``"episode"``: a read at every episode's start (see
+        ``CWorker``).
     inference_server : InferenceServer, ray.actor.ActorHandle or None
         Central inference (``policy="server"``, SEED): the workers that collect act through
         this server; the set sends it the local worker's weights whenever their version
@@ -121,16 +126,37 @@ class CWorkerSet(WorkerSet):
     borrow_from : object or None
         The gradient worker that owns this set: the local worker acts with its actor and
         algorithm (``CWorker``'s ``borrow_from``). None: the local worker builds its own.
+    server_generations : dict or None
+        Generations of ``replay_server`` and ``inference_server`` by kind (``"replay"``,
+        ``"inference"``; the queue server's is ``queues.generation``): one more each time
+        the scheme replaced a dead one. None: all 0.
+    worker_proxy : bool
+        Synchronous collection (without preemption): every round goes through one proxy
+        per node (DistributedReinforcementLearning.jl's WorkerProxy, see
+        ``pytorchrl.scheme.workflows.worker_proxy``), which receives the weights once for
+        its node's collectors and hands their rollouts back as one message.
+    rollout_episodes, rollout_steps : int or None
+        Passed to every ``CWorker``: a rollout ends with its ``rollout_episodes``-th
+        episode, and holds at most ``rollout_steps`` steps (EXARL's
+        ``batch_episode_frequency``/``episode_block`` and ``batch_step_frequency``).
+    block_rounds : bool
+        Asynchronous collection (EXARL's ``episode_block``): a worker that hands its
+        rollout over gets no new request until every worker has handed its own over; then
+        every worker gets one, all with the newest weights (one broadcast per block of
+        rollouts). Needs ``requests_in_flight=1``.
 
     Episode budget (``set_episode_budget``). Once the rollouts handed over hold that many
     finished episodes, ``collect`` raises ``EpisodeBudgetSpent`` instead of collecting. With
-    ``rollout_unit="episodes"`` a request finishes at most one episode, so the set is the
-    shared "next episode" counter: it sends a request only while the episodes handed over
-    plus the requests out stay below the budget, and exactly that many episodes are run
-    (with one environment per collector; a request to a collector of several environments
-    may end several episodes on its last step, which then all count).
+    ``rollout_unit="episodes"`` (or ``rollout_episodes``: K) a request finishes at most one
+    (K) episodes, so the set is the shared "next episode" counter: it sends a request only
+    while the episodes handed over plus those the requests out may finish stay below the
+    budget, asks the last requests for only the episodes left, and exactly that many
+    episodes are run (with one environment per collector; a request to a collector of
+    several environments may end several episodes on its last step, which then all count).
 
-    Failures. A remote worker that dies is replaced (``WorkerSet.replace_worker``) with the
+    Failures. A data server that dies is replaced by the scheme (see ``ServerLinks``): the
+    set counts what its workers lost with it and sends their next requests to the
+    replacement. A remote worker that dies is replaced (``WorkerSet.replace_worker``) with the
     current weights and version and the hot-swaps applied since the start; its rollout in
     flight is dropped. In a synchronous round the replacement is asked for the rollout
     again (same weights, same round), so every round still holds one rollout of every
@@ -146,6 +172,8 @@ class CWorkerSet(WorkerSet):
         ``set_version`` read and change it).
     recovery : CollectorRecovery
         Replaces workers that die and rebuilds environments that fail.
+    servers : ServerLinks
+        The data servers the workers use, and what their death cost.
     control : ControlFanOut
         Delivers hot-swaps to every worker (``apply_to_all``).
     stats : dict
@@ -164,10 +192,11 @@ class CWorkerSet(WorkerSet):
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,
                  max_policy_lag=None, requests_in_flight=1, fault_policy=None, replay_server=None,
                  rollout_unit="steps", policy="learned", step_log_dir=None, weights="push",
-                 weight_pull_every=None, inference_server=None, queues=None, borrow_from=None):
-        from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES
-        if communication not in (prl.SYNC, prl.ASYNC):
-            raise ValueError(f"collection communication must be prl.SYNC or prl.ASYNC, got {communication!r}")
+                 weight_pull_every=None, inference_server=None, queues=None, borrow_from=None,
+                 server_generations=None, rollout_episodes=None, rollout_steps=None, block_rounds=False,
+                 worker_proxy=False):
+        from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES, check_pull_every
+        communication = check_communication("collection communication", communication)
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
             check_fraction(name, v)
         if compress_data_to_send not in (True, False, "auto"):
@@ -179,7 +208,7 @@ class CWorkerSet(WorkerSet):
                              "round sends every collector one request with the same weights")
         if weights not in WEIGHT_MODES:
             raise ValueError(f"weights must be one of {', '.join(map(repr, WEIGHT_MODES))}, got {weights!r}")
-        check_int("weight_pull_every", weight_pull_every, 1, optional=True)
+        check_pull_every(weight_pull_every)
         if weights == "pull" and num_workers and communication != prl.ASYNC:
             raise ValueError("weights='pull' needs asynchronous collection (prl.ASYNC): a synchronous round "
                              "collects every rollout with the same weights")
@@ -192,13 +221,15 @@ class CWorkerSet(WorkerSet):
         if queues is not None and num_workers and communication != prl.ASYNC:
             raise ValueError("queues need asynchronous collection (prl.ASYNC): a synchronous round would wait "
                              "for puts that only the waiting learner's pops admit")
-        self.queues = queues
-        # The server remote workers hand their rollouts to, if any: a call queued behind a
-        # rollout may wait on its insert or put, which only the learner unblocks.
-        self._data_server = replay_server if replay_server is not None else getattr(queues, "server", None)
+        if block_rounds and (communication != prl.ASYNC or requests_in_flight != 1):
+            raise ValueError("block_rounds needs asynchronous collection with requests_in_flight=1: a block round "
+                             "sends every worker one request with the same weights")
+        self.block_rounds = bool(block_rounds)
+        if worker_proxy and num_workers and (communication != prl.SYNC or fraction_samples < 1.0
+                                             or fraction_workers < 1.0):
+            raise ValueError("worker_proxy needs synchronous collection without preemption (fraction_samples and "
+                             "fraction_workers 1): a proxy hands its node's rollouts over together")
         self.requests_in_flight = requests_in_flight
-        self.replay_server = replay_server
-        self.inference_server = inference_server
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
         self.communication = communication
@@ -209,10 +240,15 @@ class CWorkerSet(WorkerSet):
                       storage_factory=storage_factory, compress_data_to_send=compress_data_to_send,
                       fraction_samples=fraction_samples, initial_weights=initial_weights,
                       rollout_unit=rollout_unit, policy=policy, step_log_dir=step_log_dir,
-                      inference_server=inference_server)
+                      inference_server=inference_server,
+                      inference_generation=(server_generations or {}).get("inference", 0),
+                      rollout_episodes=rollout_episodes, rollout_steps=rollout_steps)
         self.rollout_unit = rollout_unit
+        self.episodes_per_request = episodes_per_rollout(rollout_unit, rollout_episodes)
         self.episode_budget = None  # episodes to hand over in all (None: no limit)
         self.episodes_received = 0
+        self.step_budget = None     # env steps to hand over in all (None: no limit)
+        self.samples_received = 0
         # The local worker's rollouts never leave this process: nothing to compress. With
         # remote workers it collects nothing and keeps no training environments. Of several
         # gradient workers (indices 1..N) only the first evaluates: the others hold the same
@@ -223,12 +259,17 @@ class CWorkerSet(WorkerSet):
                                   compress_data_to_send=False, weight_board=None, borrow_from=borrow_from)
         if num_workers and inference_server is not None:
             # A local worker that collects nothing acts (evaluates) with the learner's weights.
-            self._local_params.update(policy="learned", inference_server=None)
+            self._local_params.update(policy="learned", inference_server=None, inference_generation=0)
         self._remote_params = dict(train_envs_factory=train_envs_factory, test_envs_factory=no_envs)
         self._round = 0
         self._in_flight = InFlight()  # async: ref -> worker
         self._abandoned = []        # requests of a round given up, read by stop()
         self.stats = {"dropped_rollouts": 0, "cut_rollouts": 0, "rounds": 0, "weight_bytes": 0}
+        self.servers = ServerLinks(self, self.stats, replay_server, inference_server, queues, server_generations)
+        self.proxies = None
+        if worker_proxy and num_workers:
+            from pytorchrl.scheme.workflows.worker_proxy import NodeProxies
+            self.proxies = NodeProxies(self.stats)
         board = None
         if weights == "pull" and num_workers:
             from pytorchrl.scheme.workflows.weight_board import start_remote_board
@@ -238,8 +279,12 @@ class CWorkerSet(WorkerSet):
         # Built before the workers: a set that fails to start stops (and reads) all its parts.
         self.weights = WeightDistribution(lambda: self._local_worker.get_weights(), self.stats,
                                           inference_server=inference_server, board=board)
+        if inference_server is not None:
+            self.weights.set_inference_server(inference_server, self.servers.generations["inference"])
         self.recovery = CollectorRecovery(self, self.weights.bring_up_to_date)
-        self.control = ControlFanOut(self, self._recover, data_server=self._data_server)
+        # The server remote workers hand their rollouts to, if any: a call queued behind a
+        # rollout may wait on its insert or put, which only the learner unblocks.
+        self.control = ControlFanOut(self, self._recover, data_server=self.servers.data_server)
         try:
             super().__init__(CWorker, params, index_parent, num_workers,
                              worker_remote_config or DEFAULT_COL_WORKER_RESOURCES, local_device,
@@ -248,6 +293,32 @@ class CWorkerSet(WorkerSet):
             self.weights.stop()
             raise
         self.weights.publish()
+
+    # ------------------------------------------------------------------ servers
+    @property
+    def replay_server(self):
+        """The replay server the remote workers insert into (None on another data path)."""
+        return self.servers.replay_server
+
+    @property
+    def inference_server(self):
+        """The inference server the workers act through (None without one)."""
+        return self.servers.inference_server
+
+    @property
+    def queues(self):
+        """The queue path's ``QueueLink`` (None on another data path)."""
+        return self.servers.queues
+
+    def set_server(self, kind, server, generation):
+        """Use ``server`` (of ``generation``), the replacement of the scheme's dead server of
+        ``kind``, from now on (see ``ServerLinks.set_server``)."""
+        self.servers.set_server(kind, server, generation)
+
+    def settle_queue(self, popped):
+        """What every gradient worker popped of this set's rollouts from the dead queue
+        servers (see ``ServerLinks.settle``)."""
+        self.servers.settle(popped)
 
     def _build_local(self, worker_class, worker_params, local_device):
         params = dict(worker_params, **self._local_params)
@@ -269,7 +340,9 @@ class CWorkerSet(WorkerSet):
                        compress_data_to_send=False, col_worker_resources=None, col_fraction_workers=1.0,
                        communication=prl.SYNC, max_policy_lag=None, requests_in_flight=1, fault_policy=None,
                        replay_server=None, rollout_unit="steps", policy="learned", step_log_dir=None,
-                       weights="push", weight_pull_every=None, inference_server=None, queues=None):
+                       weights="push", weight_pull_every=None, inference_server=None, queues=None,
+                       server_generations=None, rollout_episodes=None, rollout_steps=None, block_rounds=False,
+                       worker_proxy=False):
         """Return a function ``factory(device, initial_weights=None, index_parent=0)`` creating CWorkerSets.
 
         Parameters are those of the class (``col_fraction_samples`` is ``fraction_samples``,
@@ -287,7 +360,10 @@ class CWorkerSet(WorkerSet):
                                 requests_in_flight=requests_in_flight, fault_policy=fault_policy,
                                 replay_server=replay_server, rollout_unit=rollout_unit, policy=policy,
                                 step_log_dir=step_log_dir, weights=weights, weight_pull_every=weight_pull_every,
-                                inference_server=inference_server, queues=queues)
+                                inference_server=inference_server, queues=queues,
+                                server_generations=dict(server_generations or {}),
+                                rollout_episodes=rollout_episodes, rollout_steps=rollout_steps,
+                                block_rounds=block_rounds, worker_proxy=worker_proxy)
 
     # ------------------------------------------------------------------ weights
     @property
@@ -318,19 +394,55 @@ class CWorkerSet(WorkerSet):
         self.episode_budget = episodes
         return episodes
 
-    def _budget_spent(self):
-        return self.episode_budget is not None and self.episodes_received >= self.episode_budget
+    def set_step_budget(self, steps):
+        """Hand over about ``steps`` environment steps in all (counted from the start; None:
+        no limit): once that many are in no request goes out, and ``collect`` raises
+        ``EpisodeBudgetSpent`` when the requests still out have been handed over too (their
+        rollouts count: they may pass the budget by a rollout each). Used on the queue data
+        path, where the run ends once the budget's data is popped and trained on."""
+        check_int("steps", steps, 0, optional=True)
+        self.step_budget = steps
+        return steps
 
-    def _may_request(self, handing_over=0):
+    def _budget_spent(self):
+        spent = ((self.episode_budget is not None and self.episodes_received >= self.episode_budget)
+                 or (self.step_budget is not None and self.samples_received >= self.step_budget))
+        # Not while a dead queue server's loss is unknown: its episodes are to be run again.
+        return spent and not self.servers.unsettled()
+
+    def _finished(self):
+        """The budget is handed over and, on the queue data path (where every rollout out
+        is queued whatever happens), no request is out any more."""
+        return self._budget_spent() and not (self.queues is not None and self._in_flight)
+
+    def _may_request(self, handing_over=0, samples=0):
         """Whether one more request may go out: always without a budget; with one, while
         the episodes handed over (``handing_over`` more are on their way) and those that the
-        requests out may finish (one each, with whole-episode rollouts) stay below it."""
+        requests out may finish (one each, with whole-episode rollouts) stay below it, and
+        while the env steps handed over (``samples`` more on their way) stay below the step
+        budget."""
+        if self.step_budget is not None and self.samples_received + samples >= self.step_budget:
+            return False
+        return self._episodes_left(handing_over) > 0
+
+    def _episodes_left(self, handing_over=0):
+        """Episodes of the budget that no rollout handed over (``handing_over`` more on their
+        way) nor request out (at most ``episodes_per_request`` each) may finish; a large
+        number without a budget, or when a request's episodes are not bounded."""
         if self.episode_budget is None:
-            return True
+            return math.inf
         claimed = self.episodes_received + handing_over
-        if self.rollout_unit == "episodes":
-            claimed += len(self._in_flight)
-        return claimed < self.episode_budget
+        if self.episodes_per_request is not None:
+            claimed += self.episodes_per_request * len(self._in_flight)
+        return self.episode_budget - claimed
+
+    def _request_episodes(self, left=None):
+        """Episodes the next request may finish: ``episodes_per_request``, fewer when the
+        budget has fewer ``left`` (None: ``_episodes_left()``); None: not bounded."""
+        if self.episodes_per_request is None:
+            return None
+        left = self._episodes_left() if left is None else left
+        return int(min(self.episodes_per_request, left)) if left != math.inf else self.episodes_per_request
 
     # --------------------------------------------------------------- collection
     def collect(self, block=True):
@@ -351,13 +463,19 @@ class CWorkerSet(WorkerSet):
         info : dict
             ``TestReward`` if the local worker evaluated, ``collect_wait`` seconds waited.
         """
-        if self._budget_spent():
+        if self._finished():
             raise EpisodeBudgetSpent(self.episodes_received)
         t0 = time.perf_counter()
         info = {}
         local = self._local_worker
         self.control.read_finished()
-        self.weights.push_to_server()
+        while True:
+            try:
+                self.weights.push_to_server()
+                break
+            except ServerLost as lost:
+                # The inference server died: replaced (and given the weights) here, or raised.
+                self.servers.recover(lost)
         if not block and self._remote_workers and self.communication == prl.ASYNC and not self._any_ready():
             return [], {"collect_wait": time.perf_counter() - t0}
         if not self._remote_workers:
@@ -368,18 +486,24 @@ class CWorkerSet(WorkerSet):
                 if reward is not None:
                     info["TestReward"] = reward
             self.weights.publish()   # once per version: the workers pull it
-            rollouts = self._collect_sync() if self.communication == prl.SYNC else self._collect_async()
+            rollouts = self._collect_sync() if self.communication == prl.SYNC else self._collect_async(block)
+            if not rollouts:   # a poll whose ready request was a failure, a loss or a dropped rollout
+                return [], {"collect_wait": time.perf_counter() - t0}
             rollouts = [(unpack(d), i) for d, i in rollouts]
         self._round += 1
         self.stats["rounds"] = self._round
         for _, winfo in rollouts:
-            self.episodes_received += len(winfo["episodes"])
+            if not winfo.get("data_lost"):   # (a lost rollout's episodes and steps are run again)
+                self.episodes_received += len(winfo["episodes"])
+                self.samples_received += winfo["collected_samples"]
             winfo["policy_lag"] = self.version - winfo["version"]
             if winfo.get("cut"):
                 self.stats["cut_rollouts"] += 1
             if "weight_swaps" in winfo:
                 self.stats["weight_pulls"] += len(winfo["weight_swaps"])
                 self.stats["weight_bytes"] += winfo["pulled_bytes"]
+        if self.queues is not None:
+            self.servers.take_queue_losses()
         info["collect_wait"] = time.perf_counter() - t0
         return rollouts, info
 
@@ -388,6 +512,8 @@ class CWorkerSet(WorkerSet):
         ``CollectorRecovery.remote_failed``). The worker's other requests in flight
         (asynchronous collection) are dropped with it and sent again to the replacement."""
         stale = self._in_flight.drop(self._remote_workers[position])
+        for ref in stale:
+            self.servers.dropped(ref)
         try:
             self.recovery.remote_failed(position, exc)
         finally:
@@ -397,15 +523,24 @@ class CWorkerSet(WorkerSet):
         for _ in stale:
             self._submit(self._remote_workers[position])
 
+    def _round_requests(self):
+        """The requests of a synchronous round: the ``max_episodes`` of each collector asked,
+        in order (as many as the episode budget's episodes left need, the last for fewer;
+        every collector, with None, without a bound)."""
+        n = len(self._remote_workers)
+        per_request = self.episodes_per_request
+        left = self._episodes_left()
+        if left == math.inf or per_request is None:
+            return [None] * n
+        return [int(min(per_request, left - i * per_request)) for i in range(min(n, math.ceil(left / per_request)))]
+
     def _collect_sync(self):
         from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
         from ray.exceptions import RayError
         weights = self.weights.for_round()
-        n = len(self._remote_workers)
-        if self.episode_budget is not None and self.rollout_unit == "episodes":
-            # One episode per request at most: ask only as many collectors as episodes remain.
-            n = min(n, self.episode_budget - self.episodes_received)
+        episodes = self._round_requests()
+        n = len(episodes)
         round_id = self._round
 
         def request(i):
@@ -413,7 +548,10 @@ class CWorkerSet(WorkerSet):
                 self.weights.count_sent()
             return self._remote_workers[i].collect_data.remote(listen_to=["sync"], weights=weights,
                                                              version=self.version, round_id=round_id,
-                                                             pack_data=True)
+                                                             pack_data=True, max_episodes=episodes[i])
+
+        if self.proxies is not None:
+            return self._collect_proxied(weights, episodes, round_id, request)
 
         slot = {request(i): i for i in range(n)}
         results = [None] * n
@@ -445,6 +583,15 @@ class CWorkerSet(WorkerSet):
                 pending.append(ref)
                 continue
             winfo = results[i][1]
+            if "server_lost" in winfo:
+                # Its inference server died mid-rollout: once it is replaced, the rollout goes
+                # on where it stopped (same round, same weights).
+                self.servers.lost(self._remote_workers[i], None, winfo, defer=False)
+                sent.pop(i, None)
+                ref = request(i)
+                slot[ref] = i
+                pending.append(ref)
+                continue
             done_samples += winfo["collected_samples"]
             if full_steps is None and not winfo.get("cut"):
                 # Collectors are built by the same factories: a full rollout of one is the
@@ -468,20 +615,63 @@ class CWorkerSet(WorkerSet):
                     sent[j] = min_steps
         return results
 
-    def _collect_async(self):
+    def _collect_proxied(self, weights, episodes, round_id, request):
+        """A synchronous round through the node proxies (``worker_proxy``): one request and
+        one answer per node. A collector that failed is replaced (or its environments
+        rebuilt) and asked again directly, as is every collector of a proxy that died."""
+        import ray
+        from ray.exceptions import RayError
+        n = len(episodes)
+        if weights is not None:
+            for _ in range(n):   # every collector loads them (its node's copy)
+                self.weights.stats["weight_bytes"] += self.weights.broadcast.nbytes
+        refs = self.proxies.round(self._remote_workers[:n], weights, self.version, round_id, episodes,
+                                  self.weights.broadcast.nbytes if weights is not None else 0)
+        results = [None] * n
+        for ref, (node, positions) in refs.items():
+            try:
+                outcomes = ray.get(ref)
+            except RayError:
+                self.proxies.lost(node)
+                outcomes = [("error", None)] * len(positions)
+            for i, (kind, value) in zip(positions, outcomes):
+                if kind == "ok":
+                    results[i] = value
+                    continue
+                if value is not None:
+                    self._recover(i, value)
+                while True:
+                    try:
+                        results[i] = ray.get(request(i))
+                        break
+                    except RayError as exc:
+                        self._recover(i, exc)
+        return results
+
+    def _collect_async(self, block=True):
+        """The first ready rollout within the policy-lag bound, as a one-item list; with
+        ``block`` False, an empty list once none is ready (a poll never waits: the
+        collectors may be waiting on this worker, in an insert or put that only its samples
+        or pops admit)."""
         from pytorchrl.scheme.base.ray_runtime import require_ray
         ray = require_ray()
         from ray.exceptions import RayError
         self._start_requests()
         while True:
+            if self.servers.stash:
+                # Reported while their server died: env steps and episodes to hand over.
+                return [self.servers.stash.pop(0)]
             # In submission order: of several ready rollouts the oldest is handed over first,
             # which keeps the largest policy lag smallest.
-            ready, _ = ray.wait(list(self._in_flight), num_returns=1)
+            ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=None if block else 0)
+            if not ready:
+                return []
             worker = self._in_flight.pop(ready[0])
             position = self._remote_workers.index(worker)
             try:
                 data, winfo = ray.get(ready[0])
             except RayError as exc:
+                self.servers.dropped(ready[0])
                 # Its other queued requests go with it (a dead worker fails them all; a worker
                 # whose environments failed refuses them until they are rebuilt), and the
                 # replacement (or the rebuilt worker) gets as many new ones, and this one's.
@@ -489,20 +679,33 @@ class CWorkerSet(WorkerSet):
                 self._recover(position, exc)
                 self._submit(self._remote_workers[position])
                 continue
+            self.servers.reported(ready[0], winfo)
+            if "server_lost" in winfo:
+                # Its next request waits for the replacement (stashed: what it still hands over).
+                self.servers.lost(worker, data, winfo)
+                continue
             lag = self.version - winfo["version"]
             # On the queue path the rollout is already queued: its lag counts when it is popped.
             dropped = self.queues is None and self.max_policy_lag is not None and lag > self.max_policy_lag
-            # Back to work at once, with the newest weights, if an episode remains.
-            if self._may_request(0 if dropped else len(winfo["episodes"])):
-                self._submit(worker)
+            # Back to work at once, with the newest weights, if an episode remains (in block
+            # rounds, once every worker has handed its block over: _start_requests).
+            handing_over = 0 if dropped else len(winfo["episodes"])
+            if not self.block_rounds and self._may_request(handing_over,
+                                                           0 if dropped else winfo["collected_samples"]):
+                self._submit(worker, handing_over)
             if not dropped:
                 return [(data, winfo)]
             self.stats["dropped_rollouts"] += 1
 
     def _any_ready(self):
-        """Whether a rollout request in flight has finished (the first call sends them)."""
+        """Whether a rollout request in flight has finished, or a report is stashed (the
+        first call sends the requests)."""
         import ray
         self._start_requests()
+        if self.servers.stash:
+            return True
+        if not self._in_flight:
+            return False
         ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=0)
         return bool(ready)
 
@@ -515,13 +718,15 @@ class CWorkerSet(WorkerSet):
                     if self._may_request():
                         self._submit(w)
 
-    def _submit(self, worker):
+    def _submit(self, worker, handing_over=0):
         # Weights pulled, or actions from an inference server: the request carries none.
+        # (``handing_over``: episodes of a rollout just received, not counted yet.)
         weights, version = self.weights.for_request()
         ref = worker.collect_data.remote(weights=weights, version=version, pack_data=True,
-                                         replay_server=self.replay_server,
-                                         queue_server=None if self.queues is None else self.queues.server)
+                                         max_episodes=self._request_episodes(self._episodes_left(handing_over)),
+                                         **self.servers.request_kwargs())
         self._in_flight[ref] = worker
+        self.servers.sent(ref)
 
     # ------------------------------------------------------------------ control
     def apply_to_all(self, method, *args):
@@ -546,14 +751,17 @@ class CWorkerSet(WorkerSet):
         """On the replay-server data path the server admits every insert meanwhile (a query
         waits behind each worker's current rollout)."""
         from pytorchrl.scheme.workflows.replay_server import sampling_paused
-        return sampling_paused(self._data_server)
+        return sampling_paused(self.servers.data_server)
 
     def stop(self):
         """Drop in-flight requests and stop every worker."""
         in_flight = list(self._in_flight) + self._abandoned + [r for _, r in self.control.pending]
         self._in_flight, self._abandoned, self.control.pending = InFlight(), [], []
+        self.servers.clear()
         super().stop()
         self.weights.stop()
+        if self.proxies is not None:
+            self.proxies.stop()
         # The requests still out failed when their workers were killed (or earlier, with the
         # failure that ended the run): read, so that Ray does not report them as unhandled.
         drain(in_flight, timeout=self.stop_timeout)

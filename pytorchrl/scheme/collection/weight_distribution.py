@@ -44,6 +44,10 @@ class WeightDistribution:
         self.version = 0
         self.broadcast = WeightBroadcast(get_weights, stats=stats)
         self.publisher = None
+        self._server_client = None
+        if inference_server is not None:
+            from pytorchrl.scheme.base.servers import ServerClient
+            self._server_client = ServerClient(inference_server, kind="inference")
         if board is not None:
             from pytorchrl.scheme.workflows.weight_board import BoardPublisher
             self.publisher = BoardPublisher(board, get_weights)
@@ -81,17 +85,25 @@ class WeightDistribution:
 
     def push_to_server(self):
         """Give the inference server the current weights if it holds another version
-        (waited for: the rollouts asked for next act with them)."""
+        (waited for: the rollouts asked for next act with them). Raises ``ServerLost``
+        when the server died."""
         if self.inference_server is None or self._server_version == self.version:
             return
-        from pytorchrl.scheme.workflows.inference_server import InferenceServer, call
-        if isinstance(self.inference_server, InferenceServer):
+        client = self._server_client
+        if not client.remote:
             weights = self.get_weights()
         else:
             weights = self.current()
             self.count_sent()
-        call(self.inference_server, "set_weights", weights, self.version)
+        client.call("set_weights", weights, self.version)
         self._server_version = self.version
+
+    def set_inference_server(self, server, generation):
+        """Give the weights to ``server`` (of ``generation``), the replacement of a dead
+        inference server, from now on; it holds none yet (``push_to_server`` sends them)."""
+        self.inference_server = server
+        self._server_client.set(server, generation)
+        self._server_version = None
 
     def publish(self):
         """Publish the current version to the weight board, once (nothing without a board)."""

@@ -76,13 +76,16 @@ class GWorker(Worker):
         if getattr(self.col_workers, "replay_server", None) is not None:
             from pytorchrl.scheme.workflows.replay_server import ReplayDataPath
             self._data_path = ReplayDataPath(self.col_workers.replay_server, lambda: self.algo.mini_batch_size,
-                                             self.device, local_collection=not self.col_workers.remote_workers())
+                                             self.device, local_collection=not self.col_workers.remote_workers(),
+                                             generation=self.col_workers.servers.generations["replay"],
+                                             counts=self.col_workers.stats)
         # Queue data path: rollouts are popped from the scheme's queue server into this
         # worker's storage (see pytorchrl.scheme.workflows.queues).
         self._queue_path = None
         if getattr(self.col_workers, "queues", None) is not None and self.col_workers.remote_workers():
             from pytorchrl.scheme.workflows.queues import QueueDataPath
-            self._queue_path = QueueDataPath(self.col_workers.queues, index_worker)
+            self._queue_path = QueueDataPath(self.col_workers.queues, index_worker,
+                                             ledger=self.col_workers.servers.ledger)
 
     @property
     def local_worker(self):
@@ -90,7 +93,7 @@ class GWorker(Worker):
         return self.col_workers.local_worker()
 
     # ----------------------------------------------------------------- gradients
-    def step(self, return_grads=True, weights=None, version=None, pack_grads=None):
+    def step(self, return_grads=True, weights=None, version=None, pack_grads=None, wait_for_data=True):
         """Compute the gradient of the next mini-batch.
 
         Parameters
@@ -105,6 +108,11 @@ class GWorker(Worker):
             and count their bytes (``grad_raw_bytes``, ``grad_sent_bytes`` in the info).
             None: only when compression is on. The update worker asks for it on remote
             gradient workers.
+        wait_for_data : bool
+            Queue data path: with no mini-batch left and nothing in the queues, wait for a
+            rollout (True), or return at once without a gradient, ``no_data`` in the info
+            (False: a synchronous update of several gradient workers, which a worker
+            without data must not hold up). Other data paths always wait.
 
         Returns
         -------
@@ -117,10 +125,13 @@ class GWorker(Worker):
         if weights is not None:
             self.set_weights(weights, version)
         try:
-            batch = self._next_batch()
+            batch = self._next_batch(wait_for_data)
         except EpisodeBudgetSpent:
             # Every episode of the budget was handed over and trained on: no gradient.
             return None, self._take_round_info({"budget_spent": True, "version": self.version,
+                                                "index_worker": self.index_worker})
+        except NoDataYet:
+            return None, self._take_round_info({"no_data": True, "version": self.version,
                                                 "index_worker": self.index_worker})
         t0 = time.perf_counter()
         grads, algo_info = self.algo.compute_gradients(batch, return_grads=return_grads and not self.decentralized)
@@ -168,7 +179,13 @@ class GWorker(Worker):
         all (None: no limit); ``step`` then reports ``budget_spent`` once they are trained on."""
         return self.col_workers.set_episode_budget(episodes)
 
-    def _next_batch(self):
+    def set_step_budget(self, steps):
+        """Let this worker's collectors hand over about ``steps`` env steps in all (None: no
+        limit; see ``CWorkerSet.set_step_budget``); ``step`` then reports ``budget_spent``
+        once they are trained on."""
+        return self.col_workers.set_step_budget(steps)
+
+    def _next_batch(self, wait_for_data=True):
         if self._data_path is not None:
             return self._data_path.next_batch(self._collect_round)
         if self._queue_path is not None:
@@ -188,14 +205,15 @@ class GWorker(Worker):
                     return batch
                 self._batches = None
             if self._queue_path is not None:
-                self._pop_queues()
+                self._pop_queues(wait_for_data)
             else:
                 self._collect_round()
 
     def _read_reports(self):
         """Queue data path: read every collector report that has come (env steps, episodes;
         each collector reported gets its next request). Returns True once the collectors
-        have handed over the episode budget: nothing more will be queued by them."""
+        have handed over their budget and have no request out: nothing more will be queued
+        by them."""
         try:
             for _ in range(max(1, len(self.col_workers.remote_workers())) * self.col_workers.requests_in_flight):
                 if not self._collect_round(block=False):
@@ -204,27 +222,36 @@ class GWorker(Worker):
             return True
         return False
 
-    def _pop_queues(self):
+    def _pop_queues(self, wait=True):
         """Queue data path: read the collectors' reports, then pop rollouts into the
         storage, dropping those more than ``max_policy_lag`` versions old (counted with the
-        collector set's dropped rollouts). Once the collectors have handed over the episode
-        budget, their rollouts are still popped until this worker's queues (and, with
-        stealing, the others') are empty; only then is ``EpisodeBudgetSpent`` raised, so no
-        episode counted is left untrained."""
+        collector set's dropped rollouts). Once the collectors have handed over their
+        budget (episodes or env steps), their rollouts are still popped until this worker's
+        queues (and, with stealing, the others') are empty; only then is
+        ``EpisodeBudgetSpent`` raised, so no episode counted is left untrained (the pop
+        tells the queue server this worker's group is finished: EXARL's record of active
+        actors). Without ``wait``, ``NoDataYet`` is raised when nothing came at once."""
         finished = self._read_reports()
-        items = self._queue_path.pop(finished)
+        items = self._queue_path.pop(finished, wait)
+        if items is None:
+            # The server died and was replaced: the reports are read again first.
+            if not wait:
+                raise NoDataYet()
+            return
         if not items:
             if finished:
                 raise EpisodeBudgetSpent(self.col_workers.episodes_received)
+            if not wait:
+                raise NoDataYet()
             return
         max_lag = self.col_workers.max_policy_lag
         lags = []
-        for data, version, _ in items:
+        for data, version, _, _ in items:
             lag = self.version - version
             if max_lag is not None and lag > max_lag:
                 self.col_workers.stats["dropped_rollouts"] += 1
                 continue
-            self.storage.add_data(data)
+            self.storage.add_data(unpack(data))   # (packed by a collector that compresses)
             lags.append(lag)
         # Lags are those of the data trained on, known when popped (not when reported).
         info = self._round_info if self._round_info is not None else {"collected_samples": 0}
@@ -320,6 +347,45 @@ class GWorker(Worker):
             self._unpublished = False
             self.col_workers.set_version(self.version)
         return self.version
+
+    # ------------------------------------------------------------------ servers
+    def set_server_recovery(self, recover):
+        """Have ``recover(lost)`` handle the death of a data server that this worker's data
+        paths and collectors find (the scheme's supervisor, in the learner's process);
+        without it the ``ServerLost`` is raised out of ``step``."""
+        self.col_workers.servers.recover = recover
+        for path in (self._data_path, self._queue_path):
+            if path is not None:
+                path.recover = recover
+
+    def set_server(self, kind, server, generation):
+        """Use ``server`` (of ``generation``), the replacement of the scheme's dead server of
+        ``kind`` (``"replay"``, ``"inference"``, ``"queue"``), from now on: in the data paths
+        and for the collectors.
+
+        Returns
+        -------
+        dict
+            Queue server: this worker's pops of the dead generations, by owner
+            (``{generation: {gradient worker index: [rollouts, episodes]}}``), for the update
+            worker to give each owner its total (``settle_queue``); else empty.
+        """
+        self.col_workers.set_server(kind, server, generation)
+        if kind == "replay" and self._data_path is not None:
+            self._data_path.set_server(server, generation)
+        if kind == "queue":
+            if self._queue_path is not None:
+                return self._queue_path.set_server(server, generation)
+            return self.col_workers.servers.ledger.take_pops() if self.col_workers.servers.ledger else {}
+        return {}
+
+    def settle_queue(self, popped):
+        """Every gradient worker's pops of this worker's collectors' rollouts from dead queue
+        server generations, ``{generation: [rollouts, episodes]}``: what is missing from its
+        collectors' puts was lost with them (``ServerLinks.settle``)."""
+        if self.col_workers.servers.ledger is not None:
+            self.col_workers.settle_queue(popped)
+        return True
 
     # ------------------------------------------------------------ decentralized
     def get_address(self):
@@ -476,6 +542,11 @@ class GWorker(Worker):
         """Stop the collection workers and leave the distributed group (idempotent)."""
         self.col_workers.stop()
         self.leave_distributed()
+
+
+class NoDataYet(Exception):
+    """Raised by ``GWorker._pop_queues`` (asked not to wait) when the queues hold nothing
+    for this worker now: ``step`` returns no gradient, ``no_data`` in its information."""
 
 
 def _agent_factories(col_workers_factory):

@@ -89,6 +89,19 @@ class GWorkerSet(WorkerSet):
         get_all([w.setup_distributed.remote(addr, port, rank, len(workers))
                  for rank, w in enumerate(workers)], what=self.role)
 
+    def set_server_params(self, kind, server, generation):
+        """Build the collector sets of gradient workers started from now on (replacements)
+        with ``server`` (of ``generation``), the replacement of the scheme's dead server of
+        ``kind``."""
+        factories = (self.worker_params["col_workers_factory"], self._local_col_factory)
+        for factory in {id(f): f for f in factories}.values():
+            kwargs = factory.kwargs
+            if kind == "queue":
+                kwargs["queues"].server, kwargs["queues"].generation = server, int(generation)
+            else:
+                kwargs[f"{kind}_server"] = server
+                kwargs["server_generations"] = {**kwargs.get("server_generations", {}), kind: int(generation)}
+
     def process_info(self):
         """(node id, pid) of every remote worker process of the scheme below this set:
         remote gradient workers, their remote collectors, and the local gradient worker's

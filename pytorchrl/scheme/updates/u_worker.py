@@ -5,7 +5,9 @@ import time
 import torch
 
 import pytorchrl as prl
+from pytorchrl.scheme.base.checks import check_communication
 from pytorchrl.scheme.base.faults import InFlight, death_cause, drain, failure_of, gather, raise_failure, worker_died
+from pytorchrl.scheme.base.servers import server_lost_of
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.transport import WeightBroadcast
 
@@ -41,6 +43,17 @@ class UWorker(Worker):
     collect_only : bool
         Collection-only scheme (one gradient worker, in this process): each ``step``
         collects one round and trains nothing (``GWorker.collect_only``).
+    budget_end : str
+        With a budget (``set_episode_budget``, ``set_step_budget``) and several gradient
+        workers: ``"all"`` (``step`` reports ``budget_spent`` once every gradient worker's
+        share is trained on) or ``"first"`` (as soon as one gradient worker's is: EXARL's
+        short multi-learner RMA queue, where the run ends when one learner can get no more
+        data from its own group).
+    queue_server : QueueServer, ray.actor.ActorHandle or None
+        The queue data path's server. Several synchronous gradient workers then step
+        without waiting for data (one without data sends no gradient and the others' are
+        applied: it does not hold them up); when none had data the update worker waits on
+        the server for a rollout before it asks again.
 
     Versions. A weight version is one publication of new weights: with one gradient
     worker, the weights its collectors get after an update round (``GWorker.publish``);
@@ -57,12 +70,24 @@ class UWorker(Worker):
     weights, optimizer state and version of one survivor (one that completed the step if
     any), and the torch.distributed group is formed again with a new rendezvous. Restarts
     are reported with the step's information (``worker_events``).
+
+    Data servers. With a supervisor (``watch_servers``), a data server that a remote
+    gradient worker found dead (its step raised ``ServerLost``) is replaced by it, the
+    replacement given to every gradient worker (``set_server``), and that worker asked
+    again (synchronous: its gradient is missing from this update, as a dead worker's;
+    asynchronous: a new request). The gradient worker in this process hands the deaths it
+    finds to the supervisor itself. Server restarts are reported with the step's events.
     """
 
     def __init__(self, grad_workers_factory, index_worker=0, grad_communication=prl.SYNC,
-                 decentralized_update_execution=False, local_device=None, max_grad_lag=None, collect_only=False):
-        if grad_communication not in (prl.SYNC, prl.ASYNC):
-            raise ValueError(f"gradient communication must be prl.SYNC or prl.ASYNC, got {grad_communication!r}")
+                 decentralized_update_execution=False, local_device=None, max_grad_lag=None, collect_only=False,
+                 budget_end="all", queue_server=None):
+        if budget_end not in ("all", "first"):
+            raise ValueError(f"budget_end must be 'all' or 'first', got {budget_end!r}")
+        self.budget_end = budget_end
+        self.queue_server = queue_server
+        self._queue_generation = 0
+        grad_communication = check_communication("gradient communication", grad_communication)
         if decentralized_update_execution and grad_communication == prl.ASYNC:
             raise ValueError("decentralized_update_execution needs synchronous gradient workers "
                              "(grad_workers_communication=prl.SYNC)")
@@ -79,6 +104,7 @@ class UWorker(Worker):
         self._remote_version_known = True
         self.stats = {"dropped_gradients": 0}
         self.broadcast = WeightBroadcast(self.local_worker.get_weights, stats=self.stats)
+        self.servers = None   # the scheme's ServerSupervisor (watch_servers)
 
     @property
     def version(self):
@@ -131,6 +157,8 @@ class UWorker(Worker):
         infos[0]["wait_time"] = t1 - t0
         infos[0]["update_time"] = t2 - t1
         events = self.grad_workers.pop_events()
+        if self.servers is not None and self.servers.restarts.events:   # (read only when there are some)
+            events += self.servers.pop_events()
         if events:
             infos[0]["worker_events"] = list(infos[0].get("worker_events", [])) + events
         return infos
@@ -142,6 +170,13 @@ class UWorker(Worker):
             outcomes = gather([w.step.remote(return_grads=False) for w in self.grad_workers.remote_workers()])
             t1 = time.perf_counter()
             dead = {i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None and worker_died(exc)}
+            if any(server_lost_of(exc) is not None for _, exc in outcomes if exc is not None):
+                self._raise_limit_failures(outcomes)
+                self._recover_servers(outcomes)
+                # A worker that met the dead server never joined the all-reduce: the others'
+                # failed with it (or timed out), and the group is formed again.
+                self._reform(dead)
+                continue
             if not dead:
                 self._raise_failures(outcomes)
                 infos = [info for _, info in (value for value, _ in outcomes)]
@@ -157,10 +192,7 @@ class UWorker(Worker):
                 return infos, t1
             # A peer died: the survivors' all-reduce failed with it (their errors are that),
             # unless it died after the all-reduce; a collector's restart limit still ends the run.
-            for _, exc in outcomes:
-                failure = failure_of(exc) if exc is not None else None
-                if failure is not None:
-                    raise failure from None
+            self._raise_limit_failures(outcomes)
             succeeded = [i for i, (_, exc) in enumerate(outcomes) if exc is None]
             self._reform(dead, succeeded)
             if succeeded:
@@ -168,27 +200,41 @@ class UWorker(Worker):
                 return [outcomes[i][0][1] for i in succeeded], t1
 
     def _step_sync(self):
+        # On the queue path a gradient worker without data answers at once (no gradient).
+        wait = self.queue_server is None
         while True:
             weights, version = self._weights(), self.version
-            outcomes = gather([w.step.remote(weights=weights, version=version, pack_grads=True)
+            outcomes = gather([w.step.remote(weights=weights, version=version, pack_grads=True, wait_for_data=wait)
                                for w in self.grad_workers.remote_workers()])
             t1 = time.perf_counter()
             self._raise_failures(outcomes)
-            # The gradients of workers that died are dropped; the others' are averaged.
+            # The gradients of workers that died, or met a dead server, are dropped; the
+            # others' are averaged.
             results = [value for value, exc in outcomes if exc is None]
-            self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
+            self._recover_servers(outcomes)
+            self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None and worker_died(exc)})
             if results:
                 break
         infos = [i for _, i in results]
         # Gradient workers whose episode budget is spent send their last round's
         # information and no gradient; the run's budget is spent once all of theirs are.
         spent = [i.pop("budget_spent", False) for i in infos]
+        no_data = any([i.pop("no_data", False) for i in infos])
         results = [r for r in results if r[0] is not None]
+        if self.budget_end == "first" and any(spent):
+            # EXARL's short multi-learner queue: the first group that can get no more data ends the run.
+            results = []
         if not results:
-            infos[0].update(no_update=True, budget_spent=all(spent))
+            ended = all(spent) or (self.budget_end == "first" and any(spent))
+            infos[0].update(no_update=True, budget_spent=ended)
+            if no_data and not ended:
+                # Nobody had data: wait for a rollout instead of asking again at once.
+                self._wait_for_queued_data()
             return infos, t1
-        # Those of the gradients used first: the update's outcome is written on infos[0].
-        infos = [i for _, i in results] + [i for i, was_spent in zip(infos, spent) if was_spent]
+        # Those of the gradients used first: the update's outcome is written on infos[0]. The
+        # workers that sent none (budget spent, no data) still report their collection.
+        used = {id(i) for _, i in results}
+        infos = [i for _, i in results] + [i for i in infos if id(i) not in used]
         grads = [self._unpack(g) for g, _ in results]
         averaged = [None if gs[0] is None else torch.stack(gs).mean(0) for gs in zip(*grads)]
         for _, info in results:
@@ -218,14 +264,17 @@ class UWorker(Worker):
                             for i in range(len(self.grad_workers.remote_workers()))]
                 # (If it raises, the requests still in flight are read when the worker stops.)
                 self._raise_failures(outcomes)
+                if self._recover_servers(outcomes):
+                    self._submit(worker)   # asked again, with the replacement
+                    continue
                 # Its gradient is dropped; the replacement starts on a new request.
                 self._handle_deaths({position: exc})
                 continue
             t1 = time.perf_counter()
             if grads is None:
-                # Its episode budget is spent: it gets no new request.
+                # Its budget is spent: it gets no new request (with budget_end "first" the run ends).
                 info["no_update"] = True
-                info["budget_spent"] = not self._in_flight
+                info["budget_spent"] = not self._in_flight or self.budget_end == "first"
                 return [info], t1
             lag = self.version - info["version"]
             if self.max_grad_lag is not None and lag > self.max_grad_lag:
@@ -243,21 +292,31 @@ class UWorker(Worker):
     def set_episode_budget(self, episodes):
         """Let the collectors hand over at most ``episodes`` finished episodes in all (None:
         no limit), shared among the gradient workers (the first ones take one more when it
-        does not divide). Once they are all trained on, ``step`` reports ``budget_spent``.
-        Not with decentralized updates: a gradient worker that stops would leave its peers
-        waiting in their all-reduce."""
-        if episodes is not None and self.decentralized:
-            raise ValueError("an episode budget (learner.target_episodes) needs a central update: with "
-                             "decentralized_update_execution a gradient worker whose budget is spent would "
-                             "leave the others waiting in their all-reduce")
+        does not divide). Once they are all trained on (with ``budget_end="first"``: once
+        one gradient worker's are), ``step`` reports ``budget_spent``. Not with
+        decentralized updates: a gradient worker that stops would leave its peers waiting
+        in their all-reduce."""
+        return self._set_budget("set_episode_budget", episodes, "an episode budget (learner.target_episodes)")
+
+    def set_step_budget(self, steps):
+        """Let the collectors hand over about ``steps`` env steps in all (None: no limit),
+        shared among the gradient workers as ``set_episode_budget`` shares episodes; the
+        queue data path's budget (``learner.target_steps``), whose run ends once the data
+        is trained on."""
+        return self._set_budget("set_step_budget", steps, "a step budget on the queue data path")
+
+    def _set_budget(self, method, amount, words):
+        if amount is not None and self.decentralized:
+            raise ValueError(f"{words} needs a central update: with decentralized_update_execution a gradient "
+                             f"worker whose budget is spent would leave the others waiting in their all-reduce")
         remotes = self.grad_workers.remote_workers()
         if not remotes:
-            return self.local_worker.set_episode_budget(episodes)
+            return getattr(self.local_worker, method)(amount)
         n = len(remotes)
-        shares = [None if episodes is None else episodes // n + (i < episodes % n) for i in range(n)]
-        outcomes = gather([w.set_episode_budget.remote(share) for w, share in zip(remotes, shares)])
+        shares = [None if amount is None else amount // n + (i < amount % n) for i in range(n)]
+        outcomes = gather([getattr(w, method).remote(share) for w, share in zip(remotes, shares)])
         self._raise_failures(outcomes)
-        return episodes
+        return amount
 
     def _submit(self, worker):
         ref = worker.step.remote(weights=self._weights(), version=self.version, pack_grads=True)
@@ -266,10 +325,85 @@ class UWorker(Worker):
     # ------------------------------------------------------------------ failures
     def _raise_failures(self, outcomes):
         """Raise the first failure among ``outcomes`` (``gather``'s pairs) that is not a
-        worker's death, as one line naming the gradient worker."""
+        worker's death or a data server's (``ServerLost``), as one line naming the
+        gradient worker."""
         for i, (_, exc) in enumerate(outcomes):
-            if exc is not None and not worker_died(exc):
+            if exc is not None and not worker_died(exc) and server_lost_of(exc) is None:
                 raise_failure(exc, self.grad_workers.worker_name(i + 1))
+
+    @staticmethod
+    def _raise_limit_failures(outcomes):
+        """Raise the ``WorkerFailure`` reported from further down among ``outcomes`` (a
+        collector or a server past its restart limit), if any."""
+        for _, exc in outcomes:
+            failure = failure_of(exc) if exc is not None else None
+            if failure is not None:
+                raise failure from None
+
+    def _recover_servers(self, outcomes):
+        """Have the supervisor replace the data servers that gradient workers found dead
+        among ``outcomes`` (``gather``'s pairs); returns whether there was one."""
+        found = False
+        for _, exc in outcomes:
+            lost = server_lost_of(exc) if exc is not None else None
+            if lost is not None:
+                if self.servers is None:
+                    raise_failure(exc, "a gradient worker")
+                self.servers.recover(lost)   # (a later report of the same death changes nothing)
+                found = True
+        return found
+
+    def _wait_for_queued_data(self):
+        """Wait (at most ``POP_POLL_S``) for a rollout in the queue server; a server found
+        dead meanwhile is replaced (the next step asks the gradient workers again)."""
+        from pytorchrl.scheme.base.servers import ServerClient, ServerLost
+        from pytorchrl.scheme.workflows.queues import POP_POLL_S, QueueServer
+        client = ServerClient(self.queue_server, remote=not isinstance(self.queue_server, QueueServer), kind="queue",
+                              generation=self._queue_generation)
+        try:
+            client.call("wait_for_data", POP_POLL_S)
+        except ServerLost as lost:
+            if self.servers is None:
+                raise
+            self.servers.recover(lost)
+
+    # ------------------------------------------------------------------ servers
+    def watch_servers(self, supervisor):
+        """Have ``supervisor`` (the scheme's ``ServerSupervisor``) replace the data servers
+        that die: the gradient worker in this process hands it the deaths it finds, the
+        ones remote gradient workers report are handed over here, and every replacement is
+        given to all of them (``set_server``)."""
+        self.servers = supervisor
+        self.local_worker.set_server_recovery(supervisor.recover)
+        supervisor.listen(self.set_server)
+
+    def set_server(self, kind, server, generation):
+        """Give every gradient worker (and, through them, their collectors) ``server`` (of
+        ``generation``), the replacement of the dead server of ``kind``; replacements of
+        gradient workers are built with it. With the queue server, each gradient worker
+        then learns how many of its collectors' rollouts the others popped from the dead
+        one (``GWorker.settle_queue``), which says what it took with it."""
+        gws = self.grad_workers
+        gws.set_server_params(kind, server, generation)
+        workers = [self.local_worker] + list(gws.remote_workers())
+        popped = [self.local_worker.set_server(kind, server, generation)]
+        remote = gather([w.set_server.remote(kind, server, generation) for w in workers[1:]])
+        # A gradient worker found dead here is replaced by the next step (with this server).
+        self._raise_failures([(None, exc) for _, exc in remote])
+        popped += [value or {} for value, _ in remote]
+        if kind != "queue":
+            return
+        self.queue_server, self._queue_generation = server, int(generation)
+        # Gradient worker i owns the rollouts of its collectors (index 0: this process's).
+        dead = int(generation) - 1
+        shares = [{dead: [0, 0]} for _ in workers]
+        for pops in popped:
+            for owner, (rollouts, episodes) in pops.get(dead, {}).items():
+                shares[owner][dead][0] += rollouts
+                shares[owner][dead][1] += episodes
+        self.local_worker.settle_queue(shares[0])
+        outcomes = gather([w.settle_queue.remote(share) for w, share in zip(workers[1:], shares[1:])])
+        self._raise_failures(outcomes)
 
     def _handle_deaths(self, dead):
         """Replace the gradient workers that died: ``dead`` maps their positions to the Ray

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from pytorchrl.scheme.base.checks import check_int, check_non_negative, merge_options
+from pytorchrl.scheme.base.servers import ServerClient, ServerProcess
 
 #: Options of ``Scheme(inference_server=...)`` (``scheme.inference_server``) and their defaults.
 INFERENCE_SERVER_DEFAULTS = {"max_batch": 64, "timeout_ms": 2.0, "num_cpus": 0.5}
@@ -98,7 +99,7 @@ class _Request:
         self.result = None
 
 
-class InferenceServer:
+class InferenceServer(ServerProcess):
     """Batched acting for many collectors (SEED's learner-side inference).
 
     Thread-safe: concurrent ``act`` calls (threads of this process, or of a threaded Ray
@@ -364,7 +365,7 @@ def make_server(algo_factory, actor_factory, options, remote, num_callers=None, 
     return start_remote(algo_factory, actor_factory, options, num_callers, initial_weights)
 
 
-def start_remote(algo_factory, actor_factory, options, num_callers=None, initial_weights=None):
+def start_remote(algo_factory, actor_factory, options, num_callers=None, initial_weights=None, wait=True):
     """An ``InferenceServer`` as a threaded Ray actor (Ray must be running).
 
     Parameters
@@ -375,9 +376,12 @@ def start_remote(algo_factory, actor_factory, options, num_callers=None, initial
         ``inference_server_options`` output.
     num_callers : int or None
         The collectors that act through it (see ``InferenceServer``); more than
-        ``MAX_CONCURRENCY - 4`` is refused (each waits in a thread of the actor).
+        ``MAX_CONCURRENCY - 4`` is refused (each waits in one of its threads).
     initial_weights : dict or None
         Acting weights of version 0.
+    wait : bool
+        Wait until it is built (its error raised here); False returns the handle at once
+        (the supervisor starting a replacement waits within its start timeout).
     """
     if num_callers is not None and num_callers > MAX_CONCURRENCY - 4:
         raise ValueError(f"an inference server serves at most {MAX_CONCURRENCY - 4} collectors (each waits in "
@@ -387,27 +391,9 @@ def start_remote(algo_factory, actor_factory, options, num_callers=None, initial
     handle = ray.remote(_FactoryInferenceServer).options(num_cpus=options["num_cpus"],
                                                          max_concurrency=MAX_CONCURRENCY).remote(
         algo_factory, actor_factory, options["max_batch"], options["timeout_ms"], num_callers, initial_weights)
-    ray.get(handle.stats.remote())  # built, or its error raised here
+    if wait:
+        ray.get(handle.stats.remote())  # built, or its error raised here
     return handle
-
-
-def call(server, method, *args):
-    """``server.method(*args)``, waited for, whether ``server`` is in this process or a Ray actor."""
-    if isinstance(server, InferenceServer):
-        return getattr(server, method)(*args)
-    import ray
-    return ray.get(getattr(server, method).remote(*args))
-
-
-def stop_server(server):
-    """Stop ``server`` (and end a remote one's process); one already gone is left alone."""
-    try:
-        call(server, "stop")
-    except Exception:  # noqa: BLE001 - a dead actor: nothing waits in it any more
-        pass
-    if not isinstance(server, InferenceServer):
-        import ray
-        ray.kill(server)
 
 
 class ServerActing:
@@ -416,18 +402,26 @@ class ServerActing:
     Called as ``act`` is (``(obs, state, deterministic)`` -> ``(env_action, extras, None)``);
     ``value(obs)`` gives bootstrap values. Remembers the oldest weight version that acted
     since ``start_rollout`` (the version a rollout is reported with, so that policy lag
-    counts the stalest step).
+    counts the stalest step). A server that died raises ``ServerLost`` from either call:
+    the collector keeps its rollout where it stopped and asks the replacement
+    (``set_server``) for the same observations again.
 
     Parameters
     ----------
     server : InferenceServer or ray.actor.ActorHandle
         The scheme's server.
+    generation : int
+        Generation of ``server`` (see ``pytorchrl.scheme.base.servers``).
     """
 
-    def __init__(self, server):
-        self.server = server
+    def __init__(self, server, generation=0):
+        self.client = ServerClient(server, kind="inference", generation=generation)
         self.oldest_version = None
         self.latest_version = 0
+
+    def set_server(self, server, generation):
+        """Ask ``server`` (of ``generation``), the replacement of a dead one, from now on."""
+        self.client.set(server, generation)
 
     def _seen(self, version):
         self.latest_version = version
@@ -435,13 +429,13 @@ class ServerActing:
             self.oldest_version = version
 
     def __call__(self, obs, state=None, deterministic=False):
-        env_action, extras, version = call(self.server, "act", np.asarray(obs), deterministic)
+        env_action, extras, version = self.client.call("act", np.asarray(obs), deterministic)
         self._seen(version)
         return env_action, extras, None
 
     def value(self, obs):
         """Value estimates (N, 1) of ``obs`` from the server's current weights."""
-        values, version = call(self.server, "values", np.asarray(obs))
+        values, version = self.client.call("values", np.asarray(obs))
         self._seen(version)
         return values
 
@@ -455,4 +449,4 @@ class ServerActing:
 
 
 __all__ = ["INFERENCE_SERVER_DEFAULTS", "InferenceServer", "ServerActing", "check_server_agent",
-           "inference_server_options", "make_server", "start_remote", "stop_server"]
+           "inference_server_options", "make_server", "start_remote"]

@@ -118,8 +118,10 @@ _PRESETS = [
             "num_grad_workers": 2, "grad_workers_communication": "sync", "grad_workers_resources": HALF_CPU,
             "decentralized_update_execution": True}),
     Preset("exarl-sync",
-           "EXARL's SYNC workflow: one actor and one learner in lockstep (act, train, repeat), in one process",
-           {"num_col_workers": 1, "col_workers_communication": "sync",
+           "EXARL's SYNC workflow: one learner and N actors; each round every actor's batch is gathered "
+           "together (synchronous collection), the learner trains and broadcasts the weights; how often a batch "
+           "goes: batch_step_frequency (steps) and batch_episode_frequency (episode ends)",
+           {"num_col_workers": 2, "col_workers_communication": "sync", "col_workers_resources": HALF_CPU,
             "num_grad_workers": 1, "grad_workers_communication": "sync"}),
     Preset("exarl-multi-learner-async",
            "EXARL's multi-learner async: M learners take synchronous all-reduced steps on batches from "
@@ -191,9 +193,11 @@ _PRESETS = [
     # weights by the central update (their gradients are averaged, one optimizer step).
     Preset("exarl-rma",
            "EXARL's RMA workflow: N actors each write whole episodes into their own one-slot window (a "
-           "bounded queue, the actor waits while it is full); the learner reads a random actor's window, "
-           "drops stale data (max_policy_lag) and trains",
+           "bounded queue, the actor waits while it is full; queues.kind: circular overwrites instead); the "
+           "learner reads a random actor's window, drops stale data (max_policy_lag) and trains; the actors read "
+           "the learner's weights from a weight board at the start of every episode",
            {**_RMA_COLLECTORS, "num_grad_workers": 1, "grad_workers_communication": "sync",
+            "col_weights": "pull", "col_weight_pull_every": "episode",
             "queues": _queues(size=1, pop="one", prefetch=False, selection="random")}),
     Preset("exarl-rma-window-random",
            "EXARL's RMA with several learners, each reading a random actor's window among all actors; the "
@@ -212,15 +216,17 @@ _PRESETS = [
             "queues": _queues(size=4, pop="all", prefetch=True, selection="random")}),
     Preset("exarl-ml-rma-queue",
            "EXARL's multi-learner RMA queue: one group of actors per learner, each with a bounded queue the "
-           "learner drains (prefetching); a learner whose group is finished drains the other groups' queues "
-           "(work stealing); the run ends when every group is done and every queue is empty",
+           "learner drains (prefetching); a learner whose group is finished (its share of the budget handed "
+           "over) drains the other groups' queues (work stealing); the run ends when every group is done and "
+           "every queue is empty",
            {**_RMA_COLLECTORS, **_RMA_LEARNERS,
             "queues": _queues(size=4, pop="all", prefetch=True, selection="binned", steal=True)}),
     Preset("exarl-ml-rma-queue-short",
-           "EXARL's short multi-learner RMA queue: the queues live on the learners (one each) and every actor "
-           "puts into a random learner's queue with room; a learner whose actors are finished drains the others'",
+           "EXARL's short multi-learner RMA queue: as exarl-ml-rma-queue, but a learner never drains another "
+           "group's queues, and the run ends as soon as one learner can get no more data from its own group "
+           "(its actors done, its queues empty)",
            {**_RMA_COLLECTORS, **_RMA_LEARNERS,
-            "queues": _queues(size=4, pop="all", prefetch=True, route="learner", steal=True)}),
+            "queues": _queues(size=4, pop="all", prefetch=True, selection="binned", steal=False, end="first")}),
 ]
 
 #: Presets by name, in the order they are listed.

@@ -19,15 +19,28 @@ Options (``scheme.queues``, ``QUEUE_DEFAULTS``):
   of its own collectors, a contiguous bin; of them the one whose head is oldest) or
   ``random`` (a random non-empty queue among all collectors', as EXARL's RMA learners
   read a random actor's window).
-- ``steal``: a gradient worker whose own queues are empty and whose collectors are
-  finished (their episode budget handed over) pops from the other gradient workers'
-  queues (EXARL's multi-learner work stealing).
+- ``steal``: a gradient worker whose group is finished (its collectors have handed over
+  their share of the budget, episodes or env steps, and have nothing in flight) and whose
+  own queues are empty pops from the other gradient workers' queues (EXARL's
+  multi-learner work stealing). While some group is finished the other workers' pops
+  asked ahead (prefetch) take nothing: a rollout queued while its owner trains stays for
+  the first worker that needs it, the owner or a finished one.
+- ``end``: ``all`` (the run ends once every group is finished and every queue is empty:
+  EXARL's ``mlrma_queue``) or ``first`` (it ends as soon as one gradient worker's group is
+  finished and its queues are empty: EXARL's ``mlrma_queue_short``, where learners never
+  help each other).
+- ``kind``: ``fifo`` (a bounded queue: a put into a full one waits) or ``circular`` (a
+  circular buffer: a put into a full one overwrites its oldest rollout, counted in
+  ``overwritten``, and never waits): EXARL's RMA memory-pool data structures.
 - ``route``: ``collector`` (one queue per collector) or ``learner`` (one queue per
-  gradient worker, and each collector puts into a random one that has room: EXARL's
-  "short" multi-learner RMA queue).
+  gradient worker, and each collector puts into a random one that has room; ours).
 - ``num_cpus``: Ray CPUs of the server actor.
+
+The server keeps EXARL's record of active actors as one flag per gradient worker's group
+(``set_finished``): stealing and the end read it.
 """
 
+import collections
 import random
 import threading
 import time
@@ -37,13 +50,17 @@ import numpy as np
 import torch
 
 from pytorchrl.scheme.base.checks import check_int, check_non_negative, merge_options
+from pytorchrl.scheme.base.servers import ServerLost, ServerPath, ServerProcess
+from pytorchrl.scheme.transport import Packed
 
 #: Options of ``Scheme(queues=...)`` (``scheme.queues``) and their defaults.
 QUEUE_DEFAULTS = {"size": 4, "pop": "one", "prefetch": True, "selection": "binned", "steal": False,
-                  "route": "collector", "num_cpus": 0.25}
+                  "route": "collector", "kind": "fifo", "end": "all", "num_cpus": 0.25}
 POPS = ("one", "all")
 SELECTIONS = ("binned", "random")
 ROUTES = ("collector", "learner")
+KINDS = ("fifo", "circular")
+ENDS = ("all", "first")
 
 #: Outcomes of ``QueueServer.put`` and ``pop``.
 OK, EMPTY, TIMEOUT, CLOSED = "ok", "empty", "timeout", "closed"
@@ -72,7 +89,7 @@ def queue_options(options):
     """
     out = merge_options("queues", options, QUEUE_DEFAULTS)
     check_int("queues size", out["size"], 1)
-    for key, valid in (("pop", POPS), ("selection", SELECTIONS), ("route", ROUTES)):
+    for key, valid in (("pop", POPS), ("selection", SELECTIONS), ("route", ROUTES), ("kind", KINDS), ("end", ENDS)):
         if out[key] not in valid:
             raise ValueError(f"queues {key} must be one of {', '.join(map(repr, valid))}, got {out[key]!r}")
     for key in ("prefetch", "steal"):
@@ -85,7 +102,36 @@ def queue_options(options):
     return out
 
 
-def check_queue_path(options, num_col_workers, async_collection, collect_only):
+def steal_refused(options, num_grad_workers, async_gradients=False):
+    """Why ``steal: true`` would have no effect in this layout (words that follow "steal
+    has no effect: "), or None when it acts or is off.
+
+    Parameters
+    ----------
+    options : dict
+        ``queue_options`` output.
+    num_grad_workers : int
+        Gradient workers of the scheme.
+    async_gradients : bool
+        Asynchronous gradients (A3C): a gradient worker whose share is spent gets no new
+        request, so it could not steal for long (refused).
+    """
+    if not options["steal"]:
+        return None
+    if num_grad_workers < 2:
+        return "one gradient worker has no other group's queues to drain (it needs num_grad_workers >= 2)"
+    if async_gradients:
+        return ("with asynchronous gradients a gradient worker whose share is spent gets no new request (stealing "
+                "acts with grad_workers_communication sync)")
+    if options["selection"] == "random":
+        return "selection 'random' pops any collector's queue already (stealing acts with selection 'binned')"
+    if options["end"] == "first":
+        return "with end 'first' the run ends when the first group is finished, before anyone could steal"
+    return None
+
+
+def check_queue_path(options, num_col_workers, async_collection, collect_only, num_grad_workers=1,
+                     async_gradients=False):
     """Check the queue data path's layout; returns ``queue_options(options)``.
 
     Parameters
@@ -98,6 +144,10 @@ def check_queue_path(options, num_col_workers, async_collection, collect_only):
         Whether collection is asynchronous (required).
     collect_only : bool
         A collection-only scheme (refused: nothing pops).
+    num_grad_workers : int
+        Gradient workers (``steal`` needs several).
+    async_gradients : bool
+        Asynchronous gradients (``steal`` is refused with them).
 
     Raises
     ------
@@ -114,11 +164,17 @@ def check_queue_path(options, num_col_workers, async_collection, collect_only):
     if not async_collection:
         raise ValueError("data_path='queues' needs asynchronous collection (col_workers_communication=prl.ASYNC): "
                          "a synchronous round would wait for puts that only the waiting learner's pops admit")
+    refused = steal_refused(out, num_grad_workers, async_gradients)
+    if refused is not None:
+        raise ValueError(f"queues steal=True has no effect: {refused}; remove it")
     return out
 
 
 def _nbytes(data):
-    """Bytes of the arrays and tensors of a rollout (what a put moves)."""
+    """Bytes of the arrays and tensors of a rollout (what a put moves: a packed rollout's
+    bytes as sent, compressed where it was)."""
+    if isinstance(data, Packed):
+        return data.sent_bytes
     total = 0
     for v in (data or {}).values():
         if isinstance(v, torch.Tensor):
@@ -130,7 +186,7 @@ def _nbytes(data):
     return total
 
 
-class QueueServer:
+class QueueServer(ServerProcess):
     """Bounded rollout queues shared by every collector and gradient worker.
 
     Thread-safe: puts and pops wait on one condition (a remote server is a threaded Ray
@@ -147,16 +203,22 @@ class QueueServer:
     selection : str
         ``"binned"`` or ``"random"``.
     steal : bool
-        Whether a gradient worker whose collectors are finished pops from other bins.
+        Whether a gradient worker whose group is finished pops from other bins.
     route : str
         ``"collector"`` (a queue per collector) or ``"learner"`` (a queue per gradient worker).
+    kind : str
+        ``"fifo"`` (a put into a full queue waits) or ``"circular"`` (it overwrites the
+        queue's oldest rollout).
     seed : int or None
         Seed of the random choices (random selection, random routing).
     """
 
-    def __init__(self, groups, size=4, pop="one", selection="binned", steal=False, route="collector", seed=None):
-        queue_options({"size": size, "pop": pop, "selection": selection, "steal": steal, "route": route})
+    def __init__(self, groups, size=4, pop="one", selection="binned", steal=False, route="collector", kind="fifo",
+                 seed=None):
+        queue_options({"size": size, "pop": pop, "selection": selection, "steal": steal, "route": route,
+                       "kind": kind})
         self.size, self.pop_mode, self.selection, self.steal, self.route = size, pop, selection, steal, route
+        self.kind = kind
         self.cond = threading.Condition()
         if route == "collector":
             self.bins = {g: [(g, c) for c in cols] for g, cols in groups.items()}
@@ -167,23 +229,29 @@ class QueueServer:
         self._seq = 0          # put order over all queues: "oldest head" compares these
         self._closed = False
         self._paused = 0
-        self.counters = {"puts": 0, "pops": 0, "popped_rollouts": 0, "stolen_pops": 0, "put_blocked_s": 0.0,
-                         "pop_blocked_s": 0.0, "bytes_in": 0, "max_size": 0}
+        self._finished = set()  # EXARL's record of active actors, per group: the groups with none left
+        self.counters = {"puts": 0, "pops": 0, "popped_rollouts": 0, "stolen_pops": 0, "stolen_rollouts": 0,
+                         "overwritten": 0, "put_blocked_s": 0.0, "pop_blocked_s": 0.0, "bytes_in": 0,
+                         "max_size": 0}
 
     # -------------------------------------------------------------- collectors
-    def put(self, collector, data, version, timeout=None):
-        """Put one rollout of ``collector`` once its queue has room.
+    def put(self, collector, data, version, timeout=None, episodes=0):
+        """Put one rollout of ``collector`` once its queue has room (a circular queue has
+        room always: its oldest rollout is overwritten).
 
         Parameters
         ----------
         collector : tuple
             (gradient worker index, collector index).
-        data : dict
-            The rollout (the storage's ``get_data``).
+        data : dict or Packed
+            The rollout (the storage's ``get_data``; packed when the collector compresses).
         version : int
             Weight version that produced it.
         timeout : float or None
             Seconds to wait at most (None: until there is room or the server is closed).
+        episodes : int
+            Finished episodes the rollout holds, handed back with it by ``pop`` (what a
+            server that dies takes with it is counted in episodes too, see ``QueueLedger``).
 
         Returns
         -------
@@ -205,11 +273,16 @@ class QueueServer:
                     return TIMEOUT
                 self.cond.wait(remaining)
             self.counters["put_blocked_s"] += time.perf_counter() - t0
-            self.queues[key].append((self._seq, data, int(version), collector))
+            queue = self.queues[key]
+            if len(queue) >= self.size:    # circular (or admitted beyond the bound while paused)
+                if self.kind == "circular":
+                    queue.popleft()
+                    self.counters["overwritten"] += 1
+            queue.append((self._seq, data, int(version), collector, int(episodes)))
             self._seq += 1
             self.counters["puts"] += 1
             self.counters["bytes_in"] += _nbytes(data)
-            self.counters["max_size"] = max(self.counters["max_size"], len(self.queues[key]))
+            self.counters["max_size"] = max(self.counters["max_size"], len(queue))
             self.cond.notify_all()
         return OK
 
@@ -222,12 +295,14 @@ class QueueServer:
         else:
             keys = [k for keys in self.bins.values() for k in keys]
         room = [k for k in keys if len(self.queues[k]) < self.size]
-        if not room and self._paused:
-            room = keys   # a gradient worker waits for its collectors: admit beyond the bound
+        if not room and (self._paused or self.kind == "circular"):
+            # A gradient worker waits for its collectors (admit beyond the bound), or a
+            # circular queue overwrites its oldest rollout.
+            room = keys
         return self._rng.choice(room) if room else None
 
     # -------------------------------------------------------- gradient workers
-    def pop(self, group, finished=False, timeout=None):
+    def pop(self, group, finished=False, timeout=None, prefetch=False):
         """Take rollouts for gradient worker ``group``.
 
         Parameters
@@ -235,28 +310,40 @@ class QueueServer:
         group : int
             The gradient worker's index.
         finished : bool
-            Its collectors will put nothing more (their episode budget is handed over):
-            with ``steal`` it may pop from other bins once its own are empty.
+            Its collectors will put nothing more (their share of the budget is handed
+            over and nothing is in flight): the group is recorded as finished, and with
+            ``steal`` the worker may pop from other bins once its own are empty.
         timeout : float or None
             Seconds to wait for a rollout (None: until one comes or the server is closed;
             0: do not wait).
+        prefetch : bool
+            The pop is asked ahead, while the worker still trains on data it has: while
+            another group is finished (and ``steal`` is on), it takes nothing and returns
+            ``"empty"`` at once, so that a rollout queued meanwhile goes to the first worker
+            that needs it.
 
         Returns
         -------
         outcome : str
             ``"ok"``, ``"empty"`` (nothing within the timeout) or ``"closed"``.
-        items : list of (data, version, collector)
-            The rollouts, oldest first.
+        items : list of (data, version, collector, episodes)
+            The rollouts, oldest first, with the finished episodes each holds.
         stolen : bool
             They came from another gradient worker's bin.
         """
         deadline = None if timeout is None else time.perf_counter() + timeout
         t0 = time.perf_counter()
         with self.cond:
+            if group not in self.bins:
+                raise ValueError(f"no bin for gradient worker {group}; bins: {sorted(self.bins)}")
+            if finished:
+                self._finished.add(group)
             while True:
                 if self._closed:
                     return CLOSED, [], False
-                key, stolen = self._pop_source(group, finished)
+                if prefetch and self.steal and self._finished - {group}:
+                    return EMPTY, [], False
+                key, stolen = self._pop_source(group)
                 if key is not None:
                     break
                 remaining = None if deadline is None else deadline - time.perf_counter()
@@ -269,21 +356,21 @@ class QueueServer:
             taken = [q.popleft()] if self.pop_mode == "one" else [q.popleft() for _ in range(len(q))]
             self.counters["pops"] += 1
             self.counters["popped_rollouts"] += len(taken)
-            self.counters["stolen_pops"] += stolen
+            if stolen:
+                self.counters["stolen_pops"] += 1
+                self.counters["stolen_rollouts"] += len(taken)
             self.cond.notify_all()   # room for the collectors waiting on this queue
-        return OK, [(data, version, collector) for _, data, version, collector in taken], stolen
+        return OK, [item[1:] for item in taken], stolen
 
-    def _pop_source(self, group, finished):
+    def _pop_source(self, group):
         """(queue key, stolen) of the queue ``group`` pops now, or (None, False)."""
-        if group not in self.bins:
-            raise ValueError(f"no bin for gradient worker {group}; bins: {sorted(self.bins)}")
         if self.selection == "random":
             full = [k for k, q in self.queues.items() if q]
             return (self._rng.choice(full), False) if full else (None, False)
         own = [k for k in self.bins[group] if self.queues[k]]
         if own:
             return self._oldest(own), False
-        if self.steal and finished:
+        if self.steal and group in self._finished:
             others = [k for g, keys in self.bins.items() if g != group for k in keys if self.queues[k]]
             if others:
                 return self._oldest(others), True
@@ -316,21 +403,40 @@ class QueueServer:
             self.cond.notify_all()
         return True
 
+    def wait_for_data(self, timeout):
+        """Wait until some queue holds a rollout, or some group finished since the call
+        began (its learner has something to report), or the server is closed; at most
+        ``timeout`` seconds. Returns True unless the timeout passed. The update worker of
+        several gradient workers waits here when none of them had data, instead of asking
+        them again at once."""
+        deadline = time.perf_counter() + timeout
+        with self.cond:
+            finished = len(self._finished)
+            while not (self._closed or len(self._finished) != finished or any(self.queues.values())):
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    return False
+                self.cond.wait(remaining)
+            return True
+
     def sizes(self):
         """Rollouts held by each queue, by key."""
         with self.cond:
             return {k: len(q) for k, q in self.queues.items()}
 
     def stats(self):
-        """Counters: ``puts``, ``pops``, ``popped_rollouts``, ``stolen_pops``, ``put_blocked_s``
+        """Counters: ``puts``, ``pops``, ``popped_rollouts``, ``stolen_pops`` and
+        ``stolen_rollouts`` (pops from another group's queues, and the rollouts they took),
+        ``overwritten`` (rollouts a circular queue dropped for newer ones), ``put_blocked_s``
         (collectors' time waiting for room), ``pop_blocked_s`` (gradient workers' time
         waiting for data), ``bytes_in`` (bytes put), ``max_size`` (largest queue seen),
-        ``held`` (rollouts in the queues now)."""
+        ``held`` (rollouts in the queues now), ``active_groups`` (groups not finished)."""
         with self.cond:
-            return dict(self.counters, held=sum(len(q) for q in self.queues.values()))
+            return dict(self.counters, held=sum(len(q) for q in self.queues.values()),
+                        active_groups=len(self.bins) - len(self._finished))
 
 
-def make_queue_server(groups, options, remote, seed=None):
+def make_queue_server(groups, options, remote, seed=None, wait=True):
     """The scheme's queue server: a threaded Ray actor (``remote``) or an object here.
 
     Parameters
@@ -343,28 +449,25 @@ def make_queue_server(groups, options, remote, seed=None):
         Whether the scheme uses Ray.
     seed : int or None
         Seed of the server's random choices.
+    wait : bool
+        Wait until a remote one is built (its error raised here); False returns the handle
+        at once (the supervisor starting a replacement waits within its start timeout).
     """
-    kwargs = {k: options[k] for k in ("size", "pop", "selection", "steal", "route")}
+    kwargs = {k: options[k] for k in ("size", "pop", "selection", "steal", "route", "kind")}
     if not remote:
         return QueueServer(groups, seed=seed, **kwargs)
     from pytorchrl.scheme.base.ray_runtime import require_ray
     ray = require_ray()
     handle = ray.remote(QueueServer).options(num_cpus=options["num_cpus"], max_concurrency=MAX_CONCURRENCY).remote(
         groups, seed=seed, **kwargs)
-    ray.get(handle.stats.remote())   # built, or its error raised here
+    if wait:
+        ray.get(handle.stats.remote())   # built, or its error raised here
     return handle
 
 
-def put_remote(server, collector, data, version):
-    """Put a remote collector's rollout into ``server`` (a Ray actor handle), waiting for
-    room; returns the outcome."""
-    import ray
-    return ray.get(server.put.remote(collector, data, version))
-
-
 class QueueLink:
-    """What a collector set and its gradient worker need of the queue path: the server and
-    whether the gradient worker prefetches.
+    """What a collector set and its gradient worker need of the queue path: the server, its
+    generation and whether the gradient worker prefetches.
 
     Parameters
     ----------
@@ -372,55 +475,185 @@ class QueueLink:
         The scheme's server.
     prefetch : bool
         The gradient worker asks for its next pop before training on the current data.
+    generation : int
+        Generation of ``server`` (see ``pytorchrl.scheme.base.servers``): one more each
+        time it was replaced.
     """
 
-    def __init__(self, server, prefetch):
+    def __init__(self, server, prefetch, generation=0):
         self.server = server
         self.prefetch = bool(prefetch)
+        self.generation = int(generation)
 
 
-class QueueDataPath:
-    """The gradient worker's side of the queue data path.
+class QueueLedger:
+    """The rollouts a gradient worker's collectors put into each generation of the queue
+    server and the rollouts it popped, so that what a dead server took with it is counted.
+
+    A put is known to the collector set whose collector made it (its report); a pop to the
+    gradient worker that made it, which may hold another one's rollouts (random
+    selection, stealing). When the server is replaced, the update worker gathers every
+    gradient worker's pops of the dead generation by owner (``take_pops``) and gives each
+    owner its total (``settle``). The owner's loss is its puts minus those pops, known once
+    every request that carried that generation has reported (``take_lost``); until then
+    the generation is ``unsettled`` and the owner's episode budget cannot be spent: the
+    episodes lost are taken off the episodes handed over, so that collectors run others in
+    their place.
+
+    Attributes
+    ----------
+    generation : int
+        Generation of the server the collector set uses now; older ones are dead.
+    """
+
+    def __init__(self):
+        self.generation = 0
+        self._out = collections.Counter()   # generation -> requests in flight that carry it
+        self._puts = {}        # generation -> [rollouts, episodes] put by this set's collectors
+        self._pops = {}        # generation -> {owner: [rollouts, episodes]} popped by this gradient worker
+        self._settled = {}     # dead generation -> [rollouts, episodes] of this set's popped by anyone
+
+    def sent(self, generation):
+        """A request carrying ``generation`` went to a collector."""
+        self._out[generation] += 1
+
+    def reported(self, generation, put, episodes=0):
+        """The request carrying ``generation`` came back (or was dropped with a dead
+        collector); ``put``: its rollout went into the server (with ``episodes``)."""
+        self._out[generation] -= 1
+        if self._out[generation] <= 0:
+            del self._out[generation]
+        if put:
+            counts = self._puts.setdefault(generation, [0, 0])
+            counts[0] += 1
+            counts[1] += int(episodes)
+
+    def popped(self, generation, items):
+        """Rollouts ``items`` (as ``QueueServer.pop`` returns them) taken from ``generation``."""
+        pops = self._pops.setdefault(generation, {})
+        for _, _, collector, episodes in items:
+            counts = pops.setdefault(collector[0], [0, 0])
+            counts[0] += 1
+            counts[1] += int(episodes)
+
+    def take_pops(self):
+        """This gradient worker's pops of the dead generations, by owner (forgotten here):
+        ``{generation: {owner: [rollouts, episodes]}}``."""
+        dead = [g for g in self._pops if g < self.generation]
+        return {g: self._pops.pop(g) for g in dead}
+
+    def settle(self, generation, popped):
+        """Every gradient worker's pops of this set's rollouts from dead ``generation``:
+        ``[rollouts, episodes]``."""
+        self._settled[generation] = list(popped)
+
+    def unsettled(self):
+        """Whether a dead generation's loss is not known yet."""
+        dead = {g for g in list(self._out) + list(self._puts) if g < self.generation}
+        return bool(dead - set(self._settled)) or any(self._out.get(g) for g in self._settled)
+
+    def take_lost(self):
+        """``(rollouts, episodes)`` lost with the dead generations settled since the last
+        call (their puts that nobody popped)."""
+        rollouts = episodes = 0
+        for g in [g for g in self._settled if not self._out.get(g)]:
+            put = self._puts.pop(g, [0, 0])
+            popped = self._settled.pop(g)
+            # (Never below zero: the puts of a replaced gradient worker's collectors died with it.)
+            rollouts += max(0, put[0] - popped[0])
+            episodes += max(0, put[1] - popped[1])
+        return rollouts, episodes
+
+
+class QueueDataPath(ServerPath):
+    """The gradient worker's side of the queue data path (its ``client`` and ``recover``:
+    see ``ServerPath``).
 
     Parameters
     ----------
     link : QueueLink
-        The server and the prefetch switch.
+        The server, its generation and the prefetch switch.
     group : int
         This gradient worker's index (its bin).
+    ledger : QueueLedger or None
+        Where the pops are recorded (the collector set's, which records the puts); None:
+        one of its own.
     """
 
-    def __init__(self, link, group):
-        from pytorchrl.scheme.workflows.replay_server import ServerClient
-        self.client = ServerClient(link.server, remote=not isinstance(link.server, QueueServer))
+    def __init__(self, link, group, ledger=None):
+        super().__init__(link.server, "queue", link.generation, remote=not isinstance(link.server, QueueServer))
         self.group = group
         self.prefetch = link.prefetch and self.client.remote
+        self.ledger = ledger if ledger is not None else QueueLedger()
         self._prefetched = None    # Ray reference of the pop asked for ahead
+        self._carried = []         # rollouts of a prefetch answered by a server replaced since
         self.prefetches = 0
 
-    def pop(self, finished):
-        """The next rollouts: a list of (data, version, collector), empty when none came
-        within ``POP_POLL_S`` (at once when ``finished``: nothing more will come from this
-        worker's collectors).
+    def pop(self, finished, wait=True):
+        """The next rollouts: a list of (data, version, collector, episodes), empty when none
+        came within ``POP_POLL_S`` (at once when ``finished``: nothing more will come from
+        this worker's collectors; or without ``wait``: a synchronous update of several
+        gradient workers does not wait for one without data, and a pop asked ahead that has
+        not answered yet stays out); None when the server died and was replaced meanwhile
+        (ask again: what ``finished`` says may have changed).
 
         Raises
         ------
         RuntimeError
             The server was closed (the run is stopping).
+        ServerLost
+            The server died and this process cannot replace it (see ``recover``).
         """
+        if self._carried:
+            items, self._carried = self._carried, []
+            return items
         outcome, items = EMPTY, []
-        if self._prefetched is not None:
-            import ray
-            ref, self._prefetched = self._prefetched, None
-            outcome, items, _ = ray.get(ref)
-        if outcome == EMPTY:
-            # (Also after an empty prefetched pop: it was asked before this worker knew its
-            # collectors finished, and a rollout may have been put since it returned.)
-            outcome, items, _ = self.client.call("pop", self.group, finished, 0 if finished else POP_POLL_S)
+        try:
+            if self._prefetched is not None:
+                ready = self.client.ready(self._prefetched, wait=wait or finished)
+                if not ready:
+                    return []
+                ref, self._prefetched = self._prefetched, None
+                outcome, items, _ = self.client.get(ref)
+            if outcome == EMPTY:
+                # (Also after an empty prefetched pop: it was asked before this worker knew its
+                # collectors finished, or it stepped aside for a finished worker, and a rollout
+                # may have been put since it returned.) A finished worker does not wait: in a
+                # synchronous update its peers wait for its answer.
+                timeout = POP_POLL_S if wait and not finished else 0
+                outcome, items, _ = self.client.call("pop", self.group, finished, timeout)
+        except ServerLost as lost:
+            self.recover(lost)
+            return None
         if outcome == CLOSED:
             raise RuntimeError("the queue server is closed: the scheme is stopping")
-        if items and self.prefetch:
+        self.ledger.popped(self.client.generation, items)
+        if items and self.prefetch and not finished:
             # Asked now, served while this worker trains on ``items``.
-            self._prefetched = self.client.server.pop.remote(self.group, finished, POP_POLL_S)
+            self._prefetched = self.client.server.pop.remote(self.group, finished, POP_POLL_S, True)
             self.prefetches += 1
         return items
+
+    def set_server(self, server, generation):
+        """Pop from ``server`` (of ``generation``), the replacement of a dead one, from now on.
+
+        A pop asked ahead of the old server is read first: the rollouts it took before the
+        server died are this worker's (handed over by the next ``pop``).
+
+        Returns
+        -------
+        dict
+            This worker's pops of the dead generations by owner (``QueueLedger.take_pops``).
+        """
+        if self._prefetched is not None:
+            ref, self._prefetched = self._prefetched, None
+            try:
+                outcome, items, _ = self.client.get(ref)
+            except ServerLost:
+                outcome, items = EMPTY, []
+            if outcome == OK and items:
+                self.ledger.popped(self.client.generation, items)
+                self._carried += items
+        super().set_server(server, generation)
+        self.ledger.generation = int(generation)
+        return self.ledger.take_pops()

@@ -19,6 +19,8 @@ import torch
 
 from pytorchrl import INDEX, REW, TD_ERROR
 from pytorchrl.scheme.base.checks import check_non_negative, merge_options
+from pytorchrl.scheme.base.servers import ServerClient, ServerLost, ServerPath, ServerProcess
+from pytorchrl.scheme.transport import unpack
 from pytorchrl.scheme.workflows.rate_limiter import CLOSED, OK, TIMEOUT, RateLimiter
 
 #: Values of ``Scheme(data_path=...)`` and ``scheme.data_path`` ("queues": see
@@ -127,24 +129,7 @@ def make_server(algo_factory, actor_factory, storage_factory, options, remote):
     return ReplayServer.from_factories(algo_factory, actor_factory, storage_factory, **limiter)
 
 
-def close_server(server):
-    """End every wait of ``server`` (in this process or a Ray actor); a server that is
-    already gone is left alone."""
-    try:
-        ServerClient(server).call("stop")
-    except Exception:  # a dead actor: nothing waits in it any more
-        pass
-
-
-def stop_server(server):
-    """``close_server``, then end a remote server's process."""
-    close_server(server)
-    if not isinstance(server, ReplayServer):
-        import ray
-        ray.kill(server)
-
-
-class ReplayServer:
+class ReplayServer(ServerProcess):
     """A replay storage shared by every collector and gradient worker, paced by a rate limiter.
 
     Thread-safe: a remote one serves concurrent inserts and samples (a threaded Ray actor),
@@ -201,6 +186,7 @@ class ReplayServer:
         str
             ``"ok"``, ``"timeout"`` or ``"closed"`` (the learner stopped: the data is dropped).
         """
+        data = unpack(data)   # (outside the limiter's lock: other threads insert and sample meanwhile)
         n = int(data[REW].shape[0])
         lim = self.limiter
         with lim.cond:
@@ -282,6 +268,23 @@ class ReplayServer:
         self.limiter.stop()
         return True
 
+    def state_dict(self):
+        """The transitions held and the storage's counters (``ReplayBuffer.state_dict``):
+        what a checkpoint keeps with ``checkpoint_replay``."""
+        with self.limiter.cond:
+            return self.storage.state_dict()
+
+    def load_state_dict(self, state):
+        """Hold the transitions of ``state`` (``state_dict``'s output). The rate limiter
+        starts over, counting them as inserted: sampling waits until the server holds
+        ``min_size_to_sample`` transitions, as in a new server. Returns the transitions held."""
+        with self.limiter.cond:
+            before = self.storage.num_items
+            self.storage.load_state_dict(state)
+            # Restored transitions replace those held (a new server holds none).
+            self.limiter.record_insert(self.storage.num_items, deleted=before)
+            return self.storage.num_items
+
     def stats(self):
         """Counters: ``size``, ``inserts``, ``samples`` (transitions), ``measured_ratio``,
         ``insert_blocked_s``, ``sample_blocked_s``, ``inserts_per_s``, ``samples_per_s`` (since
@@ -306,7 +309,7 @@ class _FactoryReplayServer(ReplayServer):
         super().__init__(storage_factory("cpu", actor, algo, None), **limiter)
 
 
-def start_remote(algo_factory, actor_factory, storage_factory, options):
+def start_remote(algo_factory, actor_factory, storage_factory, options, wait=True):
     """A ``ReplayServer`` as a threaded Ray actor (Ray must be running).
 
     Parameters
@@ -315,6 +318,9 @@ def start_remote(algo_factory, actor_factory, storage_factory, options):
         As in ``ReplayServer.from_factories``.
     options : dict
         ``replay_server_options`` output.
+    wait : bool
+        Wait until it is built (its error raised here); False returns the handle at once
+        (the supervisor starting a replacement waits within its start timeout).
     """
     from pytorchrl.scheme.base.ray_runtime import require_ray
     ray = require_ray()
@@ -322,35 +328,14 @@ def start_remote(algo_factory, actor_factory, storage_factory, options):
     handle = ray.remote(_FactoryReplayServer).options(num_cpus=options["num_cpus"],
                                                       max_concurrency=MAX_CONCURRENCY).remote(
         algo_factory, actor_factory, storage_factory, limiter)
-    ray.get(handle.stats.remote())  # built, or its error raised here
+    if wait:
+        ray.get(handle.stats.remote())  # built, or its error raised here
     return handle
 
 
-class ServerClient:
-    """Calls a ``ReplayServer`` the same way whether it is in this process or a Ray actor.
-
-    Parameters
-    ----------
-    server : ReplayServer or ray.actor.ActorHandle
-        The server (or another server object of a data path, e.g. a ``QueueServer``).
-    remote : bool or None
-        Whether ``server`` is a Ray actor handle (None: it is unless it is a ``ReplayServer``).
-    """
-
-    def __init__(self, server, remote=None):
-        self.server = server
-        self.remote = not isinstance(server, ReplayServer) if remote is None else bool(remote)
-
-    def call(self, method, *args):
-        """``server.method(*args)``, waited for."""
-        if not self.remote:
-            return getattr(self.server, method)(*args)
-        import ray
-        return ray.get(getattr(self.server, method).remote(*args))
-
-
-class ReplayDataPath:
-    """The gradient worker's side of the replay-server data path.
+class ReplayDataPath(ServerPath):
+    """The gradient worker's side of the replay-server data path (its ``client`` and
+    ``recover``: see ``ServerPath``).
 
     Parameters
     ----------
@@ -364,14 +349,25 @@ class ReplayDataPath:
     local_collection : bool
         The gradient worker's collector runs in its process (no remote collectors): it
         collects a round whenever a sample is refused, and inserts it itself.
+    generation : int
+        Generation of ``server`` (see ``pytorchrl.scheme.base.servers``).
+    counts : dict or None
+        Running counts this path adds to (the collector set's ``stats``): ``lost_samples``
+        (mini-batches being sampled when the server died) and ``dropped_priorities``
+        (TD errors of mini-batches sampled from a server that has been replaced since,
+        whose transitions are no longer where they were). None: kept here.
     """
 
-    def __init__(self, server, batch_size, device, local_collection=False):
-        self.client = ServerClient(server)
+    def __init__(self, server, batch_size, device, local_collection=False, generation=0, counts=None):
+        super().__init__(server, "replay", generation)
         self.batch_size = batch_size
         self.device = device
         self.local_collection = local_collection
+        self.counts = counts if counts is not None else {}
+        for key in ("lost_samples", "dropped_priorities"):
+            self.counts.setdefault(key, 0)
         self._pending = None   # (data, version) of a local rollout the server has not admitted yet
+        self._sampled_from = generation   # generation of the server the last mini-batch came from
 
     def next_batch(self, collect):
         """The next mini-batch.
@@ -387,15 +383,21 @@ class ReplayDataPath:
         ------
         RuntimeError
             The server was closed (the run is stopping).
+        ServerLost
+            The server died and this process cannot replace it (see ``recover``).
         """
         b = int(self.batch_size())
         while True:
-            if self.local_collection:
-                outcome, batch = self.client.call("sample", b, 0)
-            else:
+            if not self.local_collection:
                 collect(False)
-                outcome, batch = self.client.call("sample", b, SAMPLE_POLL_S)
+            try:
+                outcome, batch = self.client.call("sample", b, 0 if self.local_collection else SAMPLE_POLL_S)
+            except ServerLost as lost:
+                self.counts["lost_samples"] += 1
+                self.recover(lost)
+                continue
             if outcome == OK:
+                self._sampled_from = self.client.generation
                 return self._to_device(batch)
             if outcome == CLOSED:
                 raise RuntimeError("the replay server is closed: the scheme is stopping")
@@ -411,23 +413,37 @@ class ReplayDataPath:
         """Insert a rollout of this process's collector. A refused sample precedes it, so
         the server admits it at once unless another gradient worker sampled meanwhile; then
         it is kept and offered again after this worker's next refused sample (never
-        dropped, and never waited for: only this worker's own samples may be what admits it)."""
+        dropped, and never waited for: only this worker's own samples may be what admits it).
+        A rollout whose server died is kept, and offered to the replacement."""
         self._pending = (data, version)
         self._insert_pending()
 
     def _insert_pending(self):
-        outcome = self.client.call("insert", *self._pending, 0)
+        try:
+            outcome = self.client.call("insert", *self._pending, 0)
+        except ServerLost as lost:
+            self.recover(lost)
+            return
         if outcome == CLOSED:
             raise RuntimeError("the replay server is closed: the scheme is stopping")
         if outcome == OK:
             self._pending = None
 
     def after_update(self, batch, info):
-        """Send the mini-batch's TD errors (``info[prl.TD_ERROR]``, removed) to the server."""
+        """Send the mini-batch's TD errors (``info[prl.TD_ERROR]``, removed) to the server;
+        those of a mini-batch sampled from a server replaced since are dropped (counted)."""
         errors = info.pop(TD_ERROR, None)
-        if errors is not None:
+        if errors is None:
+            return
+        if self._sampled_from != self.client.generation:
+            self.counts["dropped_priorities"] += 1
+            return
+        try:
             self.client.call("update_priorities", np.asarray(batch[INDEX]),
                              np.asarray(errors, dtype=np.float64).reshape(-1))
+        except ServerLost as lost:
+            self.counts["dropped_priorities"] += 1
+            self.recover(lost)
 
     def _to_device(self, batch):
         if self.device.type == "cpu":
@@ -439,11 +455,12 @@ class sampling_paused:
     """Context manager: the server admits every insert while the learner waits for its
     remote collectors to answer a call queued behind their current rollout (a hot-swap,
     their hyperparameters): that rollout's insert must not wait for samples the waiting
-    learner cannot take. A None server does nothing.
+    learner cannot take. A None server does nothing, and so does a dead one (no insert
+    waits in it; the next step of the run replaces it).
 
     Parameters
     ----------
-    server : ReplayServer, ray.actor.ActorHandle or None
+    server : ReplayServer, QueueServer, ray.actor.ActorHandle or None
         The scheme's server.
     """
 
@@ -452,20 +469,19 @@ class sampling_paused:
 
     def __enter__(self):
         if self.client is not None:
-            self.client.call("pause_sampling")
+            try:
+                self.client.call("pause_sampling")
+            except ServerLost:
+                self.client = None
         return self
 
     def __exit__(self, *exc):
-        if self.client is not None:
-            try:
-                self.client.call("resume_sampling")
-            except Exception:  # the server is gone (the run is stopping): nothing to resume
-                if exc[0] is None:
-                    raise
-
-
-def insert_remote(server, data, version):
-    """Insert a remote collector's rollout into ``server`` (a Ray actor handle), waiting
-    as long as the rate limiter says; returns the outcome."""
-    import ray
-    return ray.get(server.insert.remote(data, version))
+        if self.client is None:
+            return
+        try:
+            self.client.call("resume_sampling")
+        except ServerLost:
+            pass   # it died meanwhile: nothing waits in it, nothing to resume
+        except Exception:  # noqa: BLE001 - the run is stopping: the error that stops it is raised instead
+            if exc[0] is None:
+                raise

@@ -30,12 +30,29 @@ WEIGHT_MODES = ("push", "pull")
 #: with a small network: checking every step would halve the collectors' speed.
 DEFAULT_PULL_EVERY = 10
 
+#: ``col_weight_pull_every`` value that reads the board at the start of every episode.
+PULL_EACH_EPISODE = "episode"
+
+
+def check_pull_every(value):
+    """Raise ValueError unless ``value`` is None, a positive integer (steps) or
+    ``PULL_EACH_EPISODE``."""
+    if value == PULL_EACH_EPISODE:
+        return
+    from pytorchrl.scheme.base.checks import check_int
+    try:
+        check_int("col_weight_pull_every", value, 1, optional=True)
+    except ValueError:
+        raise ValueError(f"col_weight_pull_every must be >= 1 (env steps), {PULL_EACH_EPISODE!r} or None, got "
+                         f"{value!r}") from None
+
 #: Threads of the remote board: publications and the collectors' questions never wait
 #: behind each other.
 MAX_CONCURRENCY = 8
 
 
-def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async_collection, algo_factory=None):
+def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async_collection, algo_factory=None,
+                      episodes_per_rollout=None):
     """Check the weight-distribution options of a scheme; returns the options that have
     no effect in this layout as ``(option, value, reason)`` triples, the reason in words
     that follow "has no effect with" (the Scheme warns, the configuration refuses).
@@ -44,15 +61,21 @@ def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async
     ----------
     col_weights : str
         One of ``WEIGHT_MODES``.
-    col_weight_pull_every : int or None
-        Steps between two checks of the board (None: ``DEFAULT_PULL_EVERY``).
+    col_weight_pull_every : int, str or None
+        Steps between two checks of the board (None: ``DEFAULT_PULL_EVERY``), or
+        ``"episode"``: a read at the start of every episode.
     num_col_workers : int
         Collection workers per gradient worker.
     async_collection : bool
         Whether collection is asynchronous.
     algo_factory : callable or None
         The scheme's algorithm factory; pulling is refused for an on-policy algorithm
-        (read from the factory's class when it has one).
+        (read from the factory's class when it has one), unless the weights change only
+        between rollouts: reads at episode starts with rollouts that end with their first
+        episode (``episodes_per_rollout`` 1).
+    episodes_per_rollout : int or None
+        Episodes that end a collector's rollout (``CWorker``'s ``rollout_episodes``; None:
+        its steps end it).
 
     Raises
     ------
@@ -62,10 +85,9 @@ def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async
     ValueError
         An unknown mode or a bad step count.
     """
-    from pytorchrl.scheme.base.checks import check_int
     if col_weights not in WEIGHT_MODES:
         raise ValueError(f"col_weights must be one of {', '.join(map(repr, WEIGHT_MODES))}, got {col_weights!r}")
-    check_int("col_weight_pull_every", col_weight_pull_every, 1, optional=True)
+    check_pull_every(col_weight_pull_every)
     if col_weights == "push":
         if col_weight_pull_every is not None:
             return [("col_weight_pull_every", col_weight_pull_every,
@@ -78,10 +100,12 @@ def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async
         raise PullRefused("need asynchronous collection: a synchronous round collects every rollout with the "
                           "same weights")
     cls = getattr(algo_factory, "cls", None)
-    if isinstance(cls, type) and getattr(cls, "on_policy", False):
+    between_rollouts = col_weight_pull_every == PULL_EACH_EPISODE and episodes_per_rollout == 1
+    if isinstance(cls, type) and getattr(cls, "on_policy", False) and not between_rollouts:
         raise PullRefused(f"change the policy in the middle of a rollout; {cls.__name__} is on-policy (its update "
-                          f"assumes one policy per rollout): use an off-policy algorithm (DDQN, DDPG, TD3, SAC) "
-                          f"or pushed weights")
+                          f"assumes one policy per rollout): use an off-policy algorithm (DDQN, DDPG, TD3, SAC), "
+                          f"pushed weights, or reads at episode starts (col_weight_pull_every 'episode') with "
+                          f"rollouts of one episode (col_rollout_unit 'episodes')")
     return []
 
 
@@ -221,7 +245,8 @@ class BoardReader:
 
     def __init__(self, board, every):
         self.board = board
-        self.every = int(every)
+        self.each_episode = every == PULL_EACH_EPISODE
+        self.every = 1 if self.each_episode else int(every)
         self.remote = not isinstance(board, WeightBoard)
         self._seen = 0
         self._countdown = 1    # the first step checks
@@ -241,6 +266,25 @@ class BoardReader:
             self._question = self.board.latest.remote(self._seen) if self.remote else ("answer",
                                                                                        self.board.latest(self._seen))
         return out
+
+    def read(self):
+        """Read the board now and wait for the answer (``col_weight_pull_every: episode``,
+        at an episode's start): ``(version, weights)`` of a version newer than the last one
+        read, or None. One Ray round trip, and the weights' fetch when there is a newer
+        version."""
+        self.checks += 1
+        if not self.remote:
+            answer = self.board.latest(self._seen)
+        else:
+            import ray
+            answer = ray.get(self.board.latest.remote(self._seen))
+        if answer is None:
+            return None
+        self._seen, version, weights = answer
+        if not self.remote:
+            return version, weights
+        import ray
+        return version, ray.get(weights[0])
 
     def _pick_up(self):
         if self._question is not None:

@@ -1,0 +1,139 @@
+"""EXARL's multi-learner RMA queues on a real local Ray: work stealing (``exarl-ml-rma-queue``)
+with a step budget and with an episode budget, one group of collectors slowed down, and the
+short variant (``exarl-ml-rma-queue-short``: no stealing, the run ends when the first group
+is exhausted); and the server's rules that make a finished learner get data: a pop asked
+ahead by a busy learner steps aside while another group is finished."""
+
+import sys
+
+import gymnasium as gym
+import pytest
+import torch
+
+import pytorchrl as prl
+from pytorchrl.agent.actors import OffPolicyActor
+from pytorchrl.agent.algorithms import DDQN
+from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.storages import ReplayBuffer
+from pytorchrl.learner import Learner
+from pytorchrl.scheme import Scheme
+from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.workflows.queues import EMPTY, OK, QueueServer
+
+from distributed_fixtures import SMALL, SleepyStep, register_for_ray
+
+pytestmark = pytest.mark.timeout(300)
+
+#: Two gradient workers (1, 2), each with collectors 1 and 2.
+GROUPS = {1: [1, 2], 2: [1, 2]}
+
+
+def group_cartpole(index_grad_worker=0, slow_group=2, delay=0.03):
+    """CartPole whose every step sleeps ``delay`` s in the collectors of gradient worker
+    ``slow_group`` only: one group of actors much slower than the other."""
+    env = gym.make("CartPole-v1")
+    return SleepyStep(env, delay) if index_grad_worker == slow_group else env
+
+
+def _scheme(preset, delay=0.03):
+    """The preset's layout (2 learners x 2 collectors, queue data path) with DDQN on
+    CartPole, group 2's environments ``delay`` s slower per step: its collectors queue
+    less than its learner could train on (about 66 env steps/s against one mini-batch per
+    popped transition), while group 1's fill their queues. A learner stays busy with what
+    it popped for a while (DDQN trains one mini-batch per transition), so rollouts its
+    collectors queue meanwhile wait for the first learner free to take them."""
+    torch.manual_seed(0)
+    train, action_space, obs_space = VecEnv.create_factory(group_cartpole, {"delay": delay}, vec_env_size=1, seed=0)
+    algo, name = DDQN.create_factory(lr=1e-3, mini_batch_size=32, update_every=16, num_updates=16, start_steps=64,
+                                     test_every=10 ** 9)
+    actor = OffPolicyActor.create_factory(obs_space, action_space, name,
+                                          common_feature_extractor_kwargs={"hidden_sizes": [32]})
+    layout = dict(PRESETS[preset].scheme)
+    layout.update(col_workers_communication=prl.ASYNC, grad_workers_communication=prl.SYNC,
+                  col_workers_resources=SMALL, grad_workers_resources=SMALL, max_policy_lag=None)
+    return Scheme(algo_factory=algo, actor_factory=actor, storage_factory=ReplayBuffer.create_factory(size=5000),
+                  train_envs_factory=train, **layout)
+
+
+@pytest.fixture(scope="module")
+def ray_for_module(ray_session):
+    register_for_ray()
+    from ray import cloudpickle
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ray_session
+
+
+def _run(learner):
+    while not learner.done():
+        learner.step()
+    return learner.scheme.queue_stats(), learner.get_metrics(add_scheme_metrics=True)
+
+
+@pytest.mark.parametrize("budget", ["steps", "episodes"])
+def test_a_finished_learner_steals_from_the_slowed_group_and_every_rollout_is_consumed(ray_for_module, budget):
+    kwargs = {"target_steps": 1600} if budget == "steps" else {"target_steps": 10 ** 6, "target_episodes": 40}
+    learner = Learner(_scheme("exarl-ml-rma-queue"), **kwargs)
+    try:
+        stats, metrics = _run(learner)
+    finally:
+        learner.stop()
+    assert learner.budget_spent
+    # The fast group finished first; its learner then popped rollouts of the slow group's queues.
+    assert stats["stolen_pops"] > 0 and stats["stolen_rollouts"] >= stats["stolen_pops"], stats
+    assert metrics["Queues/StolenPops"] == stats["stolen_pops"]
+    # All data consumed: every rollout put was popped, nothing is left, no group is active.
+    assert stats["held"] == 0 and stats["puts"] == stats["popped_rollouts"] and stats["active_groups"] == 0, stats
+    if budget == "steps":
+        assert learner.num_samples_collected >= 1600
+    else:
+        assert learner.num_episodes == 40
+
+
+def test_the_short_variant_never_steals_and_ends_with_the_first_exhausted_group(ray_for_module):
+    learner = Learner(_scheme("exarl-ml-rma-queue-short"), target_steps=1600)
+    try:
+        stats, _ = _run(learner)
+    finally:
+        learner.stop()
+    assert learner.budget_spent and stats["stolen_pops"] == 0
+    # The fast group handed over its half of the budget and its learner found no more data:
+    # the run ended there, the slow group still active (EXARL's mlrma_queue_short).
+    assert stats["active_groups"] == 1, stats
+    assert learner.num_samples_collected < 1600
+
+
+# --------------------------------------------------------------- server rules
+def rollout(tag):
+    return {"tag": tag}
+
+
+def test_a_pop_asked_ahead_steps_aside_while_another_group_is_finished():
+    server = QueueServer(GROUPS, size=4, pop="all", steal=True)
+    server.put((2, 1), rollout("a"), 0)
+    # No group finished: the busy owner's pop asked ahead takes its data.
+    assert server.pop(2, prefetch=True, timeout=0)[0] == OK
+    assert server.pop(1, finished=True, timeout=0)[0] == EMPTY      # group 1 is now finished
+    server.put((2, 1), rollout("b"), 0)
+    # While group 1 is finished the owner's prefetch leaves it queued (at once, no wait) ...
+    assert server.pop(2, prefetch=True, timeout=5) == (EMPTY, [], False)
+    # ... for the finished learner, which steals it.
+    outcome, items, stolen = server.pop(1, finished=True, timeout=0)
+    assert (outcome, [d["tag"] for d, *_ in items], stolen) == (OK, ["b"], True)
+    # The owner's own pop (it needs data) still takes what is queued first.
+    server.put((2, 2), rollout("c"), 0)
+    assert server.pop(2, timeout=0)[1][0][0] == {"tag": "c"}
+    stats = server.stats()
+    assert (stats["stolen_pops"], stats["stolen_rollouts"], stats["active_groups"]) == (1, 1, 1)
+
+
+def test_a_circular_queue_overwrites_its_oldest_rollout_and_never_waits():
+    server = QueueServer(GROUPS, size=2, kind="circular")
+    for tag in "abc":
+        assert server.put((1, 1), rollout(tag), 0, timeout=0) == OK
+    assert [d["tag"] for d, *_ in server.pop(1, timeout=0)[1]] == ["b"]
+    stats = server.stats()
+    assert stats["overwritten"] == 1 and stats["max_size"] == 2
+    fifo = QueueServer(GROUPS, size=2)
+    for tag in "ab":
+        fifo.put((1, 1), rollout(tag), 0)
+    assert fifo.put((1, 1), rollout("c"), 0, timeout=0) == "timeout"
