@@ -64,6 +64,10 @@ def test_reset_config_hot_swaps_and_a_checkpoint_keeps_the_perturbed_values(tune
 
 
 def test_tunes_pbt_perturbs_in_place_with_reused_actors(tune, tmp_path):
+    # Known problem: in a whole suite on a fresh clone (ray[tune] installed, pytest -n 2),
+    # this run ended with a trial's RayTaskError(FileNotFoundError) on a synced checkpoint,
+    # and its trial actors kept their CPUs, failing the next tests' resources_released()
+    # check. Not run by the README's command (the test extra has no ray[tune]).
     config = _config(tune.grid_search([1e-4, 3e-3]), learner={"target_steps": 768})
     scheduler = tune.schedulers.PopulationBasedTraining(
         time_attr="env_steps", perturbation_interval=128, quantile_fraction=0.5,
