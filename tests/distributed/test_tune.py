@@ -14,7 +14,11 @@ from cli_helpers import read_csv, tiny
 def tune(ray_session):
     """Ray Tune (skips without it: ``ray[tune]`` is an optional extra). Imported by the tests
     that ask for it, never at collection: the unit tests check that they import no Ray."""
-    return pytest.importorskip("ray.tune")
+    try:
+        import ray.tune
+    except ImportError as exc:   # ray.tune raises ImportError (not ModuleNotFoundError) without its extras
+        pytest.skip(f"ray[tune] is not installed: {exc}")
+    return ray.tune
 
 
 def _trainable():
