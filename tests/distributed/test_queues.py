@@ -312,7 +312,8 @@ def test_rma_workflow_learns(ray_for_module, name):
     finally:
         learner.stop()
     assert max(returns) >= bar, returns
-    assert stats["popped_rollouts"] > 0 and metrics["Queues/PoppedRollouts"] == stats["popped_rollouts"]
+    # (The metrics were read before the stats: a pop may come between.)
+    assert 0 < metrics["Queues/PoppedRollouts"] <= stats["popped_rollouts"]
     assert stats["max_size"] <= PRESETS[name].scheme["queues"]["size"]
     print(name, learner.num_samples_collected, returns)
 

@@ -98,8 +98,9 @@ def test_the_short_variant_never_steals_and_ends_with_the_first_exhausted_group(
     assert learner.budget_spent and stats["stolen_pops"] == 0
     # The fast group handed over its half of the budget and its learner found no more data:
     # the run ended there, the slow group still active (EXARL's mlrma_queue_short).
+    # (How many steps the slow group handed over meanwhile depends on the machine's load:
+    # not asserted.)
     assert stats["active_groups"] == 1, stats
-    assert learner.num_samples_collected < 1600
 
 
 # --------------------------------------------------------------- server rules
