@@ -132,13 +132,22 @@ def train_command(args):
     if "pbt" in config:
         raise UsageError(f"{args.conf} has a pbt section, which describes a population: train it with "
                          f"'pytorchrl pbt {args.conf}', or remove the section")
+    made = _run_dir_of(args, config)
+    if made is None:
+        return EXIT_OK
+    run_dir, created = made
+    return run_training(config, run_dir, remove_run_dir_on_failure=created, progress=args.progress)
+
+
+def _run_dir_of(args, config):
+    """``(run directory, whether it was created)`` of a `train` or `pbt` command (``--run-dir``
+    taken into ``config``), or None after ``--dry-run`` printed the resolved configuration."""
     if args.run_dir is not None:
         config["run_dir"] = args.run_dir
     if args.dry_run:
         sys.stdout.write(dump_config(config))
-        return EXIT_OK
-    run_dir, created = make_run_dir(config, args.conf)
-    return run_training(config, run_dir, remove_run_dir_on_failure=created, progress=args.progress)
+        return None
+    return make_run_dir(config, args.conf)
 
 
 def pbt_command(args):
@@ -152,12 +161,10 @@ def pbt_command(args):
     if not config.get("pbt", {}).get("mutations"):
         raise UsageError(f"{args.conf} names no parameter to perturb: 'pytorchrl pbt' needs a pbt section with "
                          f"mutations (see examples/configs/pbt_ppo_cartpole.yaml)")
-    if args.run_dir is not None:
-        config["run_dir"] = args.run_dir
-    if args.dry_run:
-        sys.stdout.write(dump_config(config))
+    made = _run_dir_of(args, config)
+    if made is None:
         return EXIT_OK
-    run_dir, created = make_run_dir(config, args.conf)
+    run_dir, created = made
     population = Population(config, run_dir, progress=args.progress, remove_run_dir_on_failure=created)
     return EXIT_INTERRUPTED if population.run() == "interrupted" else EXIT_OK
 
