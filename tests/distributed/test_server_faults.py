@@ -13,6 +13,7 @@ replacement, and an episode budget ends with every episode it counts trained on.
 
 import os
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -284,6 +285,19 @@ def test_a_paused_rollout_is_counted_as_resent_acts():
 
 
 # --------------------------------------------------------------- inference server
+def wait_until_dead(handle, deadline_s=60.0):
+    """Return once calls to the killed actor ``handle`` fail (ray.kill does not wait)."""
+    import ray
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            ray.get(handle.stats.remote(), timeout=deadline_s)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the killed actor still answers after {deadline_s} s")
+
+
 @pytest.mark.usefixtures("ray_servers")
 def test_a_collector_whose_inference_server_was_killed_waits_for_the_replacement():
     """A collector whose inference server was killed reports its rollout paused (it is not
@@ -300,6 +314,9 @@ def test_a_collector_whose_inference_server_was_killed_waits_for_the_replacement
         assert "server_lost" not in info and info["steps"] == worker.update_every
         acted = ray.get(servers[0].stats.remote())["observations"]
         ray.kill(servers[0], no_restart=True)
+        # ray.kill returns before the actor is gone: a step could still act on it and the
+        # replacement would then run only the rest of the rollout.
+        wait_until_dead(servers[0])
         for _ in range(2):
             data, info = worker.collect_data()
             assert data is None and info["paused"] and info["collected_samples"] == 0 and info["episodes"] == []
