@@ -89,7 +89,7 @@ def test_the_configuration_takes_the_read_frequency_and_the_queue_kind():
 
 
 @pytest.mark.timeout(300)
-def test_exarl_rma_reads_the_board_per_episode_and_a_circular_pool_overwrites(ray_session):
+def test_exarl_rma_reads_the_board_per_episode_and_a_circular_pool_accounts_for_every_put(ray_session):
     register_for_ray()
     learner = build_learner(load_config(os.path.join(EXARL, "exarl-rma.yaml"),
                                         ["learner.target_steps=1500", "learner.tensorboard=false",
@@ -102,6 +102,8 @@ def test_exarl_rma_reads_the_board_per_episode_and_a_circular_pool_overwrites(ra
     finally:
         learner.stop()
     assert metrics["Scheme/WeightPulls"] > 0        # versions read from the board
-    # One-slot windows, a learner busy training: the collectors overwrote windows not read yet.
-    assert stats["overwritten"] > 0 and stats["max_size"] == 1 and stats["held"] == 0
+    # One-slot windows never grow; every put was either read or overwritten, none is left.
+    # Whether any was overwritten depends on how fast the learner trains (the overwrite
+    # itself is tested on the server: test_a_circular_queue_overwrites_its_oldest_rollout...).
+    assert stats["max_size"] == 1 and stats["held"] == 0 and stats["puts"] > 0
     assert stats["popped_rollouts"] + stats["overwritten"] == stats["puts"]
