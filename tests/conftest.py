@@ -51,9 +51,9 @@ MARKERS = {
 #: Run order of the groups: unit tests first, the longest (learning) last.
 ORDER = ("subprocess", "ray", "learning")
 
-#: Tests that each take minutes, run first within their group: on two workers (``-n 2``) the
+#: Tests that each take most of a minute, run first within their group: on two workers (``-n 2``) the
 #: longest test started last would leave the other worker idle while it finishes.
-LONGEST_FIRST = ("test_sac_script_learns_pendulum_with_two_collection_workers",
+LONGEST_FIRST = ("test_soak_kills_any_process_and_reaches_its_target",
                  "test_recurrent_ddqn_solves_what_feed_forward_ddqn_cannot_on_masked_cartpole")
 
 #: A learning test says so in its name (the repository's naming: what the test proves).

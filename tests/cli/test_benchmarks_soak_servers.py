@@ -1,36 +1,47 @@
-"""Smoke test of the soak benchmark's preset layouts (benchmarks/soak/run.py --layout, issue
-22): on a tiny budget, in its own process and Ray instance, a remote process drawn at random
-among the collectors, gradient workers and the data server is SIGKILLed every few seconds
-and the run still reaches its calibrated target; every kill but possibly the last (the run
-may end before it is noticed) is replaced and counted by kind. Memory and timing are not
-asserted (a minute is no soak). The report's figures are checked on a fixed record."""
+"""Smoke test of the soak benchmark (benchmarks/soak/run.py, issues 11 and 22) on a tiny
+budget, in its own process and Ray instance: in the drl-actor-model layout (2 gradient
+workers, a replay server), a remote process drawn at random among the collectors, gradient
+workers and the data server is SIGKILLed every few seconds and the run still reaches its
+calibrated target; every kill but possibly the last (the run may end before it is noticed)
+is replaced and counted by kind, and memory is sampled and reported. Memory growth and
+timing are not asserted (half a minute is no soak). The other layouts' kills are
+tests/distributed/test_server_faults.py's and test_worker_faults.py's; the report's figures
+are checked on a fixed record."""
 
 import json
+import os
 
 import pytest
 
 from test_benchmarks_smoke import _load_bench, run_soak
 
-KINDS = {"drl-actor-model": {"collector", "gradient worker", "replay server"},
-         "exarl-seed": {"collector", "inference server"}}
+KINDS = {"collector", "gradient worker", "replay server"}
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("layout,extra", [("drl-actor-model", ["--grad-workers", "2"]), ("exarl-seed", [])])
-def test_soak_kills_any_process_and_reaches_its_target(tmp_path, layout, extra):
+def test_soak_kills_any_process_and_reaches_its_target(tmp_path):
     out = tmp_path / "results"
-    stdout = run_soak(["--layout", layout, *extra, "--minutes", "0.5", "--kill-every", "10", "--max-overrun", "4"],
-                      out, timeout=360)
+    stdout = run_soak(["--layout", "drl-actor-model", "--grad-workers", "2", "--minutes", "0.5", "--kill-every", "10",
+                       "--max-overrun", "4"], out, timeout=360)
     records = [json.loads(ln) for f in out.glob("soak_*.jsonl") for ln in f.read_text().splitlines()]
     summary = next(r for r in records if r.get("record") == "summary")
     kills = [r for r in records if r.get("record") == "kill"]
     assert summary["target_reached"] and summary["error"] is None
     assert summary["kills"] == len(kills) >= 1
-    assert {k["kind"] for k in kills} <= KINDS[layout]
+    assert {k["kind"] for k in kills} <= KINDS
     restarts = summary["restarts_by_kind"]
-    assert set(restarts) <= KINDS[layout] and sum(restarts.values()) >= len(kills) - 1
+    assert set(restarts) <= KINDS and sum(restarts.values()) >= len(kills) - 1
     assert summary["server_restarts"] == sum(n for kind, n in restarts.items() if kind.endswith("server"))
     assert "| processes killed (SIGKILL) |" in stdout and "| kills by kind |" in stdout
+    assert summary["env_steps"] >= summary["target_steps"] > 0
+    assert any("(restart 1 of" in line for line in summary["restart_lines"])
+    groups = summary["memory"]["groups"]
+    assert groups["driver"]["peak_MB"] > 50 and groups["workers"]["peak_MB"] > 50
+    # Ray's daemons are sampled (which of them descend from the driver's process varies
+    # between Ray's start-up paths, so no particular one is required).
+    assert summary["memory"]["by_daemon"]
+    assert os.path.isfile(summary["samples_csv"]) and list(out.glob("soak_*.md"))
+    assert "| env steps reached |" in stdout and "driver + workers (this job)" in stdout
 
 
 def test_soak_preset_report():
