@@ -19,7 +19,7 @@ from pytorchrl.agent.accel.cuda_graph import CudaGraphUpdate
 from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.algorithms import A2C, PPO
 from pytorchrl.agent.algorithms.policy_loss_addons import (AttractionKL, PolicyLossAddOn, RepulsionKL,
-                                                          SavedActorFactory, normalized_weights)
+                                                          SavedActorFactory, as_distribution, normalized_weights)
 from pytorchrl.agent.notices import forget_notices
 from pytorchrl.checkpoint import to_plain
 
@@ -146,6 +146,8 @@ def test_the_base_class_is_abstract_and_the_algorithm_sets_up_its_own_copy_once(
             PPO("cpu", _actor(factory, 0), None, policy_loss_addons=wrong)
     with pytest.raises(RuntimeError, match="setup"):
         AttractionKL([factory], [1.0]).compute_loss_term(ppo.actor, None, batch)
+    with pytest.raises(ValueError, match="Linear does not give"):
+        PPO("cpu", torch.nn.Linear(4, 2), None, policy_loss_addons=[given])
 
 
 def test_weights_are_normalised_and_bad_arguments_refused():
@@ -169,6 +171,8 @@ def test_weights_are_normalised_and_bad_arguments_refused():
         with pytest.raises(ValueError, match=r"eps must be in \(0, 0.5\]"):
             cls([factory], [1.0], eps=0.0)
     assert normalized_weights([2, 6], 2) == (0.25, 0.75)
+    deterministic = as_distribution(torch.zeros(3, 2))        # actions: a unit-variance Normal around them
+    assert deterministic.event_shape == (2,) and torch.equal(deterministic.stddev, torch.ones(3, 2))
 
 
 # ------------------------------------------------------------------- AttractionKL

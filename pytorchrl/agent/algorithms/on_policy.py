@@ -153,6 +153,10 @@ class OnPolicyAlgorithm(Algorithm):
                  numpy_update=True, policy_loss_addons=()):
         super().__init__(device, actor, envs)
         self.policy_loss_addons = checked_addons(policy_loss_addons, self.name)
+        if self.policy_loss_addons and not callable(getattr(actor, "evaluate_actions_and_distribution", None)):
+            raise ValueError(f"{self.name} policy_loss_addons: the add-ons read the policy as a distribution, which "
+                             f"{type(actor).__name__} does not give (evaluate_actions_and_distribution: "
+                             f"OnPolicyActor's)")
         self.lr = float(lr)
         self.eps = float(eps)
         self.gamma = float(gamma)
@@ -234,7 +238,8 @@ class OnPolicyAlgorithm(Algorithm):
         fused : bool
             Use the fused loss of categorical policies when it applies (one autograd node:
             the same values and gradients, fewer operators); False always takes the
-            reference autograd path.
+            reference autograd path. With policy-loss add-ons the reference path runs
+            (it adds their terms, ``addon_terms``, to the policy loss and its statistics).
         """
         adv = batch[ADV]
         if self.normalize_advantages:
