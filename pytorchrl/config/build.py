@@ -9,6 +9,7 @@ import torch
 import pytorchrl as prl
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.algorithms.policy_loss_addons import POLICY_LOSS_ADDONS, SavedActorFactory
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.schema import FEATURE_EXTRACTORS
@@ -79,10 +80,62 @@ def _params(section):
     return {k: v for k, v in section.items() if k != "name"}
 
 
-def build_algorithm_factory(config):
-    """``(factory, algorithm name)`` of the ``algorithm`` section."""
+def build_algorithm_factory(config, obs_space=None, action_space=None):
+    """``(factory, algorithm name)`` of the ``algorithm`` section.
+
+    Parameters
+    ----------
+    config : dict
+        Resolved configuration (``validate_config``).
+    obs_space, action_space : gymnasium.Space or None
+        Spaces of one environment: the behaviours of ``policy_loss_addons`` are actors of
+        the run's configuration (``build_policy_loss_addons``), which needs them.
+    """
     section = config["algorithm"]
-    return ALGORITHMS[section["name"]].create_factory(**_params(section))
+    params = _params(section)
+    if params.get("policy_loss_addons"):
+        params["policy_loss_addons"] = build_policy_loss_addons(config, obs_space, action_space)
+    return ALGORITHMS[section["name"]].create_factory(**params)
+
+
+def build_policy_loss_addons(config, obs_space, action_space):
+    """The add-ons of ``algorithm.policy_loss_addons``: each checkpoint becomes a behaviour
+    built with this run's ``actor`` section (without its ``restart_model``) and loaded with
+    the checkpoint's weights (``SavedActorFactory``: the weights travel with it). Each is
+    built once here, on the CPU, so that a checkpoint of another network is refused before
+    any worker starts.
+
+    Parameters
+    ----------
+    config : dict
+        Resolved configuration (``validate_config``).
+    obs_space, action_space : gymnasium.Space
+        Spaces of one environment.
+
+    Raises
+    ------
+    ConfigError
+        A checkpoint that cannot be read or does not fit the actor (naming its key).
+    """
+    if obs_space is None or action_space is None:
+        raise ValueError("algorithm.policy_loss_addons: their behaviours are actors of this run's configuration; "
+                         "pass the observation and action spaces to build_algorithm_factory")
+    name = config["algorithm"]["name"]
+    behaviour_config = {**config, "actor": {**config["actor"], "restart_model": None}}
+    actor_factory = build_actor_factory(behaviour_config, obs_space, action_space, name)
+    addons = []
+    for i, entry in enumerate(config["algorithm"]["policy_loss_addons"]):
+        factories = []
+        for j, path in enumerate(entry["checkpoints"]):
+            try:
+                factory = SavedActorFactory(actor_factory, path)
+                factory("cpu")
+            except ValueError as exc:
+                raise ConfigError(f"algorithm.policy_loss_addons.{i}.checkpoints.{j}", str(exc)) from None
+            factories.append(factory)
+        addons.append(POLICY_LOSS_ADDONS[entry["name"]](factories, entry["weights"],
+                                                        loss_term_weight=entry["loss_term_weight"], eps=entry["eps"]))
+    return addons
 
 
 def build_actor_factory(config, obs_space, action_space, algorithm_name):
@@ -155,7 +208,7 @@ def build_scheme(config, log_dir=None):
     """
     seed_everything(config["seed"])
     train_envs, test_envs, action_space, obs_space = build_env_factories(config, log_dir)
-    algo_factory, algo_name = build_algorithm_factory(config)
+    algo_factory, algo_name = build_algorithm_factory(config, obs_space, action_space)
     actor_factory = build_actor_factory(config, obs_space, action_space, algo_name)
     storage_factory = build_storage_factory(config)
     s = config["scheme"]

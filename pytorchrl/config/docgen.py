@@ -15,8 +15,8 @@ import sys
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.agent_presets import AGENT_PRESETS
-from pytorchrl.config.schema import (MUTATION_KEYS, REQUIRED, SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL,
-                                     algorithm_keys, storage_keys)
+from pytorchrl.config.schema import (MUTATION_KEYS, POLICY_LOSS_ADDON_KEYS, REQUIRED, SCHEDULE_KEYS, SECTION_ORDER,
+                                     SECTIONS, TOP_LEVEL, algorithm_keys, storage_keys)
 from pytorchrl.scheme.workflows.presets import PRESETS
 
 INTRO = """\
@@ -147,6 +147,21 @@ pbt:
 ```
 """
 
+ADDONS_TEXT = """\
+`algorithm.policy_loss_addons` (PPO and A2C; see [agents.md](agents.md#policy-loss-add-ons)): terms
+added to the policy loss that compare the policy with policies saved by earlier runs. Each
+checkpoint is built with this run's `actor` section and loaded with the file's weights (a
+checkpoint of another network is refused when the run starts). With add-ons the loss is computed
+on the reference torch path: the numpy update and the fused loss step aside (said once in the log).
+
+```yaml
+algorithm:
+  name: PPO
+  policy_loss_addons:
+    - {name: AttractionKL, checkpoints: [runs/cartpole-ppo/model.state_dict], weights: [1.0], loss_term_weight: 1.0}
+```
+"""
+
 MUTATIONS_TEXT = """\
 How a copied value is perturbed: multiplied by one of `factors`, or resampled from `values` or
 `log_uniform` (with both, resampled with `resample_probability`).
@@ -172,6 +187,7 @@ def configuration_reference():
         if section == "algorithm":
             for name in ALGORITHMS:
                 out += [f"### algorithm `name: {name}`\n", _table(algorithm_keys(name)), ""]
+            out += ["### each entry of `policy_loss_addons`\n", ADDONS_TEXT, _table(POLICY_LOSS_ADDON_KEYS), ""]
         elif section == "storage":
             for name in STORAGES:
                 out += [f"### storage `name: {name}`\n", _table(storage_keys(name)), ""]

@@ -28,6 +28,7 @@ from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors import get_feature_extractor
 from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS
 from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.algorithms.policy_loss_addons import POLICY_LOSS_ADDONS, BehaviourKL
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.factory import documented_kind, documented_parameters
 from pytorchrl.agent.storages import STORAGES
@@ -62,6 +63,8 @@ KINDS = {
     "str": "a string",
     "dict": "a mapping",
     "int_list": "a list of integers",
+    "number_list": "a list of numbers",
+    "str_list": "a list of strings",
     "bool_or_auto": "true, false or 'auto'",
     "resources": "a mapping of Ray resources",
     "any": "a value",
@@ -236,10 +239,38 @@ def _mark_fixed(keys, fixed):
     return keys
 
 
+#: ``algorithm.policy_loss_addons`` of the algorithms that take add-ons (PPO, A2C): the
+#: configuration's form of the objects their constructor takes.
+POLICY_LOSS_ADDONS_KEY = dict(
+    kind="any", default=[],
+    doc="Terms added to the policy loss, each a mapping of the keys listed under 'each entry of "
+        "policy_loss_addons' ({name: AttractionKL, checkpoints: [runs/x/model.state_dict], weights: [1.0]}): "
+        "AttractionKL pulls the policy towards saved policies, RepulsionKL pushes it away; [] for none.")
+
+
 def algorithm_keys(name):
     """Hyperparameter keys of the algorithm called ``name`` (a key of ``ALGORITHMS``)."""
     cls = ALGORITHMS[name]
-    return _mark_fixed({n: derived(cls, n) for n in cls.hyperparameter_names()}, cls.fixed_hyperparameters)
+    overrides = {"policy_loss_addons": POLICY_LOSS_ADDONS_KEY}
+    keys = {n: derived(cls, n, **overrides.get(n, {})) for n in cls.hyperparameter_names()}
+    return _mark_fixed(keys, cls.fixed_hyperparameters)
+
+
+#: Keys of one entry of ``algorithm.policy_loss_addons`` (PPO, A2C): an add-on of
+#: ``pytorchrl.agent.algorithms.policy_loss_addons`` whose behaviours are saved runs, each
+#: built with this run's ``actor`` section and loaded with the run's weights.
+POLICY_LOSS_ADDON_KEYS = {
+    "name": Key("str", REQUIRED, "AttractionKL (adds loss_term_weight times the weighted KL(behaviour || policy)) "
+                                 "or RepulsionKL (subtracts loss_term_weight times the weighted 1 - exp(-KL), "
+                                 "bounded).", choices=tuple(POLICY_LOSS_ADDONS)),
+    "checkpoints": Key("str_list", REQUIRED, "The behaviours: files saved by earlier runs of the same actor "
+                                             "configuration (their model.state_dict or checkpoint.pt; a relative "
+                                             "path is read from the working directory)."),
+    "weights": Key("number_list", None, "Relative weight of each behaviour, one per checkpoint, >= 0, normalised "
+                                        "to sum 1 (null: equal weights).", low=0.0),
+    "loss_term_weight": derived(BehaviourKL, "loss_term_weight", low=0.0),
+    "eps": derived(BehaviourKL, "eps", low=0.0, low_inclusive=False, high=0.5),
+}
 
 
 def storage_keys(name):
@@ -628,5 +659,9 @@ def describe_schema():
         if dynamic:
             for cls_name in dynamic[0]:
                 out.append(f"  with name: {cls_name}")
-                out += [f"    {n}: {k.describe()}" for n, k in dynamic[1](cls_name).items()]
+                keys = dynamic[1](cls_name)
+                out += [f"    {n}: {k.describe()}" for n, k in keys.items()]
+                if "policy_loss_addons" in keys and section == "algorithm":
+                    out.append("    each entry of policy_loss_addons:")
+                    out += [f"      {n}: {k.describe()}" for n, k in POLICY_LOSS_ADDON_KEYS.items()]
     return "\n".join(out)

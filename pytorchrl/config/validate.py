@@ -12,6 +12,7 @@ import copy
 import difflib
 import importlib
 import math
+import os
 
 from pytorchrl.config import schema
 from pytorchrl.config.errors import ConfigError
@@ -44,6 +45,10 @@ def _show(value):
 
 def _is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: Kinds of keys holding a non-empty list, and the kind of their items.
+LIST_KINDS = {"int_list": "int", "number_list": "number", "str_list": "str"}
 
 
 def check_value(key, value, path):
@@ -93,10 +98,12 @@ def check_value(key, value, path):
         if not isinstance(value, dict):
             raise bad
         value = copy.deepcopy(value)
-    elif kind == "int_list":
+    elif kind in LIST_KINDS:
         if not isinstance(value, (list, tuple)) or not value:
-            raise ConfigError(path, f"expected a non-empty list of integers, got {_show(value)}")
-        return [check_value(Key("int", low=key.low, high=key.high), v, _join(path, i)) for i, v in enumerate(value)]
+            raise ConfigError(path, f"expected a non-empty {schema.KINDS[kind].replace('a list', 'list', 1)}, got "
+                                    f"{_show(value)}")
+        item = Key(LIST_KINDS[kind], low=key.low, high=key.high, low_inclusive=key.low_inclusive)
+        return [check_value(item, v, _join(path, i)) for i, v in enumerate(value)]
     elif kind == "bool_or_auto":
         if not (isinstance(value, bool) or value == "auto"):
             raise bad
@@ -418,6 +425,57 @@ def _check_pbt(data, config):
         raise ConfigError("scheme.num_grad_workers", "0 trains nothing (collection only): a population has "
                                                      "nothing to perturb")
     return pbt
+
+
+def _refuse_addons_without_support(data):
+    """Refuse ``algorithm.policy_loss_addons`` for an algorithm that takes none (the
+    off-policy ones), saying so rather than "unknown key"."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    if not isinstance(data, dict) or "policy_loss_addons" not in data:
+        return
+    cls = ALGORITHMS.get(data.get("name")) if isinstance(data.get("name"), str) else None
+    if cls is not None and "policy_loss_addons" not in cls.hyperparameter_names():
+        takers = [n for n, c in ALGORITHMS.items() if "policy_loss_addons" in c.hyperparameter_names()]
+        raise ConfigError("algorithm.policy_loss_addons", f"policy-loss add-ons are for {' and '.join(takers)} "
+                                                          f"(terms added to an on-policy policy loss); "
+                                                          f"{cls.name} takes none: remove the key")
+
+
+def _check_policy_loss_addons(algorithm):
+    """Resolve ``algorithm.policy_loss_addons`` in place (``schema.POLICY_LOSS_ADDON_KEYS``):
+    each entry a mapping naming an add-on, its checkpoints existing files (made absolute:
+    workers and resumed runs may start elsewhere) and one non-negative weight per
+    checkpoint, not all 0 (null: equal weights)."""
+    if "policy_loss_addons" not in algorithm:
+        return
+    path = "algorithm.policy_loss_addons"
+    entries = algorithm["policy_loss_addons"] or []
+    if not isinstance(entries, (list, tuple)):
+        raise ConfigError(path, f"expected a list of add-ons ({{name: AttractionKL, checkpoints: [...]}}), got "
+                                f"{_show(entries)}")
+    resolved = []
+    for i, entry in enumerate(entries):
+        where = _join(path, i)
+        addon = check_mapping(entry, schema.POLICY_LOSS_ADDON_KEYS, where, owner="a policy-loss add-on")
+        files = []
+        for j, name in enumerate(addon["checkpoints"]):
+            if not os.path.isfile(name):
+                raise ConfigError(_join(_join(where, "checkpoints"), j),
+                                  f"no such file {name!r} (a model.state_dict or checkpoint.pt of an earlier run; "
+                                  f"relative paths are read from {os.getcwd()})")
+            files.append(os.path.abspath(name))
+        addon["checkpoints"] = files
+        weights = addon["weights"]
+        if weights is None:
+            addon["weights"] = [1.0] * len(files)
+        elif len(weights) != len(files):
+            raise ConfigError(_join(where, "weights"), f"{len(weights)} weight(s) for {len(files)} checkpoint(s): "
+                                                       f"give one weight per checkpoint")
+        elif sum(weights) <= 0:
+            raise ConfigError(_join(where, "weights"), "all weights are 0: give at least one checkpoint a positive "
+                                                       "weight")
+        resolved.append(addon)
+    algorithm["policy_loss_addons"] = resolved
 
 
 def _expand_preset(data):
@@ -773,7 +831,9 @@ def check_config(raw):
     for section in SECTION_ORDER:
         data = raw.get(section)
         if section == "algorithm":
+            _refuse_addons_without_support(data)
             config[section] = _check_named_section(data, SECTIONS[section]["name"], schema.algorithm_keys, section)
+            _check_policy_loss_addons(config[section])
         elif section == "storage":
             data = _with_default_storage(data, config["algorithm"]["name"],
                                          config["actor"].get("recurrent_net") is not None)

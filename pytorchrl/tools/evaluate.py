@@ -131,7 +131,7 @@ def build_policy(config, model_path, render=False):
     -------
     (gymnasium.Env, OnPolicyActor)
     """
-    from pytorchrl.config import build_actor_factory, build_algorithm_factory
+    from pytorchrl.config import build_actor_factory
     from pytorchrl.envs import make_gym_env
     from pytorchrl.envs.families import ENV_FAMILIES
 
@@ -156,8 +156,8 @@ def build_policy(config, model_path, render=False):
             module, _, env_id = env_id.partition(":")
             importlib.import_module(module)
         env = make_gym_env(env_id, **kwargs)
-    _, algorithm_name = build_algorithm_factory(config)
-    actor = build_actor_factory(config, env.observation_space, env.action_space, algorithm_name)("cpu")
+    # The algorithm's name only: its factory would build the behaviours of policy-loss add-ons.
+    actor = build_actor_factory(config, env.observation_space, env.action_space, config["algorithm"]["name"])("cpu")
     try:
         # weights_only: tensors and plain values only, no code from the file is executed.
         weights = read_torch(model_path, "model")

@@ -98,8 +98,9 @@ def test_numpy_update_of_two_optimizers_is_the_torch_one():
         np.testing.assert_allclose(pf.detach().numpy(), pr.detach().numpy(), atol=2e-6, err_msg=n)
 
 
-def test_policy_loss_addons_are_refused_until_implemented(tmp_path):
-    with pytest.raises(ValueError, match="A2C policy_loss_addons: policy-loss add-ons are not implemented yet"):
+def test_policy_loss_addons_other_than_addons_are_refused(tmp_path):
+    # (What add-ons do in A2C: tests/unit/test_policy_loss_addons.py.)
+    with pytest.raises(ValueError, match="A2C policy_loss_addons: <object object at .*> is not a policy-loss add-on"):
         A2C("cpu", _actor(SHARED), None, policy_loss_addons=[object()])
     for not_a_list in (None, 0, "", {}, "AttractionKL"):
         with pytest.raises(ValueError, match="A2C policy_loss_addons: expected a list of policy-loss add-ons"):
@@ -108,7 +109,7 @@ def test_policy_loss_addons_are_refused_until_implemented(tmp_path):
         assert A2C("cpu", _actor(SHARED), None, policy_loss_addons=empty).policy_loss_addons == []
     config = tiny(algorithm={"name": "A2C", "policy_loss_addons": ["AttractionKL"]})
     result = pytorchrl("train", write_config(tmp_path, config), cwd=tmp_path)
-    assert_one_line_error(result, "policy-loss add-ons are not implemented yet")
+    assert_one_line_error(result, "algorithm.policy_loss_addons.0: expected a mapping of keys, got 'AttractionKL'")
     config = tiny(algorithm={"name": "A2C", "lr_v": 1e-3, "lr_pi": 5e-4},
                   learner={"target_steps": 64, "log_every": 0.1})
     result = pytorchrl("train", write_config(tmp_path, config), "learner.tensorboard=false", cwd=tmp_path)

@@ -58,10 +58,15 @@ class Accelerator:
         ``routine(instance)`` is true where the fast path not applying is the normal case
         (the CUDA graph update on a CPU): its reason is then said at info level, out of a
         default log, instead of as a warning.
+    refuses : callable or None
+        ``refuses(instance)`` -> why the fast path cannot compute what this instance's
+        reference methods compute although none of them is overridden (a term the
+        instance adds to its loss from its own state: the policy-loss add-ons), or None.
+        Asked before ``build``.
     """
 
     def __init__(self, kind, name, build, reproduces, actor_class=None, actor_reproduces=(),
-                 fallback="using the torch path", routine=None):
+                 fallback="using the torch path", routine=None, refuses=None):
         if kind not in KINDS:
             raise ValueError(f"accelerator kind must be one of {KINDS}, got {kind!r}")
         self.kind = kind
@@ -72,6 +77,7 @@ class Accelerator:
         self.actor_reproduces = tuple(actor_reproduces)
         self.fallback = fallback
         self.routine = routine
+        self.refuses = refuses
 
 
 def _function(attribute):
@@ -197,6 +203,8 @@ def build(instance, kind):
     if bound is None:
         return None
     reason = bound.mismatch(instance)
+    if reason is None and bound.accelerator.refuses is not None:
+        reason = bound.accelerator.refuses(instance)
     engine = None
     if reason is None:
         engine, reason = bound.accelerator.build(instance)

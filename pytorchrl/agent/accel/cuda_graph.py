@@ -75,13 +75,20 @@ def graphs_enabled(environ=None):
     return value.strip().lower() not in ("0", "false", "no", "off")
 
 
-def graph_accelerator():
+def graph_accelerator(refuses=None):
     """The "graph" fast path a reference algorithm class declares (``accel.accelerated``):
     ``CudaGraphUpdate``, which needs the declaring class's ``compute_loss`` (it captures
     ``loss_tensors``, which that ``compute_loss`` calls). Off a CUDA device, where it never
-    applies, its reason is said at info level: a CPU run's log is as it was."""
+    applies, its reason is said at info level: a CPU run's log is as it was.
+
+    Parameters
+    ----------
+    refuses : callable or None
+        The ``Accelerator``'s ``refuses``: instances the class's loss cannot be captured
+        for (None: every instance may be).
+    """
     return Accelerator("graph", NAME, CudaGraphUpdate.build, ("compute_loss",), fallback="updating eagerly",
-                       routine=lambda algo: algo.device.type != "cuda")
+                       routine=lambda algo: algo.device.type != "cuda", refuses=refuses)
 
 
 def batch_signature(batch):
@@ -198,7 +205,10 @@ class CudaGraphUpdate:
         self.algo = algo
         self.device = algo.device
         optimizer_settings = set(algo.group_lr.values()) | {"eps"}
-        self.loss_hyperparameters = [n for n in algo.hyperparameter_names() if n not in optimizer_settings]
+        # Those fixed once built cannot tell two graphs apart (and some are lists: A2C's
+        # policy_loss_addons would make every key unhashable).
+        skipped = optimizer_settings | set(algo.fixed_hyperparameters)
+        self.loss_hyperparameters = [n for n in algo.hyperparameter_names() if n not in skipped]
         modules = [algo.actor, *algo.learner_modules.values()]
         self.watched = [t for m in modules for t in (*m.parameters(), *m.buffers())]
         self.addresses = self._addresses()

@@ -211,16 +211,49 @@ class Actor(nn.Module):
         ValueError
             One line naming the file and the cause (unreadable, or another network).
         """
-        from pytorchrl.checkpoint import read_torch
-        weights = read_torch(path, "model")
-        if isinstance(weights, dict) and "format" in weights and "worker" in weights:
-            weights = weights["worker"]["algo"]["actor"]
-        if not isinstance(weights, dict):
-            raise ValueError(f"{path} is not a saved model (a state dict)")
-        weights = {k: v for k, v in weights.items() if not str(k).startswith("algo.")}
+        self.load_saved_weights(read_actor_weights(path), path)
+
+    def load_saved_weights(self, weights, source):
+        """Load ``weights`` (``read_actor_weights``) into this actor.
+
+        Parameters
+        ----------
+        weights : dict
+            The state dict.
+        source : str
+            Where they come from (the file), for the message.
+
+        Raises
+        ------
+        ValueError
+            One line naming ``source`` when they belong to another network.
+        """
         try:
             self.load_state_dict(weights)
         except RuntimeError as exc:
             detail = " ".join(str(exc).split())
-            raise ValueError(f"{path} does not match this {type(self).__name__}: {detail[:300]}") from None
+            raise ValueError(f"{source} does not match this {type(self).__name__}: {detail[:300]}") from None
 
+
+def read_actor_weights(path):
+    """The actor weights (a state dict of CPU tensors) saved in a run's ``model.state_dict``
+    or ``checkpoint.pt``, read without executing code from the file; a checkpoint's
+    learner-only networks (``algo.*``) are left out.
+
+    Parameters
+    ----------
+    path : str
+        The file.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and the cause (missing, unreadable, not a state dict).
+    """
+    from pytorchrl.checkpoint import read_torch
+    weights = read_torch(path, "model")
+    if isinstance(weights, dict) and "format" in weights and "worker" in weights:
+        weights = weights["worker"]["algo"]["actor"]
+    if not isinstance(weights, dict):
+        raise ValueError(f"{path} is not a saved model (a state dict)")
+    return {k: v for k, v in weights.items() if not str(k).startswith("algo.")}

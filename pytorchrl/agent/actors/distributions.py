@@ -49,6 +49,12 @@ class CategoricalHead(nn.Module):
         entropy = -(lp.exp() * lp).sum(-1, keepdim=True)
         return log_probs.gather(-1, action.long()), entropy
 
+    def distribution(self, features):
+        """The policy at ``features`` as a ``torch.distributions.Categorical`` (batch shape
+        (B,)), for code that works on distributions (KL divergences: the policy-loss
+        add-ons). Gradients flow to the head and the features."""
+        return torch.distributions.Categorical(logits=self.linear(features), validate_args=False)
+
 
 class DiagGaussianHead(nn.Module):
     """Gaussian policy with a state-independent diagonal standard deviation.
@@ -87,3 +93,12 @@ class DiagGaussianHead(nn.Module):
         log_std = self.log_std if entropy_grad else self.log_std.detach()
         entropy = (0.5 + 0.5 * _LOG_2PI + log_std).sum().expand(mean.shape[0], 1)
         return self._log_prob(mean, action), entropy
+
+    def distribution(self, features):
+        """The policy at ``features`` as a diagonal Normal whose action dimensions form one
+        event (``Independent(Normal, 1)``: batch shape (B,), as the log-probabilities of
+        ``log_prob_entropy`` sum over them). Gradients flow to the mean, the log standard
+        deviation and the features."""
+        mean = self.linear(features)
+        normal = torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False)
+        return torch.distributions.Independent(normal, 1, validate_args=False)

@@ -296,6 +296,21 @@ class OnPolicyActor(Actor):
         logp, entropy = self.dist.log_prob_entropy(pf, action, entropy_grad)
         return logp, entropy, self.value_head(vf)
 
+    def evaluate_actions_and_distribution(self, obs, action, entropy_grad=True, rhs=None, done=None):
+        """``evaluate_actions`` and, from the same forward pass, the policy at ``obs`` as a
+        torch distribution (``action_distribution``): (logp, entropy, value, dist). What
+        the on-policy algorithms call when policy-loss add-ons need the distribution."""
+        pf, vf = self._head_features(obs, rhs, done)
+        logp, entropy = self.dist.log_prob_entropy(pf, action, entropy_grad)
+        return logp, entropy, self.value_head(vf), self.dist.distribution(pf)
+
+    def action_distribution(self, obs, rhs=None, done=None):
+        """The policy at a batch of observations as a ``torch.distributions`` object:
+        ``Categorical`` for a Discrete action space, a diagonal Normal (one event over the
+        action dimensions) for a Box; batch shape (B,), or (T * B,) for the sequences of a
+        recurrent actor (``rhs``, ``done`` as in ``logits_and_value``)."""
+        return self.dist.distribution(self._head_features(obs, rhs, done)[0])
+
 
     def evaluate_sequence(self, obs, action, rhs, done):
         """Log-probabilities and values over the sequences of a recurrent actor, and the

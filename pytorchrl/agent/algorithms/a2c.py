@@ -30,34 +30,25 @@ class A2C(OnPolicyAlgorithm):
         parameter: the policy head, a feature extractor or memory shared by policy and
         value, and both copies of separate MLP extractors (the actor computes those as one
         stacked network, whose weights one optimizer holds). None: ``lr``.
-    policy_loss_addons : list
-        pytorchrl's terms added to the policy loss (``PolicyLossAddOn``); not implemented
-        yet: only an empty list (or tuple) is accepted, anything else is refused. Fixed once
-        the algorithm is built.
+
+    All other parameters (``policy_loss_addons`` among them, pytorchrl's last argument of
+    ``A2C.create_factory``) are those of ``OnPolicyAlgorithm``.
     """
 
     name = "A2C"
     group_lr = {"policy": "lr_pi", "value": "lr_v"}
-    fixed_hyperparameters = OnPolicyAlgorithm.fixed_hyperparameters + ("policy_loss_addons",)
 
     def __init__(self, device, actor, envs=None, lr=7e-4, lr_v=None, lr_pi=None, eps=1e-5, gamma=0.99,
                  num_epochs=1, num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
                  max_grad_norm=0.5, normalize_advantages=False, test_every=10, num_test_episodes=10,
                  numpy_update=True, policy_loss_addons=()):
-        if not isinstance(policy_loss_addons, (list, tuple)):
-            raise ValueError(f"A2C policy_loss_addons: expected a list of policy-loss add-ons, got "
-                             f"{policy_loss_addons!r}")
-        if policy_loss_addons:
-            raise ValueError(f"A2C policy_loss_addons: policy-loss add-ons are not implemented yet; pass an empty "
-                             f"list (got {policy_loss_addons!r})")
-        self.policy_loss_addons = []
         # (``lr`` sets both rates in the base constructor; the ones given explicitly follow.)
         super().__init__(device, actor, envs, lr=lr, eps=eps, gamma=gamma, num_epochs=num_epochs,
                          num_mini_batch=num_mini_batch, mini_batch_size=mini_batch_size,
                          entropy_coef=entropy_coef, value_loss_coef=value_loss_coef,
                          max_grad_norm=max_grad_norm, normalize_advantages=normalize_advantages,
                          test_every=test_every, num_test_episodes=num_test_episodes,
-                         numpy_update=numpy_update)
+                         numpy_update=numpy_update, policy_loss_addons=policy_loss_addons)
         if lr_v is not None:
             self.lr_v = float(lr_v)
         if lr_pi is not None:

@@ -1,5 +1,7 @@
 """Shared machinery of the actor-critic on-policy algorithms (PPO, A2C)."""
 
+import copy
+
 from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, RHS, VAL
 from pytorchrl.agent import accel
 from pytorchrl.agent.accel.cuda_graph import graph_accelerator
@@ -18,23 +20,75 @@ def sequence_args(batch):
     return {"rhs": batch[RHS], "done": batch[DONE]}
 
 
+def addons_refused(algo):
+    """Why no fast path computes ``algo``'s loss: the policy-loss add-ons it has (arbitrary
+    torch code, which only the reference path runs), or None without any."""
+    addons = getattr(algo, "policy_loss_addons", None)
+    if not addons:
+        return None
+    names = ", ".join(type(a).__name__ for a in addons)
+    return f"policy-loss add-ons ({names}) run on the reference torch path only"
+
+
 def actor_critic_accelerators():
     """The fast paths an on-policy algorithm declares (``accel.accelerated``): the numpy
     update of categorical MLP actor-critics on the CPU and the fused torch loss of the
     other categorical actors. Both compute ``policy_objective`` with the value and entropy
     terms of ``loss_tensors``, from ``OnPolicyActor``'s networks; the numpy update also
-    reports what ``host_stats`` adds (nothing)."""
+    reports what ``host_stats`` adds (nothing). Neither serves an algorithm with
+    policy-loss add-ons (``addons_refused``)."""
     reproduces = ("compute_loss", "loss_tensors", "policy_loss", "policy_objective")
     return (accel.Accelerator("update", "numpy update", NumpyActorCriticUpdate.build, reproduces + ("host_stats",),
                               actor_class=OnPolicyActor,
                               actor_reproduces=("logits_and_value", "evaluate_actions", "_features"),
-                              fallback="updating in torch"),
+                              fallback="updating in torch", refuses=addons_refused),
             accel.Accelerator("loss", "fused loss", FusedCategoricalLoss.build, reproduces,
                               actor_class=OnPolicyActor, actor_reproduces=("logits_and_value", "evaluate_actions"),
-                              fallback="computing the loss operator by operator"))
+                              fallback="computing the loss operator by operator", refuses=addons_refused))
 
 
-@accel.accelerated(graph_accelerator())
+def checked_addons(addons, owner):
+    """The policy-loss add-ons an algorithm trains with: a list of deep copies of
+    ``addons`` (one add-on or a list or tuple of them), each checked to have ``setup`` and
+    ``compute_loss_term`` (``PolicyLossAddOn``'s methods).
+
+    Parameters
+    ----------
+    addons : PolicyLossAddOn, list or tuple
+        What the algorithm was given.
+    owner : str
+        The algorithm's name, for the messages.
+
+    Raises
+    ------
+    ValueError
+        Anything else, one line naming it.
+    """
+    if hasattr(addons, "compute_loss_term"):
+        addons = [addons]
+    if not isinstance(addons, (list, tuple)):
+        raise ValueError(f"{owner} policy_loss_addons: expected a list of policy-loss add-ons, got {addons!r}")
+    for addon in addons:
+        if not (callable(getattr(addon, "setup", None)) and callable(getattr(addon, "compute_loss_term", None))):
+            raise ValueError(f"{owner} policy_loss_addons: {addon!r} is not a policy-loss add-on (an object with "
+                             f"setup(device) and compute_loss_term(actor, actor_dist, data): PolicyLossAddOn)")
+    # Each algorithm owns what its add-ons build, as on another process: algorithms of one
+    # process (a collector's and a learner's) would otherwise share one set of behaviours.
+    return [copy.deepcopy(addon) for addon in addons]
+
+
+def addon_metric_names(addons):
+    """The metric of each add-on's term: ``AddOnLoss/<metric_name>``, numbered from the
+    second of a name on (``AddOnLoss/AttractionKL``, ``AddOnLoss/AttractionKL_2``)."""
+    names, seen = [], {}
+    for addon in addons:
+        name = getattr(addon, "metric_name", type(addon).__name__)
+        seen[name] = seen.get(name, 0) + 1
+        names.append(f"AddOnLoss/{name}" + (f"_{seen[name]}" if seen[name] > 1 else ""))
+    return names
+
+
+@accel.accelerated(graph_accelerator(refuses=addons_refused))
 class OnPolicyAlgorithm(Algorithm):
     """Actor-critic algorithm trained on advantage-weighted log-probabilities.
 
@@ -81,16 +135,28 @@ class OnPolicyAlgorithm(Algorithm):
         Compute updates of MLP actors with categorical policies on the CPU in numpy (same
         arithmetic as torch, about three times faster for small networks); other actors,
         policies and devices always use torch. Fixed at construction.
+    policy_loss_addons : list
+        Terms added to the policy loss (``policy_loss_addons.PolicyLossAddOn``: e.g.
+        ``AttractionKL``, ``RepulsionKL``), one add-on or a list; the algorithm trains with
+        deep copies of them, set up on its device before its first update, and reports
+        each term as ``AddOnLoss/<name>``. With add-ons the loss is computed on the
+        reference torch path (the fast paths step aside, said once). Fixed at construction.
     """
 
-    fixed_hyperparameters = ("numpy_update",)
+    fixed_hyperparameters = ("numpy_update", "policy_loss_addons")
     acting_extras = (LOGP, VAL)
+    derived_attributes = Algorithm.derived_attributes + ("_addons_ready",)
 
     def __init__(self, device, actor, envs=None, lr=3e-4, eps=1e-5, gamma=0.99, num_epochs=4,
                  num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
                  max_grad_norm=0.5, normalize_advantages=True, test_every=10, num_test_episodes=10,
-                 numpy_update=True):
+                 numpy_update=True, policy_loss_addons=()):
         super().__init__(device, actor, envs)
+        self.policy_loss_addons = checked_addons(policy_loss_addons, self.name)
+        if self.policy_loss_addons and not callable(getattr(actor, "evaluate_actions_and_distribution", None)):
+            raise ValueError(f"{self.name} policy_loss_addons: the add-ons read the policy as a distribution, which "
+                             f"{type(actor).__name__} does not give (evaluate_actions_and_distribution: "
+                             f"OnPolicyActor's)")
         self.lr = float(lr)
         self.eps = float(eps)
         self.gamma = float(gamma)
@@ -172,7 +238,8 @@ class OnPolicyAlgorithm(Algorithm):
         fused : bool
             Use the fused loss of categorical policies when it applies (one autograd node:
             the same values and gradients, fewer operators); False always takes the
-            reference autograd path.
+            reference autograd path. With policy-loss add-ons the reference path runs
+            (it adds their terms, ``addon_terms``, to the policy loss and its statistics).
         """
         adv = batch[ADV]
         if self.normalize_advantages:
@@ -180,15 +247,54 @@ class OnPolicyAlgorithm(Algorithm):
         fused_loss = self.fused_loss if fused else None
         if fused_loss is not None:
             logits, value = self.actor.logits_and_value(batch[OBS], **sequence_args(batch))
-            loss, info = fused_loss(logits, value, batch, adv)
+            return fused_loss(logits, value, batch, adv)
+        args = (batch[OBS], batch[ACT])
+        kwargs = dict(entropy_grad=self.entropy_coef != 0.0, **sequence_args(batch))
+        policy_loss = self.policy_loss
+        if self.policy_loss_addons:
+            logp, entropy, value, dist = self.actor.evaluate_actions_and_distribution(*args, **kwargs)
+            policy_loss = self._with_addon_terms(policy_loss, dist, batch)
         else:
-            logp, entropy, value = self.actor.evaluate_actions(batch[OBS], batch[ACT],
-                                                               entropy_grad=self.entropy_coef != 0.0,
-                                                               **sequence_args(batch))
-            loss, info = reference_actor_critic(logp, entropy, value, batch[LOGP], adv, batch[RET], batch.get(VAL),
-                                                self.policy_loss, self.value_clip, self.value_loss_coef,
-                                                self.entropy_coef)
-        return loss, info
+            logp, entropy, value = self.actor.evaluate_actions(*args, **kwargs)
+        return reference_actor_critic(logp, entropy, value, batch[LOGP], adv, batch[RET], batch.get(VAL),
+                                      policy_loss, self.value_clip, self.value_loss_coef, self.entropy_coef)
+
+    def addon_terms(self, actor_dist, batch):
+        """The term of every policy-loss add-on on ``batch``, by metric name
+        (``addon_metric_names``); the add-ons are set up on this algorithm's device first
+        if they are not yet.
+
+        Parameters
+        ----------
+        actor_dist : torch.distributions.Distribution
+            The policy at the batch's observations (``OnPolicyActor.action_distribution``).
+        batch : dict of tensors
+            The mini-batch.
+        """
+        if not self.__dict__.get("_addons_ready"):
+            for addon in self.policy_loss_addons:
+                addon.setup(self.device)
+            self._addons_ready = True
+        return {name: addon.compute_loss_term(self.actor, actor_dist, batch)
+                for name, addon in zip(addon_metric_names(self.policy_loss_addons), self.policy_loss_addons)}
+
+    def _with_addon_terms(self, policy_loss, actor_dist, batch):
+        """``policy_loss`` (``policy_loss(logp, old_logp, adv) -> (loss, stats)``) plus the
+        add-ons' terms of ``batch``, which join its statistics."""
+        terms = self.addon_terms(actor_dist, batch)
+
+        def with_terms(logp, old_logp, adv):
+            loss, stats = policy_loss(logp, old_logp, adv)
+            return loss + sum(terms.values()), {**stats, **terms}
+        return with_terms
+
+    def state_dict(self):
+        """``Algorithm.state_dict`` without the policy-loss add-ons among the
+        hyperparameters: objects, not the plain values a checkpoint holds, and fixed once
+        built (a resumed run trains with those of its own configuration)."""
+        state = super().state_dict()
+        state["hyperparameters"] = {k: v for k, v in state["hyperparameters"].items() if k != "policy_loss_addons"}
+        return state
 
     def compute_loss(self, batch, fused=True):
         """Return (loss, info dict of floats) for one mini-batch: ``loss_tensors(batch,

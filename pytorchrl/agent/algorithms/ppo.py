@@ -30,13 +30,14 @@ class PPO(OnPolicyAlgorithm):
     def __init__(self, device, actor, envs=None, lr=3e-4, eps=1e-5, gamma=0.99, num_epochs=4,
                  num_mini_batch=1, mini_batch_size=None, clip_param=0.2, entropy_coef=0.0,
                  value_loss_coef=0.5, max_grad_norm=0.5, normalize_advantages=True,
-                 test_every=10, num_test_episodes=10, numpy_update=True, use_clipped_value_loss=True, kl_coef=0.0):
+                 test_every=10, num_test_episodes=10, numpy_update=True, use_clipped_value_loss=True, kl_coef=0.0,
+                 policy_loss_addons=()):
         super().__init__(device, actor, envs, lr=lr, eps=eps, gamma=gamma, num_epochs=num_epochs,
                          num_mini_batch=num_mini_batch, mini_batch_size=mini_batch_size,
                          entropy_coef=entropy_coef, value_loss_coef=value_loss_coef,
                          max_grad_norm=max_grad_norm, normalize_advantages=normalize_advantages,
                          test_every=test_every, num_test_episodes=num_test_episodes,
-                         numpy_update=numpy_update)
+                         numpy_update=numpy_update, policy_loss_addons=policy_loss_addons)
         self.clip_param = float(clip_param)
         self.use_clipped_value_loss = bool(use_clipped_value_loss)
         self.kl_coef = float(kl_coef)
