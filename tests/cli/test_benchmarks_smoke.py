@@ -579,6 +579,21 @@ def test_cnn_update_bench_measures_each_configuration():
     assert "| fp32, channels first | 1 | float32 |" in table and "| bf16, automatic layout | 1 |" in table
 
 
+def test_gpu_update_bench_builds_every_case_and_reports_the_engine(tmp_path, capsys):
+    """gpu_update/run.py on the CPU (where the graph update is never built: its column says
+    so), two updates per case: every case builds, trains and is reported."""
+    mod = _load_bench("gpu_update/run.py")
+    out = tmp_path / "gpu.json"
+    assert mod.main(["--device", "cpu", "--updates", "2", "--repeats", "1", "--warmup", "1", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["case"] for r in rows] == list(mod.CASES)
+    for r in rows:
+        assert r["eager_ms"] > 0 and r["graph_ms"] > 0 and r["off"] == "not built"
+    assert "| ppo-cnn |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--cases", "sac,nope"])
+
+
 # -------------------------------------------------- EXARL workflows side by side (issue 10)
 def test_workflows_benchmark_discovers_every_exarl_config_and_reports_them():
     mod = _load_bench("workflows/run.py")

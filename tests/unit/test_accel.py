@@ -712,7 +712,11 @@ def test_batch_signatures_follow_shapes_dtypes_and_keys_only():
     assert cuda_graph.batch_signature(_off_policy_batch(17, 0, False, True)) != sig      # another size
     assert cuda_graph.batch_signature(_off_policy_batch(16, 0, False, False)) != sig     # no PER weights
     assert cuda_graph.batch_signature({**batch, prl.REW: batch[prl.REW].double()}) != sig
-    assert cuda_graph.batch_signature({**batch, "note": 1}) is None
+    # Values that are not tensors (a replay buffer's numpy indices) are named, and stay out
+    # of the graph's inputs.
+    indexed = {**batch, prl.INDEX: np.arange(16)}
+    assert cuda_graph.batch_signature(indexed) == (sig[0], (prl.INDEX,)) != sig
+    assert cuda_graph.graph_inputs(indexed).keys() == batch.keys()
 
 
 def test_the_graph_key_holds_the_loss_hyperparameters_and_the_update_variant():
@@ -735,7 +739,9 @@ def test_the_graph_key_holds_the_loss_hyperparameters_and_the_update_variant():
     assert engine.signature(batch) == key
     ppo.update_algorithm_parameter("entropy_coef", 0.1)
     assert engine.signature(batch) != key
-    assert engine.signature({**batch, "note": "x"}) is None
+    assert engine.signature({**batch, "note": "x"}) not in (key, None)       # a named value outside the graph
+    ppo.num_test_episodes = [5]
+    assert engine.signature(batch) is None                                   # unhashable: no graph
 
 
 def test_static_inputs_hold_their_own_copy():
@@ -817,14 +823,14 @@ def test_a_graph_update_that_stepped_aside_is_the_eager_update():
     for p, q in zip(algo.trainable_parameters(), twin.trainable_parameters()):
         assert torch.equal(p.grad, q.grad)
     assert engine.captures == engine.replays == 0 and not engine.graphs
-    engine.off = None                     # a mini-batch no graph can hold: eager, said once
+    engine.off = None                     # no key while a hyperparameter is unhashable: eager, said once
+    algo.num_test_episodes = twin.num_test_episodes = [5]
     with _notices() as said:
         torch.manual_seed(1)
-        info = engine({**batch, "note": "not a tensor"})
-        engine({**batch, "note": "not a tensor"})
+        info = engine(batch)
+        engine(batch)
     assert info["LossQ"] == expected["LossQ"] and not engine.graphs
-    assert said == ["SAC: CUDA graph update computes eagerly the mini-batches that hold values other than tensors, "
-                    "and any update while a hyperparameter is unhashable"]
+    assert said == ["SAC: CUDA graph update computes eagerly any update while a hyperparameter is unhashable"]
 
 
 # --------------------------------------------- the CUDA graph update's fallbacks on a GPU
@@ -864,6 +870,38 @@ def test_a_loss_a_graph_cannot_hold_steps_aside_once_and_stays_right(cls, space,
     assert len([m for m in said if "stepped aside" in m]) == 1
     torch.cuda.synchronize()       # the device is usable after the refused capture
     assert torch.cuda.current_stream() == torch.cuda.default_stream()
+
+
+class NoteReadingDDQN(DDQN):
+    """A user's loss that reads a mini-batch value that is not a tensor (left out of the
+    graph's inputs, so the capture fails rather than freezing the value)."""
+
+    def loss_tensors(self, batch):
+        loss, info = super().loss_tensors(batch)
+        return loss * float(batch["note"]), info
+
+
+@cuda
+def test_replay_samples_with_numpy_indices_are_captured_and_the_indices_stay_out():
+    fast, eager = _graph_pair(SAC, BOX, "cuda")
+    batches = [{**b, prl.INDEX: np.arange(64) + i} for i, b in enumerate(_graph_batches(SAC, BOX, "cuda", 4, True))]
+    _same_graph_updates(fast, eager, batches)
+    engine = fast.graph_update
+    assert engine.off is None and engine.captures == 1 and engine.replays == 3
+    captured = next(iter(engine.graphs.values()))
+    assert prl.INDEX not in captured.inputs and prl.WEIGHT in captured.inputs
+
+
+@cuda
+def test_a_loss_reading_a_value_that_is_not_a_tensor_steps_aside_once_and_stays_right():
+    forget_notices()
+    fast, eager = _graph_pair(NoteReadingDDQN, DISCRETE, "cuda")
+    batches = [{**b, "note": 2.0} for b in _graph_batches(NoteReadingDDQN, DISCRETE, "cuda", 3)]
+    with _notices() as said:
+        _same_graph_updates(fast, eager, batches)
+    engine = fast.graph_update
+    assert "the loss reads 'note', which is not a tensor" in engine.off and engine.captures == 0
+    assert len([m for m in said if "stepped aside" in m]) == 1
 
 
 @cuda

@@ -93,21 +93,31 @@ def graph_accelerator(refuses=None):
 
 def batch_signature(batch):
     """What of a mini-batch a captured graph is specific to: a hashable tuple of (key, shape,
-    dtype, device) in key order, or None when a value is not a tensor (such a batch is
-    computed eagerly).
+    dtype, device) of each tensor, in key order, then the names of the values that are not
+    tensors (a replay buffer's sample indices, say: read by the storage after the update,
+    and left out of the graph, see ``graph_inputs``).
 
     Parameters
     ----------
     batch : dict
         The mini-batch.
     """
-    items = []
+    items, others = [], []
     for key in sorted(batch):
         value = batch[key]
-        if not isinstance(value, torch.Tensor):
-            return None
-        items.append((key, tuple(value.shape), value.dtype, value.device))
-    return tuple(items)
+        if isinstance(value, torch.Tensor):
+            items.append((key, tuple(value.shape), value.dtype, value.device))
+        else:
+            others.append(key)
+    return tuple(items), tuple(others)
+
+
+def graph_inputs(batch):
+    """The tensors of ``batch``: what a graph is captured on and what a replay copies in. The
+    other values (a replay buffer's numpy indices, which the storage reads after the update
+    for its priorities) stay out: a loss that reads one fails its capture (a missing key),
+    which then steps aside, so no value is frozen into a graph."""
+    return {key: value for key, value in batch.items() if isinstance(value, torch.Tensor)}
 
 
 def static_copy(batch):
@@ -236,10 +246,9 @@ class CudaGraphUpdate:
 
     def signature(self, batch):
         """The key of the graph that computes ``batch``'s update now (``batch_signature``,
-        the loss's hyperparameters, ``update_variant()``), or None for an eager update."""
+        the loss's hyperparameters, ``update_variant()``), or None (an unhashable
+        hyperparameter) for an eager update."""
         shapes = batch_signature(batch)
-        if shapes is None:
-            return None
         algo = self.algo
         key = shapes, tuple(getattr(algo, n) for n in self.loss_hyperparameters), tuple(algo.update_variant())
         try:
@@ -256,8 +265,8 @@ class CudaGraphUpdate:
         key = self.signature(batch)
         if key is None:
             cls = type(algo).__name__
-            say_once((NAME, cls, "no key"), f"{cls}: {NAME} computes eagerly the mini-batches that hold values other "
-                                            f"than tensors, and any update while a hyperparameter is unhashable")
+            say_once((NAME, cls, "no key"), f"{cls}: {NAME} computes eagerly any update while a hyperparameter "
+                                            f"is unhashable")
             return algo.eager_gradients(batch)
         addresses = self._addresses()
         if addresses != self.addresses:
@@ -268,7 +277,7 @@ class CudaGraphUpdate:
         if captured is None:
             return self._capture_and_check(key, batch)
         self.graphs.move_to_end(key)
-        copy_into(captured.inputs, batch)
+        copy_into(captured.inputs, graph_inputs(batch))
         captured.graph.replay()
         self.replays += 1
         return self._publish(captured)
@@ -303,11 +312,15 @@ class CudaGraphUpdate:
                                      f"the mini-batch shapes keep changing")
             return algo.eager_gradients(batch)
         rng = _rng_state(self.device)
-        inputs = static_copy(batch)
+        inputs = static_copy(graph_inputs(batch))
         stream = torch.cuda.Stream(self.device)
-        self._warm_up(inputs, stream)
         try:
+            self._warm_up(inputs, stream)
             captured = self._capture(inputs, stream)
+        except KeyError as error:       # the loss reads a value left out of the graph's inputs
+            _set_rng_state(rng, self.device)
+            self.step_aside("capture", f"capture failed: the loss reads {error}, which is not a tensor")
+            return algo.eager_gradients(batch)
         except RuntimeError as error:   # an operation capture does not allow: the eager path computes it
             _set_rng_state(rng, self.device)
             self.step_aside("capture", f"capture failed: {str(error).splitlines()[0]}")
