@@ -744,6 +744,33 @@ def test_the_graph_key_holds_the_loss_hyperparameters_and_the_update_variant():
     assert engine.signature(batch) is None                                   # unhashable: no graph
 
 
+def test_float_hyperparameters_a_schedule_moves_are_fed_as_device_scalars():
+    ppo, batch, _ = _on_policy_case(PPO, DISCRETE, TWIN_TANH)
+    engine = cuda_graph.CudaGraphUpdate(ppo)       # built by hand: no device is needed for the key
+    first = engine.signature(batch)
+    assert not engine._feed_changed_scalars(first)             # no graph yet: nothing to compare with
+    engine.graphs[first] = None                                # as if captured
+    ppo.update_algorithm_parameter("clip_param", 0.15)
+    moved = engine.signature(batch)
+    assert moved != first and engine._feed_changed_scalars(moved) and engine.fed == {"clip_param"}
+    fed = engine.signature(batch)
+    assert fed not in (first, moved) and cuda_graph.FED in fed[1]
+    ppo.update_algorithm_parameter("clip_param", 0.05)
+    assert engine.signature(batch) == fed                      # a new value: the same graph
+    engine.graphs[fed] = None
+    engine.by_value.add("entropy_coef")                        # failed as a device scalar before
+    ppo.update_algorithm_parameter("entropy_coef", 0.5)
+    assert not engine._feed_changed_scalars(engine.signature(batch)) and engine.fed == {"clip_param"}
+    smaller = {k: v[:16] for k, v in batch.items()}            # another shape: captured as it comes
+    ppo.update_algorithm_parameter("kl_coef", 0.3)
+    assert not engine._feed_changed_scalars(engine.signature(smaller)) and engine.fed == {"clip_param"}
+    scalar = torch.tensor(0.05)
+    with pytest.raises(ZeroDivisionError), cuda_graph._fed(ppo, {"clip_param": scalar}):
+        assert ppo.clip_param is scalar
+        raise ZeroDivisionError
+    assert type(ppo.clip_param) is float and ppo.clip_param == 0.05
+
+
 def test_static_inputs_hold_their_own_copy():
     batch = _off_policy_batch(8, 0, True, True)
     batch[prl.OBS] = batch[prl.OBS].t().contiguous().t()        # a strided view: copied all the same
@@ -922,16 +949,31 @@ def test_hyperparameters_the_loss_reads_capture_anew_the_optimizers_do_not():
     assert engine.captures == 4 and engine.off is None
 
 
-@cuda
-def test_a_loss_coefficient_changed_at_every_update_stops_the_captures():
+def _ppo_sweep(name, values, count):
+    """PPO's graph update and its eager twin through ``count`` mini-batches per value of
+    hyperparameter ``name`` (each update checked against the eager one): the engine and
+    the messages said."""
     forget_notices()
     fast, eager = _graph_pair(PPO, DISCRETE, "cuda", TWIN_TANH)
-    batches = _graph_batches(PPO, DISCRETE, "cuda", 1)
+    batches = _graph_batches(PPO, DISCRETE, "cuda", count)
     with _notices() as said:
-        for step in range(cuda_graph.MAX_GRAPHS + 2):
+        for value in values:
             for algo in (fast, eager):
-                algo.update_algorithm_parameter("entropy_coef", 0.01 * (step + 1))
+                algo.update_algorithm_parameter(name, value)
             _same_graph_updates(fast, eager, batches)
-    engine = fast.graph_update
+    return fast.graph_update, said
+
+
+@cuda
+def test_a_scheduled_clip_param_keeps_one_graph_fed_with_each_value():
+    engine, said = _ppo_sweep("clip_param", [0.2 - 0.02 * step for step in range(6)], 2)
+    assert engine.off is None and engine.fed == {"clip_param"} and engine.captures == 2
+    assert engine.replays == 6 * 2 - 2 and not [m for m in said if "stepped aside" in m]
+
+
+@cuda
+def test_a_loss_coefficient_changed_at_every_update_stops_the_captures():
+    engine, said = _ppo_sweep("entropy_coef", [0.01 * (step + 1) for step in range(cuda_graph.MAX_GRAPHS + 2)], 1)
     assert engine.captures == cuda_graph.MAX_GRAPHS and "keep changing" in engine.off
+    assert engine.by_value == {"entropy_coef"} and not engine.fed     # the loss branches on it
     assert len([m for m in said if "stepped aside" in m]) == 1

@@ -39,6 +39,7 @@ float rounding.
   not run).
 """
 
+import contextlib
 import os
 from collections import OrderedDict
 
@@ -61,6 +62,8 @@ REPLAYS_PER_CAPTURE = 20
 RTOL, ATOL = 1e-4, 1e-6
 
 NAME = "CUDA graph update"
+#: The place of a fed hyperparameter in a graph's key: its value is not part of it.
+FED = "<fed as a device scalar>"
 
 
 def graphs_enabled(environ=None):
@@ -191,13 +194,15 @@ def first_difference(replayed_grads, eager_grads, replayed_info, eager_info):
 
 class _Captured:
     """One captured update: the graph, its static inputs and its outputs (the gradient of
-    every trainable parameter, None where none, and the statistics as tensors)."""
+    every trainable parameter, None where none, and the statistics as tensors), and the
+    device scalars it reads its fed hyperparameters from (name: 0-d tensor)."""
 
-    def __init__(self, graph, inputs, grads, info):
+    def __init__(self, graph, inputs, grads, info, scalars=None):
         self.graph = graph
         self.inputs = inputs
         self.grads = grads
         self.info = info
+        self.scalars = scalars or {}
 
 
 class CudaGraphUpdate:
@@ -225,6 +230,13 @@ class CudaGraphUpdate:
         self.graphs = OrderedDict()
         self.captures = 0
         self.replays = 0
+        #: Float hyperparameters whose value changed between two captures of one mini-batch
+        #: shape (a schedule's clip_param, say): captured as device scalars, filled before
+        #: each replay, so that a new value needs no new graph.
+        self.fed = set()
+        #: Those that failed a capture as device scalars (a loss that branches on the
+        #: value in Python): captured by value.
+        self.by_value = set()
         #: Why the update stepped aside for good (None while it captures and replays).
         self.off = None
 
@@ -250,7 +262,8 @@ class CudaGraphUpdate:
         hyperparameter) for an eager update."""
         shapes = batch_signature(batch)
         algo = self.algo
-        key = shapes, tuple(getattr(algo, n) for n in self.loss_hyperparameters), tuple(algo.update_variant())
+        values = tuple(FED if n in self.fed else getattr(algo, n) for n in self.loss_hyperparameters)
+        key = shapes, values, tuple(algo.update_variant())
         try:
             hash(key)
         except TypeError:   # a hyperparameter that is a list, say: no key, the eager update
@@ -275,12 +288,30 @@ class CudaGraphUpdate:
             self.addresses = addresses
         captured = self.graphs.get(key)
         if captured is None:
+            if self._feed_changed_scalars(key):
+                return self(batch)
             return self._capture_and_check(key, batch)
         self.graphs.move_to_end(key)
         copy_into(captured.inputs, graph_inputs(batch))
+        for name, scalar in captured.scalars.items():
+            scalar.fill_(getattr(algo, name))
         captured.graph.replay()
         self.replays += 1
         return self._publish(captured)
+
+    def _feed_changed_scalars(self, key):
+        """When ``key`` differs from the last graph's only in float hyperparameters (a
+        schedule moved them), feed those as device scalars from now on; True if any."""
+        if not self.graphs:
+            return False
+        last = next(reversed(self.graphs))
+        if (last[0], last[2]) != (key[0], key[2]):
+            return False
+        changed = {n for n, old, new in zip(self.loss_hyperparameters, last[1], key[1])
+                   if old != new and type(old) is float and type(new) is float and n not in self.by_value
+                   and n in vars(self.algo)}
+        self.fed |= changed
+        return bool(changed)
 
     def _publish(self, captured):
         """Point ``.grad`` at the graph's gradients; the statistics, read back once."""
@@ -314,17 +345,29 @@ class CudaGraphUpdate:
         rng = _rng_state(self.device)
         inputs = static_copy(graph_inputs(batch))
         stream = torch.cuda.Stream(self.device)
+        scalars = {n: torch.tensor(float(getattr(algo, n)), device=self.device) for n in sorted(self.fed)}
         try:
-            self._warm_up(inputs, stream)
-            captured = self._capture(inputs, stream)
+            with _fed(algo, scalars):
+                self._warm_up(inputs, stream)
+                captured = self._capture(inputs, stream)
         except KeyError as error:       # the loss reads a value left out of the graph's inputs
             _set_rng_state(rng, self.device)
             self.step_aside("capture", f"capture failed: the loss reads {error}, which is not a tensor")
             return algo.eager_gradients(batch)
         except RuntimeError as error:   # an operation capture does not allow: the eager path computes it
             _set_rng_state(rng, self.device)
+            if scalars:
+                # Perhaps the loss branches on one of them in Python: capture by value.
+                self.by_value |= self.fed
+                self.fed.clear()
+                cls = type(algo).__name__
+                say_once((NAME, cls, "by value"), f"{cls}: {NAME} captures {sorted(scalars)} by value (as device "
+                                                  f"scalars the capture failed: {str(error).splitlines()[0]}); "
+                                                  f"each new value is a new graph")
+                return self(batch)
             self.step_aside("capture", f"capture failed: {str(error).splitlines()[0]}")
             return algo.eager_gradients(batch)
+        captured.scalars = scalars
         self.captures += 1
         _set_rng_state(rng, self.device)
         captured.graph.replay()
@@ -384,6 +427,18 @@ class CudaGraphUpdate:
             # A replay would repeat the value the capture saw: host_stats is where they go.
             raise RuntimeError(f"loss_tensors returned {python_values} as Python values")
         return _Captured(graph, inputs, grads, {k: v.detach() for k, v in info.items()})
+
+
+@contextlib.contextmanager
+def _fed(algo, scalars):
+    """``algo``'s hyperparameters named in ``scalars`` read as those device scalars inside
+    the block (a capture reads the tensor, which each replay refills), as before after it."""
+    saved = {n: vars(algo)[n] for n in scalars}
+    vars(algo).update(scalars)
+    try:
+        yield
+    finally:
+        vars(algo).update(saved)
 
 
 def _release_generator(device, stream):
