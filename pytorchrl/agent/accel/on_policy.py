@@ -24,6 +24,7 @@ from pytorchrl.agent.accel.networks import float2d, program_of, set_grads, view
 from pytorchrl.agent.accel.threads import limit_blas_threads
 from pytorchrl.agent.accel.xp import NUMPY, TORCH
 from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
+from pytorchrl.agent.spaces import describe_space
 
 _HALF_LOG_2PI = 0.5 * np.log(2 * np.pi)
 
@@ -71,7 +72,9 @@ class NumpyPolicy:
         if actor.device.type != "cpu":
             return None, f"device {actor.device}"
         if type(actor.dist) not in (CategoricalHead, DiagGaussianHead):
-            return None, f"policy head {type(actor.dist).__name__}"
+            # MultiDiscrete and MultiBinary heads: numpy has no program for them.
+            return None, f"policy head {type(actor.dist).__name__} for the action space " \
+                         f"{describe_space(actor.action_space)} (numpy acts for Discrete and Box spaces)"
         trunk, reason = _trunk(actor)
         if trunk is None:
             return None, reason
@@ -109,6 +112,7 @@ class NumpyPolicy:
 
 
 def _categorical_reason(algo):
+    # Gaussian, MultiDiscrete and MultiBinary heads: the kernel is a single categorical's.
     if type(getattr(algo.actor, "dist", None)) is not CategoricalHead:
         return f"policy head {type(getattr(algo.actor, 'dist', None)).__name__} (categorical policies only)"
     return None
