@@ -8,7 +8,7 @@ mini-batches, 8 envs x 32 steps; the figure is the env steps collected when the 
 training return and then a 5-episode greedy evaluation both reached 195.
 
     python benchmarks/spaces_cartpole/run.py                  # 3 seeds, budget 150k (~2 min)
-    python benchmarks/spaces_cartpole/run.py --seeds 0 --budget 50000
+    python benchmarks/spaces_cartpole/run.py --quick          # 1 seed, budget 4096 (a smoke run, ~10 s)
 """
 
 import argparse
@@ -45,7 +45,10 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budget", type=int, default=150_000, help="env steps per run at most")
     parser.add_argument("--envs", nargs="+", default=list(ENVS))
+    parser.add_argument("--quick", action="store_true", help="one seed, 4096 steps: a smoke run (nothing solves)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.budget = args.seeds[:1], 4096
     rows = []
     for env_id in args.envs:
         steps = []
@@ -53,12 +56,14 @@ def main(argv=None):
             result, seconds = measure(env_id, seed, args.budget)
             shown = f"{result['steps']:,}" if result["solved"] else f"> {args.budget:,}"
             steps.append(result["steps"] if result["solved"] else float("nan"))
-            rows.append([env_id, seed, shown, f"{result['best_train']:.1f}", f"{result['best_eval']:.1f}",
-                         f"{seconds:.1f}"])
+            # -inf: never reached (no episode ended, or never evaluated: the training goal was not met).
+            rows.append([env_id, seed, shown, f"{result['best_train']:.1f}", f"{result['best_eval']:.1f}"
+                         if result["best_eval"] > float("-inf") else "-", f"{seconds:.1f}"])
             print(" | ".join(map(str, rows[-1])), flush=True)
         solved = [s for s in steps if s == s]
-        mean = f"{sum(solved) / len(solved):,.0f}" if solved else "-"
-        rows.append([env_id, "mean", mean + ("" if len(solved) == len(steps) else " (solved runs)"), "", "", ""])
+        mean = "-" if not solved else f"{sum(solved) / len(solved):,.0f}" + \
+            ("" if len(solved) == len(steps) else f" ({len(solved)} solved runs)")
+        rows.append([env_id, "mean", mean, "", "", ""])
     print()
     print(md_table(["env", "seed", "steps to 195", "best train return", "best greedy return", "s"], rows))
 

@@ -24,7 +24,15 @@ class UnsupportedSpaceError(ValueError):
 
 
 def describe_space(space):
-    """A short one-line name of ``space`` (its class and its shape or size)."""
+    """A short one-line name of ``space``: a Box by its shape and dtype (its bounds can be
+    long arrays), a Dict or Tuple by its members, others as gymnasium prints them (their
+    class only when that is longer than 80 characters)."""
+    if isinstance(space, gym.spaces.Box):
+        return f"Box({space.shape}, {space.dtype})"
+    if isinstance(space, gym.spaces.Dict):
+        return "Dict(" + ", ".join(f"{k}: {describe_space(v)}" for k, v in space.spaces.items()) + ")"
+    if isinstance(space, gym.spaces.Tuple):
+        return "Tuple(" + ", ".join(describe_space(v) for v in space.spaces) + ")"
     text = " ".join(str(space).split())
     return text if len(text) <= 80 else type(space).__name__
 
