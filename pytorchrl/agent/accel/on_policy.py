@@ -24,7 +24,6 @@ from pytorchrl.agent.accel.networks import float2d, program_of, set_grads, view
 from pytorchrl.agent.accel.threads import limit_blas_threads
 from pytorchrl.agent.accel.xp import NUMPY, TORCH
 from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
-from pytorchrl.agent.spaces import describe_space
 
 _HALF_LOG_2PI = 0.5 * np.log(2 * np.pi)
 
@@ -74,7 +73,7 @@ class NumpyPolicy:
         if type(actor.dist) not in (CategoricalHead, DiagGaussianHead):
             # MultiDiscrete and MultiBinary heads: numpy has no program for them.
             return None, f"policy head {type(actor.dist).__name__} for the action space " \
-                         f"{describe_space(actor.action_space)} (numpy acts for Discrete and Box spaces)"
+                         f"{' '.join(str(actor.action_space).split())} (numpy acts for Discrete and Box spaces)"
         trunk, reason = _trunk(actor)
         if trunk is None:
             return None, reason
