@@ -295,3 +295,15 @@ def test_evaluation_envs_are_packed_as_the_training_envs():
     assert obs.shape == (4,) and obs.dtype == np.float32
     plain, _ = make_gym_env("CartPole-v1").reset(seed=0)
     np.testing.assert_allclose(obs, plain[[0, 2, 1, 3]])     # position (x, angle), velocity (x', angle')
+
+
+def test_attraction_kl_floors_every_component_of_a_multidiscrete_policy():
+    from pytorchrl.agent.algorithms.policy_loss_addons import floored
+    # A component whose probability underflows to 0 would make the KL infinite.
+    sharp = MultiCategorical([torch.tensor([[0.0, -200.0]]), torch.tensor([[0.0, 0.0, -200.0]])])
+    policy = MultiCategorical([torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, 0.0, 0.0]])])
+    assert torch.isinf(kl_divergence(policy, sharp)).all()
+    kl = kl_divergence(policy, floored(sharp, 1e-6))
+    assert torch.isfinite(kl).all() and kl.item() > 0
+    for component in floored(sharp, 1e-6).components:
+        assert component.probs.min() >= 1e-6 * 0.99
