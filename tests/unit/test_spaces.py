@@ -307,3 +307,17 @@ def test_attraction_kl_floors_every_component_of_a_multidiscrete_policy():
     assert torch.isfinite(kl).all() and kl.item() > 0
     for component in floored(sharp, 1e-6).components:
         assert component.probs.min() >= 1e-6 * 0.99
+
+
+def test_dict_feature_extractor_is_refused_for_flat_observations(tmp_path, capsys):
+    config = tiny(actor={"feature_extractor": "dict"})           # PPO on CartPole-v1: a Box
+    assert cli.main(["train", write_config(tmp_path, config), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["config error: actor.feature_extractor: dict reads Dict or Tuple observations with PPO or A2C; "
+                   "PPO's observations are Box((4,), float32)"]
+
+
+def test_keys_lists_the_dict_feature_extractor(capsys):
+    assert cli.main(["keys"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("feature_extractor:"))
+    assert "'dict'" in line and "dict (one network per key of Dict/Tuple observations" in line
