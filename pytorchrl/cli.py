@@ -24,6 +24,7 @@ import sys
 
 import pytorchrl
 from pytorchrl.agent.env import EnvError
+from pytorchrl.agent.spaces import UnsupportedSpaceError
 from pytorchrl.config import ConfigError, describe_schema, dump_config, load_config
 from pytorchrl.tools import CHECKPOINT, CONFIG, PREVIOUS_CHECKPOINT
 from pytorchrl.tools.control import ControlError, running_trainer
@@ -49,7 +50,8 @@ FIXED_ON_RESUME = ("env.id", "env.kwargs", "actor", "algorithm.name", "storage.n
 
 #: Failures caused by the configuration or the machine rather than by a bug: reported in
 #: one line, without traceback, at any time.
-USER_ERRORS = (ConfigError, EnvError, ResourceError, WorkerError, ControlError, EvaluationError, PlotError)
+USER_ERRORS = (ConfigError, EnvError, ResourceError, WorkerError, ControlError, EvaluationError, PlotError,
+               UnsupportedSpaceError)
 
 
 # ----------------------------------------------------------------------------- training

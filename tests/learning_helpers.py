@@ -9,7 +9,9 @@ import os
 import torch
 
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
-from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+from pytorchrl.agent.actors.on_policy_actor import default_feature_extractor
+from pytorchrl.agent.algorithms import PPO
+from pytorchrl.agent.storages import GAEBuffer
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import ReplayBuffer
 from pytorchrl.envs import make_gym_env
@@ -54,18 +56,84 @@ def greedy_returns_along_run(learner, first, every, episodes=5, stop_at=None, on
     return returns
 
 
-def cartpole_learner(algo_factory, algo_name, storage_factory, target_steps, seed=SEED, num_envs=8):
+def cartpole_learner(algo_factory, algo_name, storage_factory, target_steps, seed=SEED, num_envs=8,
+                     env_id="CartPole-v1"):
+    """A Learner of ``algo_name`` on ``env_id`` (CartPole or one of its variants:
+    ``DictCartPole-v1``, ``MultiDiscreteCartPole-v1``, ...) with 64x64 tanh networks,
+    separate for policy and value (one ``DictNet`` of such MLPs per key for Dict observations)."""
     torch.manual_seed(seed)
-    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"},
+    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id},
                                                            vec_env_size=num_envs, seed=seed)
-    test, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1, seed=seed + 100)
-    actor_factory = OnPolicyActor.create_factory(obs_space, action_space, algo_name, feature_extractor_network=MLP,
+    test, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": env_id}, vec_env_size=1, seed=seed + 100)
+    # The default extractor: MLP for CartPole's vector, DictNet for Dict observations.
+    extractor = default_feature_extractor(obs_space)
+    actor_factory = OnPolicyActor.create_factory(obs_space, action_space, algo_name, feature_extractor_network=extractor,
                                                  shared_policy_value_network=False,
                                                  feature_extractor_kwargs={"hidden_sizes": [64, 64],
                                                                            "activation": "tanh"})
     scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory, storage_factory=storage_factory,
                     train_envs_factory=train, test_envs_factory=test)
     return Learner(scheme, target_steps=target_steps)
+
+
+def ppo_cartpole_learner(budget, seed=SEED, env_id="CartPole-v1"):
+    """The PPO learner of the CartPole learning tests (lr 1e-3, 20 epochs of 256-sample
+    mini-batches, 8 envs x 32 steps, GAE 0.8, gamma 0.98) on ``env_id``."""
+    algo_factory, name = PPO.create_factory(lr=1e-3, num_epochs=20, mini_batch_size=256, clip_param=0.2,
+                                            gamma=0.98, entropy_coef=0.0, value_loss_coef=0.5, max_grad_norm=0.5,
+                                            test_every=10**9, num_test_episodes=5)
+    return cartpole_learner(algo_factory, name, GAEBuffer.create_factory(size=32, gae_lambda=0.8), budget,
+                            seed=seed, env_id=env_id)
+
+
+def steps_to_solve(learner, goal=195.0, eval_episodes=5):
+    """Step ``learner`` until its mean training return reaches ``goal`` and then its greedy
+    evaluation (``eval_episodes`` episodes) does too, or its budget runs out.
+
+    Returns
+    -------
+    dict
+        ``best_train``, ``best_eval`` (the best of each seen), ``steps`` (env steps collected
+        when it stopped), ``solved`` (both reached ``goal``) and ``history`` (steps, return).
+    """
+    history = []
+    best_train = best_eval = float("-inf")
+    seen = 0
+    while not learner.done():
+        learner.step()
+        if learner.num_samples_collected == seen:
+            continue                                   # same round: no new episodes
+        seen = learner.num_samples_collected
+        reward = train_reward(learner)
+        history.append((seen, reward))
+        if reward == reward:
+            best_train = max(best_train, reward)
+        if best_train >= goal:
+            # the training goal holds; check the greedy policy too (until it also holds)
+            best_eval = max(best_eval, learner.evaluate(eval_episodes))
+            if best_eval >= goal:
+                break
+    return {"best_train": best_train, "best_eval": best_eval, "steps": seen, "history": history,
+            "solved": best_train >= goal and best_eval >= goal}
+
+
+def assert_ppo_solves_cartpole(env_id="CartPole-v1", budget=50_000, goal=195.0, seed=SEED):
+    """Train ``ppo_cartpole_learner`` on ``env_id`` until ``steps_to_solve`` says solved;
+    assert that it did within ``budget`` env steps. Returns the env steps it took."""
+    learner = ppo_cartpole_learner(budget, seed=seed, env_id=env_id)
+    try:
+        result = steps_to_solve(learner, goal)
+    finally:
+        learner.stop()
+    assert result["best_train"] >= goal, \
+        f"{env_id}: mean training return {result['best_train']:.1f} < {goal} after {result['steps']} steps: " \
+        f"{result['history'][-5:]}"
+    assert result["best_eval"] >= goal, \
+        f"{env_id}: deterministic evaluation {result['best_eval']:.1f} < {goal} after {result['steps']} steps"
+    assert result["steps"] <= budget
+    print(f"PPO on {env_id}: training return {result['best_train']:.1f}, evaluation {result['best_eval']:.1f} "
+          f"after {result['steps']} steps")
+    return result["steps"]
 
 
 def train_reward(learner):

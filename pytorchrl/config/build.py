@@ -11,6 +11,7 @@ from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.algorithms.policy_loss_addons import POLICY_LOSS_ADDONS, SavedActorFactory
 from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.spaces import PackedBox, describe_space, packed_space
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.schema import FEATURE_EXTRACTORS
 from pytorchrl.config.errors import ConfigError
@@ -144,8 +145,13 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
     actor = config["actor"]
     on_policy = ALGORITHMS[algorithm_name].on_policy
     name = actor["feature_extractor"]
+    structured = isinstance(packed_space(obs_space), PackedBox)
     if name == "auto":
-        name = "cnn" if is_image_space(obs_space) else "mlp"
+        # The off-policy actors read packed Dict/Tuple observations as one flat vector.
+        name = "dict" if structured and on_policy else "cnn" if is_image_space(obs_space) else "mlp"
+    if name == "dict" and not (structured and on_policy):
+        raise ConfigError("actor.feature_extractor", f"dict reads Dict or Tuple observations with PPO or A2C; "
+                                                     f"{algorithm_name}'s observations are {describe_space(obs_space)}")
     mlp_kwargs = {"hidden_sizes": list(actor["hidden_sizes"] or ([64, 64] if on_policy else [256, 256])),
                   "activation": actor["activation"] or ("tanh" if on_policy else "relu")}
     image_kwargs = {"precision": actor["precision"]}
@@ -156,6 +162,8 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
     if on_policy:
         if name == "mlp":
             extractor, kwargs = FEATURE_EXTRACTORS["mlp"], mlp_kwargs
+        elif name == "dict":
+            extractor, kwargs = FEATURE_EXTRACTORS["dict"], {**mlp_kwargs, "image_kwargs": image_kwargs}
         else:
             extractor, kwargs = FEATURE_EXTRACTORS[name], image_kwargs
         return OnPolicyActor.create_factory(

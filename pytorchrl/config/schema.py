@@ -71,7 +71,7 @@ KINDS = {
 }
 
 #: Feature extractors by configuration name ("auto": MLP for flat observations, CNN for images).
-FEATURE_EXTRACTORS = {name: get_feature_extractor(name) for name in ("mlp", "cnn", "fixup")}
+FEATURE_EXTRACTORS = {name: get_feature_extractor(name) for name in ("mlp", "cnn", "fixup", "dict")}
 
 #: Keys of the ``actor`` section that only one family of algorithms uses: given for the
 #: other family they are refused (they would have no effect).
@@ -351,7 +351,9 @@ SECTIONS = {
     },
     "actor": {
         "feature_extractor": Key("str", "auto", "Network applied to observations: mlp, cnn (Nature DQN), "
-                                                "fixup (IMPALA ResNet); auto: cnn for image observations, "
+                                                "fixup (IMPALA ResNet), dict (one network per key of Dict/Tuple "
+                                                "observations, PPO and A2C); auto: dict for Dict/Tuple "
+                                                "observations with PPO and A2C, cnn for image observations, "
                                                 "mlp otherwise.", choices=("auto",) + tuple(FEATURE_EXTRACTORS)),
         "precision": Key("str", "fp32", "Number format of the networks: fp32, or bf16: bfloat16 mixed precision "
                                         "(float32 weights, optimizer, heads and losses) in the image feature "

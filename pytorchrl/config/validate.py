@@ -522,6 +522,10 @@ def _check_families(config, raw):
             raise ConfigError(f"actor.{key}", f"applies to {family}; {algo} has no use for it")
     if config["learner"]["checkpoint_replay"] and on_policy:
         raise ConfigError("learner.checkpoint_replay", f"{algo} keeps no replay to save (on-policy)")
+    if not on_policy and config["actor"]["feature_extractor"] == "dict":
+        raise ConfigError("actor.feature_extractor", f"dict (one network per key) serves PPO and A2C; {algo} "
+                                                     f"reads Dict or Tuple observations as one flat vector "
+                                                     f"(mlp)")
     if on_policy and config["actor"]["feature_extractor"] == "mlp" and config["actor"]["precision"] != "fp32":
         raise ConfigError("actor.precision", f"{config['actor']['precision']} applies to the image feature "
                                              f"extractors (cnn, fixup) and to the off-policy algorithms' MLP "

@@ -1,5 +1,6 @@
 """Environment factories for families of environments (gymnasium ids, Atari, MuJoCo), and
-partially observed variants for memory tasks (``MaskedCartPole-v1``).
+partially observed variants for memory tasks (``MaskedCartPole-v1``), and CartPole with
+structured spaces (``DictCartPole-v1``, ``MultiDiscreteCartPole-v1``).
 
 The Atari and MuJoCo factories import their simulators (``ale-py``, ``mujoco``) only when
 an environment is built, so importing this package needs neither.
@@ -9,10 +10,14 @@ from pytorchrl.envs.atari import atari_test_env_factory, atari_train_env_factory
 from pytorchrl.envs.gym_env import make_gym_env
 from pytorchrl.envs.masked import ObservationSubset, make_masked_cartpole, register_masked_envs
 from pytorchrl.envs.mujoco import mujoco_test_env_factory, mujoco_train_env_factory
+from pytorchrl.envs.structured import (DictObservation, MultiDiscreteActions, make_dict_cartpole,
+                                       make_multidiscrete_cartpole, register_structured_envs)
 
 __all__ = ["make_gym_env", "atari_train_env_factory", "atari_test_env_factory",
            "mujoco_train_env_factory", "mujoco_test_env_factory",
-           "ObservationSubset", "make_masked_cartpole"]
+           "ObservationSubset", "make_masked_cartpole", "DictObservation", "MultiDiscreteActions",
+           "make_dict_cartpole", "make_multidiscrete_cartpole"]
 
 # Registered on import: workers that build environments by id import this package first.
 register_masked_envs()
+register_structured_envs()

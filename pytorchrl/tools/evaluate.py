@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import os
 
+import gymnasium as gym
 import numpy as np
 
 from pytorchrl.checkpoint import CheckpointError, read_torch
@@ -132,6 +133,7 @@ def build_policy(config, model_path, render=False):
     (gymnasium.Env, OnPolicyActor)
     """
     from pytorchrl.config import build_actor_factory
+    from pytorchrl.agent.spaces import pack_env
     from pytorchrl.envs import make_gym_env
     from pytorchrl.envs.families import ENV_FAMILIES
 
@@ -156,6 +158,8 @@ def build_policy(config, model_path, render=False):
             module, _, env_id = env_id.partition(":")
             importlib.import_module(module)
         env = make_gym_env(env_id, **kwargs)
+    # Dict and Tuple observations are packed as the training envs packed them.
+    env = pack_env(env)
     # The algorithm's name only: its factory would build the behaviours of policy-loss add-ons.
     actor = build_actor_factory(config, env.observation_space, env.action_space, config["algorithm"]["name"])("cpu")
     try:
@@ -209,7 +213,7 @@ def run_episodes(env, actor, episodes, seed=None, video=None, video_episodes=1, 
     on_episode : callable or None
         ``on_episode(index, return, length)`` after each episode.
     """
-    discrete = hasattr(env.action_space, "n")
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
     returns, lengths = [], []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed if i == 0 else None)

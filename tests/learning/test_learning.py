@@ -9,44 +9,16 @@ implementations pass too.
 
 import pytest
 
-from pytorchrl.agent.algorithms import A2C, PPO
-from pytorchrl.agent.storages import GAEBuffer, VanillaOnPolicyBuffer
+from pytorchrl.agent.algorithms import A2C
+from pytorchrl.agent.storages import VanillaOnPolicyBuffer
 
-from learning_helpers import cartpole_learner, train_reward, train_until
+from learning_helpers import assert_ppo_solves_cartpole, cartpole_learner, train_until
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
 
 
 def test_ppo_solves_cartpole():
-    budget = 50_000
-    algo_factory, name = PPO.create_factory(lr=1e-3, num_epochs=20, mini_batch_size=256, clip_param=0.2,
-                                            gamma=0.98, entropy_coef=0.0, value_loss_coef=0.5, max_grad_norm=0.5,
-                                            test_every=10**9, num_test_episodes=5)
-    learner = cartpole_learner(algo_factory, name, GAEBuffer.create_factory(size=32, gae_lambda=0.8), budget)
-    history = []
-    best_train = best_eval = float("-inf")
-    try:
-        seen = 0
-        while not learner.done():
-            learner.step()
-            if learner.num_samples_collected == seen:
-                continue                                   # same round: no new episodes
-            seen = learner.num_samples_collected
-            reward = train_reward(learner)
-            history.append((seen, reward))
-            if reward == reward:
-                best_train = max(best_train, reward)
-            if best_train >= 195.0:
-                # the training goal holds; check the greedy policy too (until it also holds)
-                best_eval = max(best_eval, learner.evaluate(5))
-                if best_eval >= 195.0:
-                    break
-        assert best_train >= 195.0, f"mean training return {best_train:.1f} < 195 after {seen} steps: {history[-5:]}"
-        assert best_eval >= 195.0, f"deterministic evaluation {best_eval:.1f} < 195 after {seen} steps"
-        assert seen <= budget
-        print(f"PPO: training return {best_train:.1f}, evaluation {best_eval:.1f} after {seen} steps")
-    finally:
-        learner.stop()
+    assert_ppo_solves_cartpole("CartPole-v1", budget=50_000)
 
 
 def test_a2c_improves_over_random():

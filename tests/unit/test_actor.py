@@ -244,7 +244,7 @@ def test_factory_builds_independent_actors(obs):
 def test_invalid_actor_configuration():
     with pytest.raises(ValueError):
         make_actor(OBS_SPACE, DISCRETE, algorithm_name="DQN")
-    with pytest.raises(ValueError):
-        make_actor(OBS_SPACE, gym.spaces.MultiBinary(3))
+    with pytest.raises(ValueError):      # no actor acts in a Dict space (tests/unit/test_spaces.py)
+        make_actor(OBS_SPACE, gym.spaces.Dict({"a": DISCRETE}))
     with pytest.raises(ValueError):
         MLP(OBS_SPACE, hidden_sizes=[8], activation="swishy")

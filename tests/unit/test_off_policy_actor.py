@@ -240,12 +240,13 @@ def test_a_feature_extractor_without_num_outputs_is_refused():
 
 # ------------------------------------------------------------------ errors
 @pytest.mark.parametrize("algo,space,match", [
-    ("DDQN", BOX, "DDQN needs a Discrete action space"),
-    ("DQN", BOX, "DQN needs a Discrete action space"),
-    ("DDPG", DISC, "DDPG needs a Box action space"),
-    ("TD3", DISC, "TD3 needs a Box action space"),
+    ("DDQN", BOX, r"DDQN does not support the action space Box.*\(supported: Discrete\)"),
+    ("DQN", BOX, r"DQN does not support the action space Box.*\(supported: Discrete\)"),
+    ("DDPG", DISC, r"DDPG does not support the action space Discrete\(4\) \(supported: Box\)"),
+    ("TD3", DISC, r"TD3 does not support the action space Discrete\(4\) \(supported: Box\)"),
     ("PPO", DISC, "OffPolicyActor serves"),
-    ("SAC", gym.spaces.MultiDiscrete([2, 3]), "supports Discrete and Box"),
+    ("SAC", gym.spaces.MultiDiscrete([2, 3]), r"SAC does not support the action space MultiDiscrete\(\[2 3\]\) "
+                                              r"\(supported: Discrete, Box\)"),
 ])
 def test_wrong_algorithm_and_space_combinations(algo, space, match):
     with pytest.raises(ValueError, match=match):

@@ -71,7 +71,9 @@ class NumpyPolicy:
         if actor.device.type != "cpu":
             return None, f"device {actor.device}"
         if type(actor.dist) not in (CategoricalHead, DiagGaussianHead):
-            return None, f"policy head {type(actor.dist).__name__}"
+            # MultiDiscrete and MultiBinary heads: numpy has no program for them.
+            return None, f"policy head {type(actor.dist).__name__} for the action space " \
+                         f"{' '.join(str(actor.action_space).split())} (numpy acts for Discrete and Box spaces)"
         trunk, reason = _trunk(actor)
         if trunk is None:
             return None, reason
@@ -109,6 +111,7 @@ class NumpyPolicy:
 
 
 def _categorical_reason(algo):
+    # Gaussian, MultiDiscrete and MultiBinary heads: the kernel is a single categorical's.
     if type(getattr(algo.actor, "dist", None)) is not CategoricalHead:
         return f"policy head {type(getattr(algo.actor, 'dist', None)).__name__} (categorical policies only)"
     return None

@@ -102,3 +102,133 @@ class DiagGaussianHead(nn.Module):
         mean = self.linear(features)
         normal = torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False)
         return torch.distributions.Independent(normal, 1, validate_args=False)
+
+
+class MultiCategorical(torch.distributions.Distribution):
+    """Independent categorical distributions, one per component of a MultiDiscrete action:
+    one event (B, K) of integer actions whose log-probability and entropy are the sums
+    over the components. Its KL divergence to another of the same components is the sum
+    of theirs (registered with ``torch.distributions.kl``).
+
+    Parameters
+    ----------
+    logits : list of torch.Tensor
+        One (B, n_k) tensor of logits per component.
+    """
+
+    arg_constraints = {}
+    has_enumerate_support = False
+
+    def __init__(self, logits):
+        self.components = [torch.distributions.Categorical(logits=lg, validate_args=False) for lg in logits]
+        super().__init__(batch_shape=logits[0].shape[:-1], event_shape=torch.Size([len(logits)]),
+                         validate_args=False)
+
+    def sample(self, sample_shape=torch.Size()):
+        return torch.stack([c.sample(sample_shape) for c in self.components], dim=-1)
+
+    def log_prob(self, value):
+        return sum(c.log_prob(value[..., k].long()) for k, c in enumerate(self.components))
+
+    def entropy(self):
+        return sum(c.entropy() for c in self.components)
+
+    @property
+    def mode(self):
+        return torch.stack([c.probs.argmax(-1) for c in self.components], dim=-1)
+
+
+@torch.distributions.kl.register_kl(MultiCategorical, MultiCategorical)
+def _kl_multi_categorical(p, q):
+    return sum(torch.distributions.kl_divergence(a, b) for a, b in zip(p.components, q.components))
+
+
+class MultiCategoricalHead(nn.Module):
+    """Independent categorical policies over the components of a MultiDiscrete action:
+    ``nvec[k]`` choices for component ``k``. Log-probabilities and entropies are summed
+    over the components (the components are independent given the observation).
+
+    Parameters
+    ----------
+    num_inputs : int
+        Size of the feature vector.
+    nvec : sequence of int
+        Number of choices of every component (a flattened ``MultiDiscrete.nvec``).
+    """
+
+    def __init__(self, num_inputs, nvec):
+        super().__init__()
+        self.nvec = [int(n) for n in nvec]
+        # One linear layer for all components: their logits are cut out of its output.
+        self.linear = nn.Linear(num_inputs, sum(self.nvec))
+
+    def _log_probs(self, features):
+        return [F.log_softmax(lg, dim=-1) for lg in self.linear(features).split(self.nvec, dim=-1)]
+
+    def sample(self, features, deterministic=False):
+        """Return (action (B, K) int64, log-probability (B, 1))."""
+        actions, logp = [], 0
+        for lp in self._log_probs(features):
+            a = lp.argmax(dim=-1, keepdim=True) if deterministic else torch.multinomial(lp.exp(), 1)
+            actions.append(a)
+            logp = logp + lp.gather(-1, a)
+        return torch.cat(actions, dim=-1), logp
+
+    def log_prob_entropy(self, features, action, entropy_grad=True):
+        """Return (log-probability (B, 1), entropy (B, 1)) of ``action`` (B, K), summed
+        over the components; ``entropy_grad=False`` leaves the entropy out of the graph."""
+        action = action.long()
+        logp = entropy = 0
+        for k, lp in enumerate(self._log_probs(features)):
+            logp = logp + lp.gather(-1, action[:, k:k + 1])
+            e = lp if entropy_grad else lp.detach()
+            entropy = entropy - (e.exp() * e).sum(-1, keepdim=True)
+        return logp, entropy
+
+    def distribution(self, features):
+        """The policy at ``features`` as a ``MultiCategorical`` (batch shape (B,))."""
+        return MultiCategorical(list(self.linear(features).split(self.nvec, dim=-1)))
+
+
+class BernoulliHead(nn.Module):
+    """Independent Bernoulli policies over the ``num_outputs`` bits of a MultiBinary
+    action; log-probabilities and entropies are summed over the bits.
+
+    Parameters
+    ----------
+    num_inputs : int
+        Size of the feature vector.
+    num_outputs : int
+        Number of bits (a flattened ``MultiBinary.n``).
+    """
+
+    def __init__(self, num_inputs, num_outputs):
+        super().__init__()
+        self.linear = nn.Linear(num_inputs, num_outputs)
+
+    @staticmethod
+    def _log_prob(logits, action):
+        # log p(a) = -BCE(logits, a): softplus form, stable for large logits.
+        return -F.binary_cross_entropy_with_logits(logits, action.float(), reduction="none").sum(-1, keepdim=True)
+
+    def sample(self, features, deterministic=False):
+        """Return (action (B, N) float32 of 0/1, log-probability (B, 1))."""
+        logits = self.linear(features)
+        if deterministic:
+            action = (logits > 0).float()
+        else:
+            action = torch.bernoulli(torch.sigmoid(logits))
+        return action, self._log_prob(logits, action)
+
+    def log_prob_entropy(self, features, action, entropy_grad=True):
+        """Return (log-probability (B, 1), entropy (B, 1)) of ``action`` (B, N)."""
+        logits = self.linear(features)
+        lg = logits if entropy_grad else logits.detach()
+        # H = softplus(l) - sigmoid(l) * l for a Bernoulli of logit l.
+        entropy = (F.softplus(lg) - torch.sigmoid(lg) * lg).sum(-1, keepdim=True)
+        return self._log_prob(logits, action), entropy
+
+    def distribution(self, features):
+        """The policy at ``features`` as ``Independent(Bernoulli, 1)`` (batch shape (B,))."""
+        bern = torch.distributions.Bernoulli(logits=self.linear(features), validate_args=False)
+        return torch.distributions.Independent(bern, 1, validate_args=False)

@@ -42,12 +42,26 @@ from pytorchrl.agent.actors.feature_extractors.precision import check_precision
 from pytorchrl.agent.actors.memory_networks import get_memory_network
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.notices import say_once
+from pytorchrl.agent.spaces import check_action_space, check_observation_space, packed_space
 
 #: Algorithms served, with the critics (Q-networks) each uses: "q" maps an observation to a
 #: value per action, "qsa" maps an (observation, action) pair to one value.
 ALGORITHM_NETWORKS = {"DDQN": ("q", None), "DQN": ("q", None), "DDPG": ("qsa", "deterministic"),
                       "TD3": ("qsa", "deterministic"), "SAC": ("qsa", "stochastic")}
 NOISES = (None, "Gauss", "OU", "NoNoise")
+
+
+def check_off_policy_spaces(input_space, action_space, algorithm_name):
+    """Refuse spaces the off-policy actor cannot serve (``UnsupportedSpaceError``: one line
+    naming the space and the algorithm): a Q-network (DDQN) needs a Discrete action space,
+    the deterministic policies of DDPG and TD3 a Box one, SAC either; MultiDiscrete,
+    MultiBinary and others have no off-policy head. Dict and Tuple observations are read
+    packed, as one flat vector."""
+    check_observation_space(input_space, algorithm_name)
+    critic_kind, policy_kind = ALGORITHM_NETWORKS[algorithm_name]
+    supported = (gym.spaces.Discrete,) if critic_kind == "q" else (gym.spaces.Box,) \
+        if policy_kind == "deterministic" else (gym.spaces.Discrete, gym.spaces.Box)
+    check_action_space(action_space, algorithm_name, supported)
 
 
 def _check_mlp_precision(precision, common_feature_extractor):
@@ -177,19 +191,15 @@ class OffPolicyActor(Actor):
             raise ValueError(f"OffPolicyActor serves {sorted(ALGORITHM_NETWORKS)}, not {algorithm_name!r}")
         memory_cls = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
                                    recurrent_net_kwargs)
+        check_off_policy_spaces(input_space, action_space, algorithm_name)
+        input_space = packed_space(input_space)
         if noise not in NOISES:
             raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
         precision = _check_mlp_precision(precision, common_feature_extractor)
         super().__init__(device, input_space, action_space, algorithm_name)
         self.precision = precision
         critic_kind, policy_kind = ALGORITHM_NETWORKS[algorithm_name]
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        if not self.discrete and not isinstance(action_space, gym.spaces.Box):
-            raise ValueError(f"OffPolicyActor supports Discrete and Box action spaces, got {action_space}")
-        if critic_kind == "q" and not self.discrete:
-            raise ValueError(f"{algorithm_name} needs a Discrete action space, got {action_space}")
-        if policy_kind == "deterministic" and self.discrete:
-            raise ValueError(f"{algorithm_name} needs a Box action space, got {action_space}")
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)   # check_off_policy_spaces passed
         self.sequence_overlap = float(sequence_overlap)
         self.noise = (noise or "Gauss") if policy_kind == "deterministic" else None
         self.noise_kwargs = {"sigma": 0.1, "theta": 0.15, "dt": 1e-2, **(noise_kwargs or {})}
@@ -259,6 +269,8 @@ class OffPolicyActor(Actor):
         recurrent_net = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
                                       recurrent_net_kwargs)
         _check_mlp_precision(precision, common_feature_extractor)
+        if algorithm_name in ALGORITHM_NETWORKS:
+            check_off_policy_spaces(input_space, action_space, algorithm_name)
         return ComponentFactory(
             cls, input_space=input_space, action_space=action_space, algorithm_name=algorithm_name, noise=noise,
             restart_model=restart_model, sequence_overlap=sequence_overlap, recurrent_net=recurrent_net,

@@ -9,10 +9,13 @@ from pytorchrl import ACT, LOGP, VAL
 from pytorchrl.agent.accel import Accelerator, accelerated
 from pytorchrl.agent.accel.on_policy import NumpyPolicy
 from pytorchrl.agent.actors.base import Actor
-from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
+from pytorchrl.agent.actors.distributions import (BernoulliHead, CategoricalHead, DiagGaussianHead,
+                                                  MultiCategoricalHead)
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, ParallelMLP
 from pytorchrl.agent.actors.memory_networks import get_memory_network
 from pytorchrl.agent.factory import ComponentFactory
+from pytorchrl.agent.spaces import (ON_POLICY_ACTION_SPACES, PackedBox, check_action_space,
+                                    check_observation_space, packed_space)
 
 
 def _orthogonal_init(module, gain):
@@ -26,8 +29,12 @@ def _orthogonal_init(module, gain):
 
 
 def default_feature_extractor(input_space):
-    """``CNN`` for image observations (uint8 frames (C, H, W)), ``MLP`` otherwise."""
+    """``DictNet`` for packed Dict/Tuple observations, ``CNN`` for image observations
+    (uint8 frames (C, H, W)), ``MLP`` otherwise."""
     from pytorchrl.agent.actors.feature_extractors.cnn import CNN
+    from pytorchrl.agent.actors.feature_extractors.dict_net import DictNet
+    if isinstance(packed_space(input_space), PackedBox):
+        return DictNet
     shape = getattr(input_space, "shape", None) or ()
     if len(shape) == 3 and getattr(input_space, "dtype", None) == np.uint8 and min(shape[1:]) > 4:
         return CNN
@@ -48,9 +55,13 @@ class OnPolicyActor(Actor):
     device : str or torch.device
         Device on which the network lives.
     input_space : gymnasium.Space
-        Observation space.
-    action_space : gymnasium.spaces.Discrete or gymnasium.spaces.Box
-        Action space; Discrete gets a categorical policy, Box a diagonal Gaussian.
+        Observation space. A Dict or Tuple space is read packed (``PackedBox``: the
+        observations given to ``act`` are packed vectors, as the vector envs hand them out).
+    action_space : gymnasium.Space
+        Action space: Discrete gets a categorical policy, Box a diagonal Gaussian,
+        MultiDiscrete independent categoricals (``MultiCategoricalHead``), MultiBinary
+        independent Bernoullis (``BernoulliHead``); others are refused
+        (``UnsupportedSpaceError``).
     algorithm_name : str
         Name of the algorithm the actor serves (checked for compatibility).
     restart_model : str or None
@@ -90,6 +101,8 @@ class OnPolicyActor(Actor):
             feature_extractor_network = default_feature_extractor(input_space)
         if algorithm_name not in self.ON_POLICY_ALGORITHMS:
             raise ValueError(f"OnPolicyActor serves {self.ON_POLICY_ALGORITHMS}, not {algorithm_name!r}")
+        self.check_spaces(input_space, action_space, algorithm_name)
+        input_space = packed_space(input_space)
         super().__init__(device, input_space, action_space, algorithm_name)
         self.shared_policy_value_network = shared_policy_value_network
         kwargs = dict(feature_extractor_kwargs or {})
@@ -126,8 +139,18 @@ class OnPolicyActor(Actor):
             self.action_dtype = torch.float32
             self._low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)
             self._high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)
-        else:
-            raise ValueError(f"OnPolicyActor supports Discrete and Box action spaces, got {action_space}")
+        elif isinstance(action_space, gym.spaces.MultiDiscrete):
+            nvec = np.asarray(action_space.nvec).reshape(-1)
+            self.dist = MultiCategoricalHead(num_features, nvec)
+            self.action_shape = (len(nvec),)
+            self.action_dtype = torch.int64
+            self._low = self._high = None
+        else:   # MultiBinary (check_spaces refused the rest)
+            bits = int(np.prod(action_space.shape))
+            self.dist = BernoulliHead(num_features, bits)
+            self.action_shape = (bits,)
+            self.action_dtype = torch.float32
+            self._low = self._high = None
         self.value_head = nn.Linear(num_features, 1)
 
         if ortho_init:
@@ -142,6 +165,30 @@ class OnPolicyActor(Actor):
             self._low, self._high = self._low.to(self.device), self._high.to(self.device)
         if restart_model:
             self.load_restart_model(restart_model)
+
+    @staticmethod
+    def check_spaces(input_space, action_space, algorithm_name):
+        """Refuse spaces this actor cannot serve (``UnsupportedSpaceError``, one line
+        naming the space and ``algorithm_name``): called by ``create_factory`` too, so
+        that a run is refused before any worker starts."""
+        check_observation_space(input_space, algorithm_name)
+        check_action_space(action_space, algorithm_name, ON_POLICY_ACTION_SPACES)
+
+    def to_env_action(self, action):
+        """The actions (B, *action_shape) as the environments take them: clipped to the
+        bounds of a Box space, shifted by a MultiDiscrete space's ``start`` and shaped as
+        its ``nvec``, int8 bits for a MultiBinary space; Discrete actions as they are."""
+        space = self.action_space
+        if self._low is not None:
+            return torch.max(torch.min(action, self._high), self._low)
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            start = np.asarray(space.start).reshape(-1)
+            if start.any():
+                action = action + torch.as_tensor(start, device=action.device)
+            return action.reshape((-1,) + tuple(space.nvec.shape))
+        if isinstance(space, gym.spaces.MultiBinary):
+            return action.to(torch.int8).reshape((-1,) + tuple(space.shape))
+        return action
 
     @staticmethod
     def _num_outputs(net):
@@ -162,6 +209,7 @@ class OnPolicyActor(Actor):
         """
         if recurrent_net is not None:
             recurrent_net = get_memory_network(recurrent_net)   # a wrong name fails here, not in a worker
+        cls.check_spaces(input_space, action_space, algorithm_name)    # here, not in a worker
         return ComponentFactory(cls, input_space=input_space, action_space=action_space,
                                 algorithm_name=algorithm_name, restart_model=restart_model,
                                 feature_extractor_network=feature_extractor_network,
@@ -241,14 +289,13 @@ class OnPolicyActor(Actor):
     def _heads(self, pf, vf, deterministic):
         action, logp = self.dist.sample(pf, deterministic)
         value = self.value_head(vf)
-        env_action = action if self._low is None else torch.max(torch.min(action, self._high), self._low)
-        return action, env_action, logp, value
+        return action, self.to_env_action(action), logp, value
 
     def get_action(self, obs, deterministic=False):
         """Act on a batch of observations (tensors; feed-forward actors).
 
         Returns (action, env_action, logp, value): ``action`` as stored for training,
-        ``env_action`` clipped to the bounds of a Box space, ``logp`` and ``value`` of shape (B, 1).
+        ``env_action`` as the environments take it (``to_env_action``), ``logp`` and ``value`` of shape (B, 1).
         """
         return self._heads(*self._features(obs), deterministic)
 

@@ -33,6 +33,7 @@ import torch
 from torch.distributions import Categorical, Independent, Normal, kl_divergence
 
 from pytorchrl import DONE, OBS, RHS
+from pytorchrl.agent.actors.distributions import MultiCategorical
 
 
 class PolicyLossAddOn(abc.ABC):
@@ -137,10 +138,13 @@ def floored(dist, eps):
     Parameters
     ----------
     dist : torch.distributions.Distribution
-        A ``Categorical``, a ``Normal`` or an ``Independent`` of either.
+        A ``Categorical``, a ``Normal``, an ``Independent`` of either, or a
+        ``MultiCategorical`` (every component floored).
     eps : float
         The floor.
     """
+    if isinstance(dist, MultiCategorical):
+        return MultiCategorical([floored(c, eps).logits for c in dist.components])
     if isinstance(dist, Independent):
         return Independent(floored(dist.base_dist, eps), dist.reinterpreted_batch_ndims, validate_args=False)
     if isinstance(dist, Categorical):

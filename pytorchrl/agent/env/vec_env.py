@@ -25,6 +25,8 @@ import numpy as np
 import torch
 
 from pytorchrl.agent.factory import accepted_kwargs
+# looks_like_hwc_image is defined with the spaces and public here, where it was first.
+from pytorchrl.agent.spaces import looks_like_hwc_image, pack_env, packed_space  # noqa: F401
 
 
 class EnvError(RuntimeError):
@@ -49,24 +51,6 @@ def _call_env_fn(env_fn, env_kwargs, index_col_worker, index_grad_worker, index_
         name = getattr(env_fn, "__name__", repr(env_fn))
         raise EnvError(f"environment factory {name}({env_kwargs}) failed: "
                                 f"{type(exc).__name__}: {exc}") from exc
-
-
-def looks_like_hwc_image(space):
-    """Whether ``space`` is an image given channels last: a uint8 Box of shape (H, W, C)
-    with C in 1, 3 or 4 and H, W larger than 4 (so that a (C, H, W) stack of frames or a
-    small vector is not mistaken for one).
-
-    Parameters
-    ----------
-    space : gymnasium.Space
-        An observation space.
-
-    Returns
-    -------
-    bool
-    """
-    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
-            and space.shape[2] in (1, 3, 4) and space.shape[0] > 4 and space.shape[1] > 4)
 
 
 def chw_space(space):
@@ -410,7 +394,8 @@ class _EnvThunk:
 
     def __call__(self):
         env = _call_env_fn(*self.args)
-        return ChannelsFirst(env) if self.transpose else env
+        # Dict and Tuple observations travel packed in one float32 vector (agent.spaces).
+        return ChannelsFirst(env) if self.transpose else pack_env(env)
 
 
 class VecEnv:
@@ -455,7 +440,8 @@ class VecEnv:
             Action space of one environment.
         obs_space : gymnasium.Space
             Observation space of one environment, as the vector env hands observations out
-            (transposed to (C, H, W) when ``channels_first`` applies).
+            (transposed to (C, H, W) when ``channels_first`` applies; a Dict or Tuple space
+            as the ``PackedBox`` its observations are packed in, see ``pytorchrl.agent.spaces``).
         """
         env_kwargs = dict(env_kwargs or {})
         if not isinstance(vec_env_size, int) or vec_env_size < 1:
@@ -465,6 +451,7 @@ class VecEnv:
         probe = _call_env_fn(env_fn, env_kwargs, 0, 0, 0, "train")
         action_space, obs_space = probe.action_space, probe.observation_space
         probe.close()
+        obs_space = packed_space(obs_space)
         transpose = _resolve_channels_first(channels_first, obs_space)
         if transpose:
             obs_space = chw_space(obs_space)

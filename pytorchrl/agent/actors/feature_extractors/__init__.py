@@ -5,10 +5,11 @@ exposes its feature size as ``num_outputs``.
 """
 
 from pytorchrl.agent.actors.feature_extractors.cnn import CNN
+from pytorchrl.agent.actors.feature_extractors.dict_net import DictNet
 from pytorchrl.agent.actors.feature_extractors.fixup import FixupCNN
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, ParallelMLP
 
-FEATURE_EXTRACTORS = {"mlp": MLP, "cnn": CNN, "fixup": FixupCNN}
+FEATURE_EXTRACTORS = {"mlp": MLP, "cnn": CNN, "fixup": FixupCNN, "dict": DictNet}
 
 
 def get_feature_extractor(name):
@@ -18,7 +19,8 @@ def get_feature_extractor(name):
     ----------
     name : str or type
         "MLP" (flat observations), "CNN" (Nature-DQN convolutions) or "Fixup" (IMPALA
-        ResNet with Fixup initialisation), in any case; a class is returned unchanged.
+        ResNet with Fixup initialisation) or "Dict" (one network per key of Dict/Tuple
+        observations), in any case; a class is returned unchanged.
 
     Returns
     -------
@@ -34,8 +36,8 @@ def get_feature_extractor(name):
         return name
     key = name.lower() if isinstance(name, str) else None
     if key not in FEATURE_EXTRACTORS:
-        raise ValueError(f"unknown feature extractor {name!r}; valid names: MLP, CNN, Fixup")
+        raise ValueError(f"unknown feature extractor {name!r}; valid names: MLP, CNN, Fixup, Dict")
     return FEATURE_EXTRACTORS[key]
 
 
-__all__ = ["MLP", "ParallelMLP", "CNN", "FixupCNN", "get_feature_extractor"]
+__all__ = ["MLP", "ParallelMLP", "CNN", "FixupCNN", "DictNet", "get_feature_extractor"]
