@@ -36,7 +36,7 @@ setup(
         # suite on a fresh clone, see tests/distributed/test_tune.py.)
         "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "psutil>=5", "matplotlib>=3.6", "tensorboard>=2.10",
                  "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame>=2.1",
-                 "ale-py>=0.9", "mujoco>=3", "wandb>=0.19"],
+                 "ale-py>=0.9", "mujoco>=3", "wandb>=0.20"],
         # pytorchrl.envs.atari: the Arcade Learning Environment; ale-py ships the game ROMs.
         "atari": ["ale-py>=0.9"],
         # pytorchrl.envs.mujoco: gymnasium's MuJoCo v5 tasks (HalfCheetah-v5, ...).
@@ -44,7 +44,7 @@ setup(
         # pytorchrl.envs.minigrid: the MiniGrid gridworlds (MiniGrid-Empty-5x5-v0, ...).
         "minigrid": ["minigrid>=2.3"],
         # learner.wandb: experiment tracking with Weights & Biases (pytorchrl.tools.tracking).
-        "wandb": ["wandb>=0.19"],
+        "wandb": ["wandb>=0.20"],
         "bench": ["psutil>=5"],
         "plot": ["matplotlib>=3.6"],                 # pytorchrl plot
         # pytorchrl.tune.Trainable: Ray Tune's schedulers (PBT, PB2) perturbing in place.

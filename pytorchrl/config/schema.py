@@ -352,8 +352,9 @@ SECTIONS = {
     },
     "actor": {
         "feature_extractor": Key("str", "auto", "Network applied to observations: mlp, cnn (Nature DQN), "
-                                                "fixup (IMPALA ResNet); auto: cnn for image observations, "
-                                                "mlp otherwise.", choices=("auto",) + tuple(FEATURE_EXTRACTORS)),
+                                                "fixup (IMPALA ResNet); auto: cnn for image observations "
+                                                "(uint8, at least 36x36 pixels), mlp otherwise (flat vectors, "
+                                                "MiniGrid's 7x7 grid).", choices=("auto",) + tuple(FEATURE_EXTRACTORS)),
         "precision": Key("str", "fp32", "Number format of the networks: fp32, or bf16: bfloat16 mixed precision "
                                         "(float32 weights, optimizer, heads and losses) in the image feature "
                                         "extractors (cnn, fixup: convolutions and linear layers) and in the MLP "

@@ -55,7 +55,7 @@ from pytorchrl.tools import CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVI
 from pytorchrl.tools.control import ControlServer, apply_changes
 from pytorchrl.tools.metrics import RunLog
 from pytorchrl.tools.progress import ProgressDisplay, format_status
-from pytorchrl.tools.tracking import wandb_sink
+from pytorchrl.tools.tracking import TrackingError, wandb_sink
 
 #: Seconds between two redraws of the live status line.
 REDRAW_EVERY_S = 0.5
@@ -363,8 +363,11 @@ class TrainingSession:
             As ``RunLog``'s.
         """
         resuming = continue_from_step is not None and continue_from_step != math.inf
-        sink = wandb_sink(self.opts.get("wandb"), self.run_dir, self.config,
-                          self.learner.scheme.get_agent_components(), resume=resuming)
+        try:
+            sink = wandb_sink(self.opts.get("wandb"), self.run_dir, self.config,
+                              self.learner.scheme.get_agent_components(), resume=resuming)
+        except TrackingError as exc:
+            raise UsageError(str(exc)) from None
         return RunLog(self.run_dir, self.learner, tensorboard=self.opts["tensorboard"],
                       continue_from_step=continue_from_step, sinks=[sink])
 

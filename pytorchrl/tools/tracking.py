@@ -45,6 +45,11 @@ def import_wandb():
     return wandb
 
 
+class TrackingError(RuntimeError):
+    """The W&B run could not start (not logged in for ``mode: online``, server unreachable,
+    a project the user may not write to): one line naming the cause."""
+
+
 class WandbSink:
     """Sends what a run logs to a Weights & Biases run.
 
@@ -74,15 +79,20 @@ class WandbSink:
         if resume and os.path.exists(id_path):
             with open(id_path) as f:
                 run_id = f.read().strip() or None
-        self.run = wandb.init(
-            project=options["project"], entity=options["entity"], group=options["group"], tags=options["tags"],
-            notes=options["notes"], mode=options["mode"], dir=directory,
-            name=options["name"] or os.path.basename(os.path.normpath(run_dir)),
-            id=run_id, resume="allow" if run_id else None,
-            config={**config, "agent_components": dict(components)},
-            # The job's own output already reports progress: no W&B banner in it.
-            settings=wandb.Settings(silent=True, console="off"),
-            reinit="create_new")
+        try:
+            self.run = wandb.init(
+                project=options["project"], entity=options["entity"], group=options["group"], tags=options["tags"],
+                notes=options["notes"], mode=options["mode"], dir=directory,
+                name=options["name"] or os.path.basename(os.path.normpath(run_dir)),
+                id=run_id, resume="allow" if run_id else None,
+                config={**config, "agent_components": dict(components)},
+                # The job's own output already reports progress: no W&B banner in it.
+                settings=wandb.Settings(silent=True, console="off"),
+                # A process may hold several runs (the members of a population).
+                reinit="create_new")
+        except wandb.errors.Error as exc:
+            raise TrackingError(f"learner.wandb: the W&B run could not start ({options['mode']} mode): "
+                                f"{' '.join(str(exc).split())}") from None
         with open(id_path, "w") as f:
             f.write(self.run.id)
         # Every chart against env steps, as metrics.csv and TensorBoard draw them.
@@ -120,4 +130,4 @@ def wandb_sink(options, run_dir, config, components, resume=False):
     return WandbSink(options, run_dir, config, components, resume=resume)
 
 
-__all__ = ["WandbSink", "wandb_sink", "wandb_wanted", "import_wandb", "INSTALL_HINT", "RUN_ID_FILE"]
+__all__ = ["WandbSink", "TrackingError", "wandb_sink", "wandb_wanted", "import_wandb", "INSTALL_HINT", "RUN_ID_FILE"]

@@ -205,3 +205,16 @@ def test_a_run_that_fails_finishes_its_wandb_run_as_failed(wandb_env):
     assert code == 2
     _, history, _, exit_code = read_offline_run(run_dir)
     assert exit_code == 1 and history
+
+
+def test_online_run_without_a_login_is_one_line(tmp_path):
+    # No API key anywhere (HOME without a .netrc): W&B refuses to start an online run.
+    variables = dict(env(), HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_SILENT="true")
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "NETRC"):
+        variables.pop(name, None)
+    conf = write_config(tmp_path, tiny(learner={"wandb": {"mode": "online"}}))
+    result = subprocess.run([sys.executable, "-m", "pytorchrl.cli", "train", conf, "--run-dir", str(tmp_path / "run"),
+                             "--progress", "quiet"], cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
+                            env=variables)
+    assert_one_line_error(result, "learner.wandb: the W&B run could not start (online mode): ")
+    assert "wandb login" in result.stderr
