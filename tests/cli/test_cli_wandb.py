@@ -17,9 +17,6 @@ from pytorchrl import cli
 
 from cli_helpers import assert_one_line_error, env, pytorchrl, read_csv, tiny, write_config
 
-wandb = pytest.importorskip("wandb")
-from wandb.proto import wandb_internal_pb2  # noqa: E402  (only with wandb installed)
-
 #: Layout of a ``.wandb`` file: a 7-byte header (":W&B", magic 0xBEE1, version 0), then
 #: LevelDB log records in 32 KiB blocks (the header counts in the first block): a record is
 #: CRC-32 (4 bytes), length (2), type (1: whole, 2: first, 3: middle, 4: last piece), data.
@@ -29,6 +26,7 @@ _HEADER, _BLOCK, _RECORD_HEADER = b":W&B", 32768, 7
 
 def read_wandb_records(path):
     """The ``Record`` protobufs of a ``.wandb`` file, in order."""
+    from wandb.proto import wandb_internal_pb2
     with open(path, "rb") as f:
         data = f.read()
     assert data[:4] == _HEADER, data[:7]
@@ -89,6 +87,7 @@ def _parse_run(records):
 @pytest.fixture
 def wandb_env(tmp_path, monkeypatch):
     """wandb quiet and writing nowhere but under the test's directory."""
+    pytest.importorskip("wandb")   # (the tests without it check what is said when it is missing)
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-default"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
@@ -208,6 +207,7 @@ def test_a_run_that_fails_finishes_its_wandb_run_as_failed(wandb_env):
 
 
 def test_online_run_without_a_login_is_one_line(tmp_path):
+    pytest.importorskip("wandb")
     # No API key anywhere (HOME without a .netrc): W&B refuses to start an online run.
     variables = dict(env(), HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_SILENT="true")
     for name in ("WANDB_API_KEY", "WANDB_MODE", "NETRC"):
