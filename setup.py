@@ -28,16 +28,23 @@ setup(
     extras_require={
         # The test suite draws plots, reads TensorBoard files back, writes videos and checks
         # that no worker process outlives a run (psutil), and steps real Atari games and MuJoCo
-        # tasks (the "atari" and "mujoco" extras); pytest-xdist runs the suite on two workers.
+        # tasks (the "atari" and "mujoco" extras), and writes offline Weights & Biases runs (the
+        # "wandb" extra); pytest-xdist runs the suite on two workers. The "minigrid" extra is not
+        # here: minigrid needs pygame-ce, which installs into the same "pygame" package as the
+        # pygame of the video tests; tests/unit/test_minigrid_env.py skips without it.
         # (The Ray Tune tests skip without the "tune" extra: Tune's PBT run failed in a whole
         # suite on a fresh clone, see tests/distributed/test_tune.py.)
         "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "psutil>=5", "matplotlib>=3.6", "tensorboard>=2.10",
                  "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame>=2.1",
-                 "ale-py>=0.9", "mujoco>=3"],
+                 "ale-py>=0.9", "mujoco>=3", "wandb>=0.20"],
         # pytorchrl.envs.atari: the Arcade Learning Environment; ale-py ships the game ROMs.
         "atari": ["ale-py>=0.9"],
         # pytorchrl.envs.mujoco: gymnasium's MuJoCo v5 tasks (HalfCheetah-v5, ...).
         "mujoco": ["mujoco>=3"],
+        # pytorchrl.envs.minigrid: the MiniGrid gridworlds (MiniGrid-Empty-5x5-v0, ...).
+        "minigrid": ["minigrid>=2.3"],
+        # learner.wandb: experiment tracking with Weights & Biases (pytorchrl.tools.tracking).
+        "wandb": ["wandb>=0.20"],
         "bench": ["psutil>=5"],
         "plot": ["matplotlib>=3.6"],                 # pytorchrl plot
         # pytorchrl.tune.Trainable: Ray Tune's schedulers (PBT, PB2) perturbing in place.

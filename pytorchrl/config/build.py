@@ -182,10 +182,16 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
         precision=actor["precision"])
 
 
+#: Smallest image side the CNN of ``actor.feature_extractor: cnn`` takes.
+CNN_MIN_SIZE = FEATURE_EXTRACTORS["cnn"].MIN_SIZE
+
+
 def is_image_space(space):
-    """True for a Box of uint8 frames (C, H, W) with H, W > 4: what CNNs are for."""
+    """True for a Box of uint8 frames (C, H, W) at least as large as the Nature CNN takes
+    (36x36): what ``actor.feature_extractor: auto`` gives the CNN. Smaller grids (MiniGrid's
+    7x7 symbolic view, which the vector env hands channels first as (3, 7, 7)) get the MLP."""
     return getattr(space, "dtype", None) == np.uint8 and len(getattr(space, "shape", ()) or ()) == 3 \
-        and min(space.shape[1:]) > 4
+        and min(space.shape[1:]) >= CNN_MIN_SIZE
 
 
 def build_storage_factory(config):

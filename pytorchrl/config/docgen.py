@@ -16,7 +16,7 @@ from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.agent_presets import AGENT_PRESETS
 from pytorchrl.config.schema import (MUTATION_KEYS, POLICY_LOSS_ADDON_KEYS, REQUIRED, SCHEDULE_KEYS, SECTION_ORDER,
-                                     SECTIONS, TOP_LEVEL, algorithm_keys, storage_keys)
+                                     SECTIONS, TOP_LEVEL, WANDB_KEYS, algorithm_keys, storage_keys)
 from pytorchrl.scheme.workflows.presets import PRESETS
 
 INTRO = """\
@@ -107,10 +107,12 @@ preset's. `pytorchrl presets NAME` prints an agent's values; the files are in
 """
 
 SECTION_TEXT = {
-    "env": "The environments: a family (`gym`, `atari`, `mujoco`), an id, the family's options, and how "
-           "many run side by side. The family options (`frame_stack`, `episodic_life`, ...) default to "
-           "null, the factory's own default; one the family does not have is refused. Image observations "
-           "(Atari's stacked frames) get the CNN feature extractor (`actor.feature_extractor: auto`).",
+    "env": "The environments: a family (`gym`, `atari`, `mujoco`, `minigrid`), an id, the family's options, "
+           "and how many run side by side. The family options (`frame_stack`, `episodic_life`, ...) default "
+           "to null, the factory's own default; one the family does not have is refused. Image observations "
+           "(Atari's stacked frames, MiniGrid's `observation: rgb`) get the CNN feature extractor "
+           "(`actor.feature_extractor: auto`); MiniGrid's small symbolic 7x7x3 view (`observation: image`) "
+           "and flat vectors get the MLP (see [agents.md](agents.md#minigrid)).",
     "algorithm": "The algorithm (`name`) and its hyperparameters; the valid keys depend on the name. "
                  "A hyperparameter can change while training (`pytorchrl set RUN_DIR lr=1e-4`, "
                  "`schedules`) unless it says \"Fixed once built\" (e.g. `numpy_update`): a change of "
@@ -162,6 +164,20 @@ algorithm:
 ```
 """
 
+WANDB_TEXT = """\
+`learner.wandb` tracks the run with Weights & Biases (see [tracking.md](tracking.md)): every
+metric of metrics.csv (plotted against `Scheme/EnvSteps`), every hot-swap, the resolved
+configuration and the agent components (`Scheme.get_agent_components()`, under
+`agent_components` in the W&B config); the W&B run is finished when the job ends. A key not
+listed here is refused; without the wandb package a run that asks for W&B is refused before
+it starts (`pip install "pytorchrl[wandb]"`).
+
+```yaml
+learner:
+  wandb: {project: cartpole, mode: offline, tags: [ppo]}
+```
+"""
+
 MUTATIONS_TEXT = """\
 How a copied value is perturbed: multiplied by one of `factors`, or resampled from `values` or
 `log_uniform` (with both, resampled with `resample_probability`).
@@ -191,6 +207,8 @@ def configuration_reference():
         elif section == "storage":
             for name in STORAGES:
                 out += [f"### storage `name: {name}`\n", _table(storage_keys(name)), ""]
+        elif section == "learner":
+            out += ["### `learner.wandb`\n", WANDB_TEXT, _table(WANDB_KEYS), ""]
         elif section == "scheme":
             out += ["### presets\n",
                     "`scheme: {preset: NAME}` (or `scheme.preset=NAME` on the command line); "

@@ -329,7 +329,8 @@ SECTIONS = {
                                    "the module that registers it first."),
         "family": Key("str", "gym", "Which factories build the environments: gym (gymnasium.make), atari "
                                     "(ALE games, 84x84 frames: PongNoFrameskip-v4), mujoco (HalfCheetah-v5, "
-                                    "...); the options below belong to one family or another.",
+                                    "...), minigrid (MiniGrid-Empty-5x5-v0, ...); the options below belong "
+                                    "to one family or another.",
                       choices=tuple(ENV_FAMILIES)),
         "kwargs": Key("dict", {}, "Keyword arguments of gymnasium.make (e.g. max_episode_steps); family gym "
                                   "only."),
@@ -353,8 +354,9 @@ SECTIONS = {
         "feature_extractor": Key("str", "auto", "Network applied to observations: mlp, cnn (Nature DQN), "
                                                 "fixup (IMPALA ResNet), dict (one network per key of Dict/Tuple "
                                                 "observations, PPO and A2C); auto: dict for Dict/Tuple "
-                                                "observations with PPO and A2C, cnn for image observations, "
-                                                "mlp otherwise.", choices=("auto",) + tuple(FEATURE_EXTRACTORS)),
+                                                "observations with PPO and A2C, cnn for image observations "
+                                                "(uint8, at least 36x36 pixels), mlp otherwise (flat vectors, "
+                                                "MiniGrid's 7x7 grid).", choices=("auto",) + tuple(FEATURE_EXTRACTORS)),
         "precision": Key("str", "fp32", "Number format of the networks: fp32, or bf16: bfloat16 mixed precision "
                                         "(float32 weights, optimizer, heads and losses) in the image feature "
                                         "extractors (cnn, fixup: convolutions and linear layers) and in the MLP "
@@ -505,6 +507,11 @@ SECTIONS = {
                                         "environments (when env.test_env is true)."),
         "final_eval_episodes": Key("int", None, "Episodes of the final evaluation (null: the "
                                                 "algorithm's num_test_episodes).", low=1),
+        "wandb": Key("dict", None, "Track the run with Weights & Biases (needs the wandb package: pip install "
+                                   "\"pytorchrl[wandb]\"): a mapping of the keys listed under 'learner.wandb' "
+                                   "({project: cartpole, mode: offline}); every metric of metrics.csv, every "
+                                   "hot-swap, the configuration and the agent components are logged; null: no "
+                                   "W&B run."),
         "plot_at_end": Key("bool", False, "After training, draw the return against env steps and against "
                                           "wall-clock time into <run_dir>/reward_vs_time.png (as 'pytorchrl "
                                           "plot RUN_DIR'; needs matplotlib)."),
@@ -587,6 +594,24 @@ SCHEDULE_KEYS = {
     "min_relative_change": derived(Schedule, "min_relative_change"),
 }
 
+#: Keys of ``learner.wandb`` (``pytorchrl.tools.tracking``): the arguments of ``wandb.init``
+#: that a run sets.
+WANDB_KEYS = {
+    "project": Key("str", "pytorchrl", "W&B project of the run."),
+    "entity": Key("str", None, "W&B user or team owning the project (null: the logged-in user's default)."),
+    "name": Key("str", None, "Name of the run in W&B (null: the run directory's name)."),
+    "group": Key("str", None, "Group of runs the run belongs to (seeds of one experiment, members of a "
+                              "population)."),
+    "tags": Key("str_list", None, "Tags of the run."),
+    "notes": Key("str", None, "A longer description of the run."),
+    "mode": Key("str", "online", "online: sent to the W&B server as it runs; offline: written under "
+                                 "<dir>/wandb/offline-run-* without any network (upload later with 'wandb sync'); "
+                                 "disabled: no W&B run (the package is not needed).",
+                choices=("online", "offline", "disabled")),
+    "dir": Key("str", None, "Directory W&B writes its files under, in a 'wandb' folder (null: the run "
+                            "directory)."),
+}
+
 #: Keys of ``scheme.replay_server`` (``pytorchrl.scheme.workflows.replay_server``).
 REPLAY_SERVER_KEYS = {
     "min_size_to_sample": Key("int", REPLAY_SERVER_DEFAULTS["min_size_to_sample"],
@@ -654,6 +679,9 @@ def describe_schema():
             continue
         out.append(f"\n{section}:" + ("  (pytorchrl pbt only)" if section == "pbt" else ""))
         out += [f"  {n}: {k.describe()}" for n, k in SECTIONS[section].items()]
+        if section == "learner":
+            out.append("  each key of wandb:")
+            out += [f"    {n}: {k.describe()}" for n, k in WANDB_KEYS.items()]
         if section == "pbt":
             out.append("  each entry of mutations:")
             out += [f"    {n}: {k.describe()}" for n, k in MUTATION_KEYS.items()]

@@ -226,6 +226,10 @@ def check_env_family(env):
                                              f"famil{'ies' if len(owners) > 1 else 'y'}; env.family is "
                                              f"{family.name!r}, which has "
                                              f"{'options ' + ', '.join(family.options) if family.options else 'none'}")
+    for name, refused in family.option_checks.items():
+        problem = refused(env[name]) if env[name] is not None else None
+        if problem is not None:
+            raise ConfigError(f"env.{name}", problem)
     if family.name == "gym":
         check_env_id(env["id"])
         return
@@ -786,6 +790,21 @@ def _check_replay_pace(config, raw):
                                                   "remove it")
 
 
+def _check_wandb(config):
+    """Resolve ``learner.wandb`` and refuse it when it asks for a W&B run and the wandb package
+    is missing (said before anything starts, with the line that installs it)."""
+    from pytorchrl.tools.tracking import import_wandb, wandb_wanted
+    learner = config["learner"]
+    if learner["wandb"] is None:
+        return
+    learner["wandb"] = check_mapping(learner["wandb"], schema.WANDB_KEYS, "learner.wandb")
+    if wandb_wanted(learner["wandb"]):
+        try:
+            import_wandb()
+        except ImportError as exc:
+            raise ConfigError("learner.wandb", str(exc).replace("learner.wandb ", "", 1)) from None
+
+
 def _check_device(device, path):
     """Refuse a device torch cannot parse, or a GPU this machine does not have."""
     if device in (None, "auto"):
@@ -848,6 +867,7 @@ def check_config(raw):
             config[section] = check_mapping(data, SECTIONS[section], section)
     config["schedules"] = _check_schedules(raw.get("schedules"), config)
     _check_families(config, raw)
+    _check_wandb(config)
     _check_consistency(config)
     _check_replay_pace(config, raw)
     check_env_family(config["env"])

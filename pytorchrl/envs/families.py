@@ -3,8 +3,9 @@
 A family says which factories build the training and test environments of an id and
 which options it takes: ``gym`` (any gymnasium id, options through ``gymnasium.make``
 keyword arguments), ``atari`` (``atari_train_env_factory`` / ``atari_test_env_factory``:
-the ALE games with the standard preprocessing) and ``mujoco``
-(``mujoco_train_env_factory`` / ``mujoco_test_env_factory``).
+the ALE games with the standard preprocessing), ``mujoco``
+(``mujoco_train_env_factory`` / ``mujoco_test_env_factory``) and ``minigrid``
+(``minigrid_train_env_factory`` / ``minigrid_test_env_factory``).
 """
 
 import inspect
@@ -13,6 +14,8 @@ import gymnasium as gym
 
 from pytorchrl.envs.atari import _register_ale, atari_test_env_factory, atari_train_env_factory
 from pytorchrl.envs.gym_env import make_gym_env
+from pytorchrl.envs.minigrid import minigrid_test_env_factory, minigrid_train_env_factory, observation_refused
+from pytorchrl.envs.minigrid import register_minigrid
 from pytorchrl.envs.mujoco import mujoco_test_env_factory, mujoco_train_env_factory
 
 #: Parameters of a family's factories that are not options: the id, the worker indexes
@@ -37,10 +40,16 @@ class EnvFamily:
     register : callable or None
         Registers the family's ids with gymnasium, or checks that its package is installed
         (raising ImportError naming what to install).
+    option_checks : dict or None
+        Option name -> callable returning why a value of that option is refused (one line),
+        or None when it is accepted: values the option's type allows but the family cannot
+        build (MiniGrid's ``observation: dict``), refused before anything starts.
     """
 
-    def __init__(self, name, train_factory, test_factory, description, entry_point=None, register=None):
+    def __init__(self, name, train_factory, test_factory, description, entry_point=None, register=None,
+                 option_checks=None):
         self.name = name
+        self.option_checks = dict(option_checks or {})
         self.train_factory = train_factory
         self.test_factory = test_factory
         self.description = description
@@ -85,6 +94,10 @@ ENV_FAMILIES = {f.name: f for f in [
     EnvFamily("mujoco", mujoco_train_env_factory, mujoco_test_env_factory,
               "gymnasium's MuJoCo tasks (HalfCheetah-v5, Hopper-v5, ...), float32 observations",
               entry_point="mujoco", register=_require_mujoco),
+    EnvFamily("minigrid", minigrid_train_env_factory, minigrid_test_env_factory,
+              "MiniGrid gridworlds (minigrid): the agent's 7x7 view as symbols, one-hot or pixels",
+              entry_point="minigrid", register=register_minigrid,
+              option_checks={"observation": observation_refused}),
 ]}
 
 __all__ = ["EnvFamily", "ENV_FAMILIES"]

@@ -1,8 +1,12 @@
-"""What a training run logs: ``metrics.csv``, ``hot_swaps.csv`` and TensorBoard event files.
+"""What a training run logs: ``metrics.csv``, ``hot_swaps.csv``, TensorBoard event files and,
+with ``learner.wandb``, a Weights & Biases run.
 
-:class:`RunLog` is the one object the training loop talks to; it writes the three logs
-and, on ``resume``, continues them from the checkpoint's step (rows written after the
-checkpoint, by a run that then crashed, are dropped so that the curves do not fold back).
+:class:`RunLog` is the one object the training loop talks to; it writes the two CSV files
+and hands every row and hot-swap to its sinks (:class:`TensorBoardSink`,
+:class:`pytorchrl.tools.tracking.WandbSink`), which share one interface: ``scalars``,
+``hot_swap``, ``summary``, ``close``. On ``resume`` it continues the logs from the
+checkpoint's step (rows written after the checkpoint, by a run that then crashed, are
+dropped so that the curves do not fold back).
 """
 
 import csv
@@ -142,6 +146,45 @@ def tensorboard_writer(log_dir, purge_step=None):
     return SummaryWriter(log_dir=log_dir, purge_step=purge_step, flush_secs=30)
 
 
+class TensorBoardSink:
+    """Sends what a run logs to TensorBoard event files (a sink of :class:`RunLog`).
+
+    Parameters
+    ----------
+    writer : torch.utils.tensorboard.SummaryWriter
+        The open writer (``tensorboard_writer``).
+    """
+
+    def __init__(self, writer):
+        self.writer = writer
+
+    def scalars(self, metrics, step):
+        """Add one row of metrics (``name -> finite number``) at env step ``step``."""
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def hot_swap(self, step, kind, name, value, text):
+        """Add a hot-swap: ``value`` (a number, or None) as ``HotSwap/<kind>.<name>`` and
+        ``text`` under ``HotSwaps``."""
+        if value is not None:
+            self.writer.add_scalar(f"HotSwap/{kind}.{name}", value, step)
+        self.writer.add_text("HotSwaps", text, step)
+
+    def summary(self, values):
+        """Nothing: summary.yaml holds the end-of-run results."""
+
+    def close(self, failed=False):
+        """Flush and close the event files."""
+        self.writer.close()
+
+
+def _finite_scalars(metrics):
+    """The entries of ``metrics`` that are finite numbers (what a chart can draw)."""
+    return {k: v for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
 class WorkerTimings:
     """Per-gradient-worker totals read from the infos that ``Learner.step`` returns.
 
@@ -182,7 +225,7 @@ class WorkerTimings:
 
 
 class RunLog:
-    """The logs of one run: metrics.csv, hot_swaps.csv and TensorBoard.
+    """The logs of one run: metrics.csv, hot_swaps.csv, and its sinks (TensorBoard, W&B).
 
     Parameters
     ----------
@@ -196,16 +239,20 @@ class RunLog:
         None for a new run; the checkpoint's env step when resuming; ``math.inf`` to keep
         every row and append (a run whose state is restored later, from elsewhere: a trial
         that Ray Tune restarted, see ``pytorchrl.tune``).
+    sinks : sequence
+        More sinks that receive every row and hot-swap (``WandbSink``); they are closed
+        with the log.
     """
 
-    def __init__(self, run_dir, learner, tensorboard=True, continue_from_step=None):
+    def __init__(self, run_dir, learner, tensorboard=True, continue_from_step=None, sinks=()):
         self.learner = learner
         self.csv = MetricsCSV(os.path.join(run_dir, METRICS), continue_from_step)
         self.hot_swaps = HotSwapCSV(os.path.join(run_dir, HOT_SWAPS), continue_from_step)
         self.timings = WorkerTimings()
         appending = continue_from_step == math.inf
-        self.writer = tensorboard_writer(os.path.join(run_dir, TENSORBOARD),
-                                         None if appending else continue_from_step) if tensorboard else None
+        writer = tensorboard_writer(os.path.join(run_dir, TENSORBOARD),
+                                    None if appending else continue_from_step) if tensorboard else None
+        self.sinks = ([TensorBoardSink(writer)] if writer is not None else []) + [s for s in sinks if s is not None]
         # Hot-swaps already in the learner's list are logged (a new run: the schedules'
         # first values) or were logged by the run being resumed (restored from the
         # checkpoint) or continued (appending).
@@ -217,7 +264,7 @@ class RunLog:
         return time.time() - self.learner.start_time
 
     def write_metrics(self, metrics):
-        """Append one row of ``metrics`` (plus per-worker timings) to metrics.csv and TensorBoard.
+        """Append one row of ``metrics`` (plus per-worker timings) to metrics.csv and the sinks.
 
         Parameters
         ----------
@@ -226,12 +273,15 @@ class RunLog:
         """
         metrics.update(self.timings.metrics())
         self.csv.append(metrics)
-        if self.writer is not None:
-            step = int(metrics[STEP_COLUMN])
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                    self.writer.add_scalar(key, value, step)
-            self.writer.flush()
+        if self.sinks:
+            step, scalars = int(metrics[STEP_COLUMN]), _finite_scalars(metrics)
+            for sink in self.sinks:
+                sink.scalars(scalars, step)
+
+    def write_summary(self, values):
+        """Hand the end-of-run results (what summary.yaml holds) to the sinks."""
+        for sink in self.sinks:
+            sink.summary(values)
 
     def record_hot_swaps(self, source, detail=""):
         """Log the learner's hot-swaps made since the last call, attributing them to ``source``.
@@ -280,14 +330,15 @@ class RunLog:
     def _log_swap(self, step, kind, name, value, source, status, detail):
         self.hot_swaps.append(step=step, elapsed=round(self.elapsed(), 3), kind=kind, name=name, value=value,
                               source=source, status=status, detail=detail)
-        if self.writer is not None:
-            if status == "applied" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.writer.add_scalar(f"HotSwap/{kind}.{name}", value, step)
-            self.writer.add_text("HotSwaps", f"step {step}: {kind + '.' if kind else ''}{name} = {value!r} "
-                                             f"({source}, {status}{'; ' + detail if detail else ''})", step)
+        number = status == "applied" and isinstance(value, (int, float)) and not isinstance(value, bool)
+        text = (f"step {step}: {kind + '.' if kind else ''}{name} = {value!r} "
+                f"({source}, {status}{'; ' + detail if detail else ''})")
+        for sink in self.sinks:
+            sink.hot_swap(step, kind, name, value if number else None, text)
 
-    def close(self):
-        """Flush and close the TensorBoard writer."""
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+    def close(self, failed=False):
+        """Close every sink (idempotent): flush TensorBoard, finish the W&B run (marked failed
+        when ``failed``: the job ends with an error)."""
+        sinks, self.sinks = self.sinks, []
+        for sink in sinks:
+            sink.close(failed=failed)

@@ -55,6 +55,7 @@ from pytorchrl.tools import CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVI
 from pytorchrl.tools.control import ControlServer, apply_changes
 from pytorchrl.tools.metrics import RunLog
 from pytorchrl.tools.progress import ProgressDisplay, format_status
+from pytorchrl.tools.tracking import TrackingError, wandb_sink
 
 #: Seconds between two redraws of the live status line.
 REDRAW_EVERY_S = 0.5
@@ -327,9 +328,8 @@ class TrainingSession:
         """Open the display, the logs and the control server; apply the resume overrides."""
         learner, config, resuming = self.learner, self.config, self.resume_from is not None
         self.display = ProgressDisplay(learner.target_steps, self.stream, self.progress)
-        self.log = RunLog(self.run_dir, learner, tensorboard=self.opts["tensorboard"],
-                          continue_from_step=learner.num_samples_collected if resuming else
-                          math.inf if self.append_logs else None)
+        self.log = self._open_log(learner.num_samples_collected if resuming else
+                                  math.inf if self.append_logs else None)
         for note in self._notes:
             self.display.message(note)
         self.display.message(f"{'resuming' if resuming else 'training'} {config['algorithm']['name']} on "
@@ -352,6 +352,24 @@ class TrainingSession:
             f"at {self.learner.num_samples_collected:,} env steps: {text}")
         learner.on_warning = self.display.message
         self._open_control()
+
+    def _open_log(self, continue_from_step):
+        """The RunLog of the run directory, with a W&B sink when ``learner.wandb`` asks for one
+        (a resumed job, ``continue_from_step`` finite, continues the run's W&B run).
+
+        Parameters
+        ----------
+        continue_from_step : int or float or None
+            As ``RunLog``'s.
+        """
+        resuming = continue_from_step is not None and continue_from_step != math.inf
+        try:
+            sink = wandb_sink(self.opts.get("wandb"), self.run_dir, self.config,
+                              self.learner.scheme.get_agent_components(), resume=resuming)
+        except TrackingError as exc:
+            raise UsageError(str(exc)) from None
+        return RunLog(self.run_dir, self.learner, tensorboard=self.opts["tensorboard"],
+                      continue_from_step=continue_from_step, sinks=[sink])
 
     def _open_control(self):
         """Answer live changes in the run directory; the intervals start now."""
@@ -378,7 +396,7 @@ class TrainingSession:
         self.config, self.opts, self.run_dir = config, config["learner"], run_dir
         self.learner.log_dir = run_dir
         self.metrics, self._shown_step, self.saved_step, self._keep_previous = {}, None, None, True
-        self.log = RunLog(run_dir, self.learner, tensorboard=self.opts["tensorboard"], continue_from_step=math.inf)
+        self.log = self._open_log(math.inf)
         self._open_control()
 
     # ---------------------------------------------------------------- training
@@ -618,6 +636,7 @@ class TrainingSession:
             display.message(f"results: {line}")
         if self.opts["plot_at_end"]:
             summary["plot"] = self._plot()
+        self.log.write_summary(summary)
         with open(os.path.join(self.run_dir, SUMMARY), "w") as f:
             f.write(dump_config(summary))
         return summary
@@ -635,14 +654,20 @@ class TrainingSession:
         self.display.message(f"reward-vs-time plot: {path}")
         return path
 
-    def close(self):
-        """End the display, the control server and the logs, and stop the scheme (idempotent)."""
+    def close(self, failed=False):
+        """End the display, the control server and the logs, and stop the scheme (idempotent).
+
+        Parameters
+        ----------
+        failed : bool
+            The job ends with an error: the W&B run (``learner.wandb``) is marked failed.
+        """
         if self.display is not None:
             self.display.close()
         if self.control is not None:
             self.control.close()
         if self.log is not None:
-            self.log.close()
+            self.log.close(failed=failed)
         if self.learner is not None:
             self.learner.stop()
 
@@ -662,6 +687,7 @@ class TrainingSession:
             the run after its checkpoint was saved (``stopped_by_failure``).
         """
         self.build()
+        failed = True
         try:
             if self.resume_from is not None:
                 self.resume()
@@ -675,11 +701,13 @@ class TrainingSession:
                 self.stopped_by_failure(exc)
             if interrupted:
                 self.interrupted()
+                failed = False
                 return "interrupted"
             self.finish()
+            failed = False
             return "done"
         finally:
-            self.close()
+            self.close(failed=failed)
 
 
 __all__ = ["TrainingSession", "UsageError", "StopOnInterrupt", "write_config", "save_due", "REDRAW_EVERY_S",

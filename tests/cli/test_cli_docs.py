@@ -55,7 +55,7 @@ def test_readme_keeps_its_quick_start():
 
 def test_docs_pages_exist_and_links_resolve():
     pages = ["README.md", "schemes.md", "workflows.md", "agents.md", "configuration.md", "hot-swapping.md",
-             "pbt.md", "cluster.md", "benchmarks.md", "spaces.md"]
+             "pbt.md", "cluster.md", "benchmarks.md", "spaces.md", "tracking.md"]
     for page in pages:
         assert os.path.isfile(os.path.join(DOCS, page)), page
     for path in [os.path.join(REPO, "README.md")] + [os.path.join(DOCS, p) for p in pages]:

@@ -62,6 +62,9 @@ class CNN(ImageFeatureExtractor):
         the CPU in float32 for training batches, see ``prefers_channels_last``).
     """
 
+    #: Smallest height and width the convolutions (no padding) can take.
+    MIN_SIZE = 36
+
     def __init__(self, input_space, hidden_size=512, activation=nn.ReLU, scale=None, precision="fp32",
                  channels_last=None):
         super().__init__(precision, channels_last)
