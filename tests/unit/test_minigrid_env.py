@@ -13,6 +13,7 @@ from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.config.build import build_actor_factory, build_env_factories
 from pytorchrl.envs import minigrid_test_env_factory, minigrid_train_env_factory
+from pytorchrl.envs.minigrid import MISSION_BITS, mission_bits
 
 pytest.importorskip("minigrid")
 
@@ -91,15 +92,32 @@ def test_auto_feature_extractor_fits_the_observation(observation, extractor, age
     envs.close()
 
 
-def test_dict_observations_are_refused_until_supported():
-    with pytest.raises(ConfigError, match=r"^config error: env.observation: dict needs Dict observation support"):
-        minigrid_config(observation="dict")
-    with pytest.raises(ValueError, match="dict needs Dict observation support"):
-        minigrid_train_env_factory(TASK, 0, 0, observation="dict")
+def test_dict_observation_is_minigrids_dict_with_the_mission_as_word_bits():
+    env = minigrid_train_env_factory(TASK, 0, 0, observation="dict")
+    space = env.observation_space
+    assert set(space.spaces) == {"image", "direction", "mission"}
+    assert space["image"].shape == (7, 7, 3) and space["direction"].n == 4 and space["mission"].n == MISSION_BITS
+    obs, _ = env.reset()
+    assert space.contains(obs)
+    assert np.array_equal(obs["mission"], mission_bits(env.unwrapped.mission))
+    assert obs["mission"].sum() == len(set(env.unwrapped.mission.split()))    # no two words of it share a bit
+    env.close()
+
+
+def test_dict_observation_trains_through_dictnet():
+    config = minigrid_config(observation="dict", vec_env_size=2)
+    train_factory, _, action_space, obs_space = build_env_factories(config)
+    actor = build_actor_factory(config, obs_space, action_space, "PPO")("cpu")
+    assert type(actor.policy_net).__name__ == "DictNet"
+    envs = train_factory("cpu", 0, 0, "train")
+    with torch.no_grad():
+        action, _, logp, value = actor.get_action(envs.reset())
+    assert action.shape == (2, 1) and torch.isfinite(value).all()
+    envs.close()
 
 
 @pytest.mark.parametrize("env,expected", [
-    ({"observation": "pixels"}, "env.observation: expected one of image, onehot, rgb, got 'pixels'"),
+    ({"observation": "pixels"}, "env.observation: expected one of image, onehot, rgb, dict, got 'pixels'"),
     ({"frame_stack": 4}, "env.frame_stack: is an option of the atari and mujoco families; env.family is "
                          "'minigrid', which has options observation"),
     ({"id": "CartPole-v1"}, "env.id: 'CartPole-v1' is not an environment of the minigrid family"),
