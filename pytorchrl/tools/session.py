@@ -626,7 +626,7 @@ class TrainingSession:
             episodes = self.opts["final_eval_episodes"] or config["algorithm"].get("num_test_episodes")
             summary["test_return"] = float(learner.evaluate(episodes))
             summary["test_episodes"] = episodes
-            display.message(f"evaluation: mean return {summary['test_return']:.1f} over {episodes} episodes "
+            display.message(f"evaluation: mean return {summary['test_return']:.4g} over {episodes} episodes "
                             f"(deterministic)")
         if config["scheme"]["num_grad_workers"] == 0:
             # Collection-only run: every episode, and one line about them.
