@@ -181,33 +181,8 @@ def minigrid_train_env_factory(env_id, index_col_worker, index_grad_worker, inde
 
 def minigrid_test_env_factory(env_id, index_col_worker, index_grad_worker, index_env=0, seed=0,
                               observation="image", render_mode=None):
-    """Create a test MiniGrid environment.
-
-    The same environment as ``minigrid_train_env_factory`` with different seeds than the
-    training environment of the same indexes.
-
-    Parameters
-    ----------
-    env_id : str
-        Gymnasium id of the task, e.g. "MiniGrid-Empty-5x5-v0".
-    index_col_worker : int
-        Index of the collection worker running this environment.
-    index_grad_worker : int
-        Index of the gradient worker owning that collection worker.
-    index_env : int
-        Index of this environment within its worker's vector.
-    seed : int
-        Base seed, combined with the indexes.
-    observation : str
-        What the agent observes: image, onehot, rgb or dict (see ``minigrid_train_env_factory``).
-    render_mode : str or None
-        Passed to ``gymnasium.make``.
-
-    Returns
-    -------
-    gymnasium.Env
-        uint8 observations: (7, 7, 3) for image, (980,) for onehot, (3, 56, 56) for rgb; a Dict
-        (image, direction, mission bits) for dict.
-    """
+    """Create a test MiniGrid environment: the same as ``minigrid_train_env_factory``, with the
+    same parameters and returns, seeded differently from the training environment of the same
+    indexes."""
     return _make_minigrid(env_id, index_col_worker, index_grad_worker, index_env, seed, observation, render_mode,
                           "test")
