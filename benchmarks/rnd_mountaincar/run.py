@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+import yaml
+
 BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, BENCH)
 
@@ -32,11 +34,15 @@ RND_KEYS = ("gamma_intrinsic", "ext_adv_coeff", "int_adv_coeff", "predictor_prop
             "intrinsic_rewards_predictor_network_kwargs")
 
 
-def train(algorithm, seed, steps):
-    """One run; returns its row of the table."""
+def train(algorithm, seed, steps, overrides=()):
+    """One run; returns its row of the table (``overrides``: "key=value" strings of the
+    algorithm section; RND_PPO's own keys reach the RND_PPO runs only)."""
     from pytorchrl.config import build_learner, load_yaml, validate_config
     raw = load_yaml(CONFIG)
     raw["seed"] = seed
+    for item in overrides:
+        key, value = item.split("=", 1)
+        raw["algorithm"][key] = yaml.safe_load(value)
     raw["learner"] = {**raw.get("learner", {}), "target_steps": steps, "tensorboard": False}
     if algorithm == "PPO":
         raw["algorithm"] = {k: v for k, v in raw["algorithm"].items() if k not in RND_KEYS}
@@ -74,11 +80,12 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--algorithms", nargs="+", default=["RND_PPO", "PPO"])
     ap.add_argument("--json", default=None, help="also write the rows to this file")
+    ap.add_argument("--set", nargs="*", default=[], help="algorithm.KEY=VALUE changes of the config, as KEY=VALUE")
     args = ap.parse_args()
     rows = []
     for algorithm in args.algorithms:
         for seed in args.seeds:
-            rows.append(train(algorithm, seed, args.steps))
+            rows.append(train(algorithm, seed, args.steps, args.set))
             print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:

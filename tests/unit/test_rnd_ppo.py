@@ -204,7 +204,7 @@ def test_the_factory_takes_pytorchrl_keyword_names_and_the_config_its_keys():
 
 
 def _short(*overrides):
-    return load_config(EXAMPLE, ["learner.target_steps=512", "env.vec_env_size=2", "storage.size=32",
+    return load_config(EXAMPLE, ["learner.target_steps=128", "env.vec_env_size=2", "storage.size=32",
                                  "algorithm.pre_normalization_steps=1", "algorithm.pre_normalization_length=8", "algorithm.num_mini_batch=2",
                                  "env.monitor=false", "learner.tensorboard=false", *overrides])
 
@@ -233,7 +233,7 @@ def test_recurrent_and_cnn_actors_train_with_intrinsic_rewards(tmp_path):
 
 
 def test_the_example_config_trains_from_the_command_line(tmp_path):
-    result = pytorchrl("train", EXAMPLE, "learner.target_steps=1024", "algorithm.pre_normalization_steps=1",
+    result = pytorchrl("train", EXAMPLE, "learner.target_steps=256", "algorithm.pre_normalization_steps=1",
                        "env.vec_env_size=4", "storage.size=64", "learner.tensorboard=false", f"run_dir={tmp_path}/run",
                        cwd=tmp_path)
     assert result.returncode == 0, result.stderr
