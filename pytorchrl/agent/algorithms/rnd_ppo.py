@@ -199,6 +199,15 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
             raise ValueError(f"RND_PPO hyperparameter pre_normalization_length must be >= 1, "
                              f"got {self.pre_normalization_length}")
 
+    def state_dict(self):
+        """``PPO.state_dict`` without the RND networks' construction among the
+        hyperparameters (a class is no checkpoint value, and they are fixed once built:
+        a resumed run builds them from its own configuration; their weights are saved)."""
+        state = super().state_dict()
+        fixed = self.fixed_hyperparameters[len(PPO.fixed_hyperparameters):]
+        state["hyperparameters"] = {k: v for k, v in state["hyperparameters"].items() if k not in fixed}
+        return state
+
     # ------------------------------------------------------------ networks
     @property
     def learner_modules(self):
