@@ -91,19 +91,19 @@ def test_intrinsic_gae_ignores_episode_ends_where_the_extrinsic_one_stops():
 
 
 def test_the_warm_up_takes_steps_times_length_random_steps_of_every_environment_once():
-    factory, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": "MountainCar-v0"}, vec_env_size=2, seed=0)
+    factory, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=2, seed=0)
     envs = factory("cpu", 0, 0, "train")
     try:
-        algo = _algo(pre_normalization_steps=3, pre_normalization_length=5)
+        algo = _algo(pre_normalization_steps=10, pre_normalization_length=5)   # 50 random steps: episodes end
         GAEBuffer(device="cpu", actor=algo.actor, algorithm=algo, envs=envs, size=8)   # a collector's storage
-        assert algo.obs_rms.count == 3 * 5 * 2
-        assert envs.pop_finished_episodes() == []
+        assert algo.obs_rms.count == 10 * 5 * 2
+        assert envs.pop_finished_episodes() == []             # the warm-up is no training: not recorded
         low, high = envs.observation_space.low, envs.observation_space.high
         assert np.all(algo.obs_rms.mean >= low) and np.all(algo.obs_rms.mean <= high)
         algo.warm_up(envs)                                   # already warm: nothing more
-        assert algo.obs_rms.count == 30
+        assert algo.obs_rms.count == 100
         GAEBuffer(device="cpu", actor=algo.actor, algorithm=algo, envs=None, size=8)   # learner side: none
-        assert algo.obs_rms.count == 30
+        assert algo.obs_rms.count == 100
     finally:
         envs.close()
 

@@ -244,8 +244,9 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
     def warm_up(self, envs):
         """Fill the observation statistics with ``pre_normalization_steps *
         pre_normalization_length`` random-action steps of every environment of ``envs``
-        (once: an algorithm whose statistics hold data is left as it is). The episodes of
-        the warm-up are not reported; the collector resets the environments afterwards.
+        (once: an algorithm whose statistics hold data is left as it is). The warm-up's
+        steps are not recorded (no episode statistics, no episode log); the collector resets
+        the environments afterwards.
 
         Parameters
         ----------
@@ -262,12 +263,11 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
         rows = [obs]
         for i in range(1, total + 1):
             actions = np.stack([space.sample() for _ in range(envs.num_envs)])
-            obs = envs.step_numpy(actions)[0].copy()
+            obs = envs.step_numpy(actions, record=False)[0].copy()
             rows.append(obs)
             if i % self.pre_normalization_length == 0:
                 self.obs_rms.update(np.concatenate(rows[:self.pre_normalization_length]).reshape(-1, *obs.shape[1:]))
                 rows = rows[self.pre_normalization_length:]
-        envs.pop_finished_episodes()
 
     def preprocess_rollout(self, data):
         """Add the intrinsic rewards to a finished rollout (see the module docstring).
