@@ -59,7 +59,7 @@ def test_algorithm_keys_are_the_hyperparameters_of_the_class(name):
     assert all(key.doc for key in keys.values())   # read from the docstrings
     # on-policy: null means "num_mini_batch equal parts"; off-policy: always a number of samples
     assert keys["mini_batch_size"].kind == "int"
-    assert keys["mini_batch_size"].nullable == (name in ("PPO", "A2C"))
+    assert keys["mini_batch_size"].nullable == ALGORITHMS[name].on_policy
     # one learning rate, or one per optimizer (SAC: lr_q, lr_pi, lr_alpha)
     assert all(keys[k].kind == "number" for k in keys if k == "lr" or k.startswith("lr_"))
     assert any(k == "lr" or k.startswith("lr_") for k in keys)
