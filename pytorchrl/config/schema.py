@@ -105,7 +105,7 @@ PARAMETER_RANGES = {
     "max_episode_steps": dict(low=0),
     "sequence_length": dict(low=1), "burn_in": dict(low=0), "priority_eta": dict(low=0.0, high=1.0),
     "gamma_intrinsic": dict(low=0.0, high=1.0), "ext_adv_coeff": dict(low=0.0), "int_adv_coeff": dict(low=0.0),
-    "predictor_proportion": dict(low=0.0, high=1.0), "pre_normalization_steps": dict(low=0),
+    "predictor_proportion": dict(low=0.0), "pre_normalization_steps": dict(low=0),
     "pre_normalization_length": dict(low=1),
 }
 

@@ -193,7 +193,9 @@ def test_the_factory_takes_pytorchrl_keyword_names_and_the_config_its_keys():
     with pytest.raises(ValueError, match="intrinsic value head"):
         factory("cpu", make_actor(OBS_SPACE, ACT_SPACE, "PPO"), None)
     with pytest.raises(ValueError, match="predictor_proportion"):
-        _algo(predictor_proportion=1.5)
+        _algo(predictor_proportion=-0.5)
+    everything = _algo(predictor_proportion=2.0)          # pytorchrl's default: every sample
+    assert everything.predictor_mask(1000, "cpu").sum() == 1000
     schema = describe_schema()
     for key in names[9:18]:
         assert f"{key}:" in schema, key

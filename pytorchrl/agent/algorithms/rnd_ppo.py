@@ -116,7 +116,7 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
     predictor_proportion : float
         Probability that a sample of a mini-batch trains the predictor (Burda et al.
         train it on a random part of each batch, so it does not learn faster than the
-        policy explores); in [0, 1].
+        policy explores); 1 or more: every sample (pytorchrl's factory default, 2.0).
     pre_normalization_steps : int
         Rounds of random-action steps that warm up the observation statistics before the
         first rollout (0: none).
@@ -135,15 +135,18 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
         target's).
 
     All other parameters are those of ``PPO``; the defaults are pytorchrl's RND_PPO ones
-    where it has them (``use_clipped_value_loss`` False, ``entropy_coef`` 0.01).
+    where it has them (``lr`` 1e-4, ``eps`` 1e-8, ``use_clipped_value_loss`` False,
+    ``entropy_coef`` 0.01). ``numpy_update`` asks for a fast path that never serves
+    RND_PPO's loss: with it (the default) the log says once that the update runs in torch.
     """
 
     name = "RND_PPO"
     acting_extras = (LOGP, VAL, IVAL)
     preprocessed_keys = (IREW, OBS_MEAN, OBS_STD)
+    # The warm-up runs once, when a collector's storage is built: a later value would act nowhere.
     fixed_hyperparameters = PPO.fixed_hyperparameters + (
         "intrinsic_rewards_network", "intrinsic_rewards_target_network_kwargs",
-        "intrinsic_rewards_predictor_network_kwargs")
+        "intrinsic_rewards_predictor_network_kwargs", "pre_normalization_steps", "pre_normalization_length")
 
     def __init__(self, device, actor, envs=None, lr=1e-4, eps=1e-8, gamma=0.99, num_epochs=4, num_mini_batch=1,
                  mini_batch_size=None, clip_param=0.2, entropy_coef=0.01, value_loss_coef=0.5, max_grad_norm=0.5,
@@ -189,10 +192,7 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
         super().check_hyperparameters()
         if not 0.0 <= self.gamma_intrinsic <= 1.0:
             raise ValueError(f"RND_PPO hyperparameter gamma_intrinsic must be in [0, 1], got {self.gamma_intrinsic}")
-        if not 0.0 <= self.predictor_proportion <= 1.0:
-            raise ValueError(f"RND_PPO hyperparameter predictor_proportion must be in [0, 1], "
-                             f"got {self.predictor_proportion}")
-        for name in ("ext_adv_coeff", "int_adv_coeff", "pre_normalization_steps"):
+        for name in ("ext_adv_coeff", "int_adv_coeff", "predictor_proportion", "pre_normalization_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RND_PPO hyperparameter {name} must be >= 0, got {getattr(self, name)}")
         if self.pre_normalization_length < 1:
@@ -204,7 +204,8 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
         hyperparameters (a class is no checkpoint value, and they are fixed once built:
         a resumed run builds them from its own configuration; their weights are saved)."""
         state = super().state_dict()
-        fixed = self.fixed_hyperparameters[len(PPO.fixed_hyperparameters):]
+        fixed = ("intrinsic_rewards_network", "intrinsic_rewards_target_network_kwargs",
+                 "intrinsic_rewards_predictor_network_kwargs")
         state["hyperparameters"] = {k: v for k, v in state["hyperparameters"].items() if k not in fixed}
         return state
 
