@@ -18,7 +18,7 @@ from pytorchrl.agent.algorithms.policy_loss_addons import PolicyLossAddOn
 from pytorchrl.agent.algorithms.rnd_ppo import OBS_MEAN, OBS_STD, RND_OBS
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.envs.gym_env import make_gym_env
-from pytorchrl.agent.storages import GAEBuffer
+from pytorchrl.agent.storages import GAEBuffer, VTraceBuffer
 from pytorchrl.agent.storages.on_policy import compute_intrinsic_gae
 from pytorchrl.config import ConfigError, build_learner, describe_schema, load_config, validate_config
 
@@ -194,6 +194,8 @@ def test_the_factory_takes_pytorchrl_keyword_names_and_the_config_its_keys():
         factory("cpu", make_actor(OBS_SPACE, ACT_SPACE, "PPO"), None)
     with pytest.raises(ValueError, match="predictor_proportion"):
         _algo(predictor_proportion=-0.5)
+    with pytest.raises(ValueError, match="VTraceBuffer computes no intrinsic returns"):
+        VTraceBuffer("cpu", algo.actor, algo, None, size=8)
     everything = _algo(predictor_proportion=2.0)          # pytorchrl's default: every sample
     assert everything.predictor_mask(1000, "cpu").sum() == 1000
     schema = describe_schema()
