@@ -31,7 +31,11 @@ INDEX = "index"        # replay: where a sample sits in the buffer (for priority
 TD_ERROR = "td_error"  # per-sample |TD error| an algorithm reports for prioritized replay
 TARGET = "target"      # training target computed by the collector (Algorithm.preprocess_rollout)
 BOOTSTRAP_STEP = "bootstrap_step"  # recurrent replay: step of a sequence whose OBS2 bootstraps a target
+IREW = "irew"          # intrinsic reward (RND_PPO: the predictor's error on OBS, normalised)
+IVAL = "ival"          # intrinsic value estimate of OBS (one extra entry: of the last obs)
+IRET = "iret"          # intrinsic return target
+IADV = "iadv"          # intrinsic advantage estimate
 
 __all__ = ["SYNC", "ASYNC", "OBS", "OBS2", "RHS", "ACT", "REW", "DONE", "TERM", "TRUNC",
            "TRUNC_VAL", "VAL", "LOGP", "RET", "ADV", "VERSION", "DISCOUNT", "WEIGHT", "INDEX",
-           "TD_ERROR", "TARGET", "BOOTSTRAP_STEP", "__version__"]
+           "TD_ERROR", "TARGET", "BOOTSTRAP_STEP", "IREW", "IVAL", "IRET", "IADV", "__version__"]

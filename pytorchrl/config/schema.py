@@ -104,6 +104,9 @@ PARAMETER_RANGES = {
     "frame_stack": dict(low=1), "frame_skip": dict(low=0), "reward_delay": dict(low=1),
     "max_episode_steps": dict(low=0),
     "sequence_length": dict(low=1), "burn_in": dict(low=0), "priority_eta": dict(low=0.0, high=1.0),
+    "gamma_intrinsic": dict(low=0.0, high=1.0), "ext_adv_coeff": dict(low=0.0), "int_adv_coeff": dict(low=0.0),
+    "predictor_proportion": dict(low=0.0), "pre_normalization_steps": dict(low=0),
+    "pre_normalization_length": dict(low=1),
 }
 
 
@@ -251,7 +254,9 @@ POLICY_LOSS_ADDONS_KEY = dict(
 def algorithm_keys(name):
     """Hyperparameter keys of the algorithm called ``name`` (a key of ``ALGORITHMS``)."""
     cls = ALGORITHMS[name]
-    overrides = {"policy_loss_addons": POLICY_LOSS_ADDONS_KEY}
+    # (RND_PPO's networks: a configuration names a feature extractor; a class is Python's.)
+    overrides = {"policy_loss_addons": POLICY_LOSS_ADDONS_KEY,
+                 "intrinsic_rewards_network": dict(choices=("MLP", "CNN", "Fixup"))}
     keys = {n: derived(cls, n, **overrides.get(n, {})) for n in cls.hyperparameter_names()}
     return _mark_fixed(keys, cls.fixed_hyperparameters)
 

@@ -440,7 +440,7 @@ def _refuse_addons_without_support(data):
     cls = ALGORITHMS.get(data.get("name")) if isinstance(data.get("name"), str) else None
     if cls is not None and "policy_loss_addons" not in cls.hyperparameter_names():
         takers = [n for n, c in ALGORITHMS.items() if "policy_loss_addons" in c.hyperparameter_names()]
-        raise ConfigError("algorithm.policy_loss_addons", f"policy-loss add-ons are for {' and '.join(takers)} "
+        raise ConfigError("algorithm.policy_loss_addons", f"policy-loss add-ons are for {', '.join(takers[:-1])} and {takers[-1]} "
                                                           f"(terms added to an on-policy policy loss); "
                                                           f"{cls.name} takes none: remove the key")
 

@@ -59,7 +59,7 @@ def test_algorithm_keys_are_the_hyperparameters_of_the_class(name):
     assert all(key.doc for key in keys.values())   # read from the docstrings
     # on-policy: null means "num_mini_batch equal parts"; off-policy: always a number of samples
     assert keys["mini_batch_size"].kind == "int"
-    assert keys["mini_batch_size"].nullable == (name in ("PPO", "A2C"))
+    assert keys["mini_batch_size"].nullable == ALGORITHMS[name].on_policy
     # one learning rate, or one per optimizer (SAC: lr_q, lr_pi, lr_alpha)
     assert all(keys[k].kind == "number" for k in keys if k == "lr" or k.startswith("lr_"))
     assert any(k == "lr" or k.startswith("lr_") for k in keys)
@@ -103,7 +103,7 @@ ERRORS = [
     ("open bound", minimal(scheme={"fraction_samples": 0.0}), "scheme.fraction_samples: must be in (0, 1], got 0.0"),
     ("unknown env id", minimal(env={"id": "CartPole-v9"}), "env.id: unknown gymnasium environment 'CartPole-v9' (did you mean 'CartPole-v1'?)"),
     ("env module", minimal(env={"id": "no_such_module:Foo-v0"}), "env.id: cannot import module 'no_such_module'"),
-    ("unknown algorithm", minimal(algorithm={"name": "PPO2"}), "algorithm.name: expected one of 'PPO', 'A2C', 'DDQN', 'DDPG', 'TD3', 'SAC', got 'PPO2' "
+    ("unknown algorithm", minimal(algorithm={"name": "PPO2"}), "algorithm.name: expected one of 'PPO', 'A2C', 'DDQN', 'DDPG', 'TD3', 'SAC', 'RND_PPO', got 'PPO2' "
      "(did you mean 'PPO'?)"),
     ("unknown storage", minimal(storage={"name": "GAE"}), "storage.name: expected one of 'GAEBuffer', 'VanillaOnPolicyBuffer', 'VTraceBuffer', 'ReplayBuffer', "
      "'NStepReplayBuffer', 'PERBuffer', 'EREBuffer', 'RecurrentReplayBuffer' or null, got 'GAE'"),

@@ -87,7 +87,7 @@ def test_the_list_and_the_algorithm_are_checked(model):
     for off_policy in ("DDQN", "SAC"):
         raw = tiny(algorithm={"name": off_policy, "policy_loss_addons": [{"name": "AttractionKL",
                                                                           "checkpoints": [model]}]})
-        assert _error(raw) == (f"config error: algorithm.policy_loss_addons: policy-loss add-ons are for PPO and A2C "
+        assert _error(raw) == (f"config error: algorithm.policy_loss_addons: policy-loss add-ons are for PPO, A2C and RND_PPO "
                                f"(terms added to an on-policy policy loss); {off_policy} takes none: remove the key")
 
 
@@ -140,8 +140,8 @@ def test_a_checkpoint_of_another_network_is_refused_before_the_run_starts(tmp_pa
 def test_keys_lists_the_entry_keys_under_the_algorithms_that_take_addons(capsys):
     assert cli.main(["keys"]) == 0
     out = capsys.readouterr().out
-    assert out.count("    each entry of policy_loss_addons:") == 2
-    assert out.count("    policy_loss_addons: a value, default [].") == 2
+    assert out.count("    each entry of policy_loss_addons:") == 3    # PPO, A2C, RND_PPO
+    assert out.count("    policy_loss_addons: a value, default [].") == 3
     for line in ("      name: one of 'AttractionKL', 'RepulsionKL', required.",
                  "      checkpoints: a list of strings, required.",
                  "      weights: a list of numbers or null, >= 0, default None.",

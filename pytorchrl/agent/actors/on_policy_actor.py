@@ -5,7 +5,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from pytorchrl import ACT, LOGP, VAL
+from pytorchrl import ACT, IVAL, LOGP, VAL
 from pytorchrl.agent.accel import Accelerator, accelerated
 from pytorchrl.agent.accel.on_policy import NumpyPolicy
 from pytorchrl.agent.actors.base import Actor
@@ -41,8 +41,17 @@ def default_feature_extractor(input_space):
     return MLP
 
 
+def _int_value_refused(actor):
+    """Why the numpy acting program cannot act for ``actor``: an intrinsic value head,
+    whose value it does not compute (None without one)."""
+    if getattr(actor, "ivalue_head", None) is not None:
+        return "an intrinsic value head (int_value), which the numpy program does not compute"
+    return None
+
+
 @accelerated(Accelerator("acting", "numpy acting", NumpyPolicy.build,
-                         ("act_torch", "get_action", "get_value", "_features"), fallback="acting in torch"))
+                         ("act_torch", "get_action", "get_value", "_features"), fallback="acting in torch",
+                         refuses=_int_value_refused))
 class OnPolicyActor(Actor):
     """Policy and value function for on-policy algorithms.
 
@@ -87,14 +96,20 @@ class OnPolicyActor(Actor):
         output, 1 for the value output), as commonly used for PPO.
     log_std_init : float
         Initial log standard deviation of Gaussian policies.
+    int_value : bool or None
+        A second value head, of the intrinsic returns (``ivalue_head``, on the value
+        features; RND_PPO's), whose estimate ``act`` returns as ``prl.IVAL``. None: only
+        for ``algorithm_name`` RND_PPO.
     """
 
-    ON_POLICY_ALGORITHMS = ("PPO", "A2C")
+    ON_POLICY_ALGORITHMS = ("PPO", "A2C", "RND_PPO")
+    #: Algorithms that train an intrinsic value head (``int_value=None`` gives them one).
+    INT_VALUE_ALGORITHMS = ("RND_PPO",)
 
     def __init__(self, device, input_space, action_space, algorithm_name="PPO", restart_model=None,
                  feature_extractor_network=None, feature_extractor_kwargs=None,
                  shared_policy_value_network=True, ortho_init=True, log_std_init=0.0, recurrent_net=None,
-                 recurrent_net_kwargs=None):
+                 recurrent_net_kwargs=None, int_value=None):
         if recurrent_net is not None:
             recurrent_net = get_memory_network(recurrent_net)
         if feature_extractor_network is None:
@@ -152,6 +167,9 @@ class OnPolicyActor(Actor):
             self.action_dtype = torch.float32
             self._low = self._high = None
         self.value_head = nn.Linear(num_features, 1)
+        if int_value is None:
+            int_value = algorithm_name in self.INT_VALUE_ALGORITHMS
+        self.ivalue_head = nn.Linear(num_features, 1) if int_value else None
 
         if ortho_init:
             for net in (self.twin_net, self.policy_net, self.value_net):
@@ -159,6 +177,8 @@ class OnPolicyActor(Actor):
                     _orthogonal_init(net, np.sqrt(2))
             _orthogonal_init(self.dist.linear, 0.01)
             _orthogonal_init(self.value_head, 1.0)
+            if self.ivalue_head is not None:
+                _orthogonal_init(self.ivalue_head, 1.0)
 
         self.to(self.device)
         if self._low is not None:
@@ -200,12 +220,12 @@ class OnPolicyActor(Actor):
     def create_factory(cls, input_space, action_space, algorithm_name="PPO", restart_model=None,
                        recurrent_net=None, recurrent_net_kwargs=None, feature_extractor_network=None,
                        feature_extractor_kwargs=None, shared_policy_value_network=True, ortho_init=True,
-                       log_std_init=0.0):
+                       log_std_init=0.0, int_value=None):
         """Return a picklable ``factory(device)`` building an OnPolicyActor (parameters as in the class).
 
         The parameters up to ``shared_policy_value_network`` are in pytorchrl's positional
-        order (its scripts pass them positionally); ``ortho_init`` and ``log_std_init``,
-        which it does not have, follow.
+        order (its scripts pass them positionally); ``ortho_init``, ``log_std_init`` and
+        ``int_value`` follow.
         """
         if recurrent_net is not None:
             recurrent_net = get_memory_network(recurrent_net)   # a wrong name fails here, not in a worker
@@ -216,7 +236,7 @@ class OnPolicyActor(Actor):
                                 feature_extractor_kwargs=dict(feature_extractor_kwargs or {}),
                                 shared_policy_value_network=shared_policy_value_network,
                                 ortho_init=ortho_init, log_std_init=log_std_init, recurrent_net=recurrent_net,
-                                recurrent_net_kwargs=dict(recurrent_net_kwargs or {}))
+                                recurrent_net_kwargs=dict(recurrent_net_kwargs or {}), int_value=int_value)
 
     def _features(self, obs):
         if self.twin_net is not None:
@@ -300,12 +320,33 @@ class OnPolicyActor(Actor):
         return self._heads(*self._features(obs), deterministic)
 
     def act_torch(self, obs, state=None, deterministic=False):
+        if self.ivalue_head is not None:
+            pf, vf, state = self._memory_step(obs, state)
+            action, env_action, logp, value = self._heads(pf, vf, deterministic)
+            return env_action, {ACT: action, LOGP: logp, VAL: value, IVAL: self.ivalue_head(vf)}, state
         if self.memory is None:
             action, env_action, logp, value = self.get_action(obs, deterministic)
         else:
             pf, vf, state = self._memory_step(obs, state)
             action, env_action, logp, value = self._heads(pf, vf, deterministic)
         return env_action, {ACT: action, LOGP: logp, VAL: value}, state
+
+    def int_values(self, obs, state=None):
+        """Intrinsic value estimates (N, 1) of ``obs`` (numpy, as ``values``; ``state``: the
+        recurrent state of the rows), as a numpy array."""
+        obs = torch.as_tensor(np.asarray(obs), device=self.device)
+        state = None if state is None else torch.as_tensor(np.asarray(state), device=self.device)
+        with torch.no_grad():
+            return self.ivalue_head(self._memory_step(obs, state)[1]).cpu().numpy()
+
+    def evaluate_with_int_value(self, obs, action, entropy_grad=True, rhs=None, done=None, distribution=False):
+        """``evaluate_actions`` and the intrinsic value, from one forward pass: (logp,
+        entropy, value, int_value), and the policy as a torch distribution last when
+        ``distribution`` (for policy-loss add-ons). Arguments as in ``evaluate_actions``."""
+        pf, vf = self._head_features(obs, rhs, done)
+        logp, entropy = self.dist.log_prob_entropy(pf, action, entropy_grad)
+        out = (logp, entropy, self.value_head(vf), self.ivalue_head(vf))
+        return out + (self.dist.distribution(pf),) if distribution else out
 
     def get_value(self, obs, state=None):
         """Value estimate (B, 1) of a batch of observations (``state``: the recurrent state

@@ -266,11 +266,13 @@ class TorchVecEnv:
         """Reset every env; returns the observations as a tensor (num_envs, *obs_shape)."""
         return self._to_torch(self.reset_numpy()).clone()
 
-    def step_numpy(self, action):
+    def step_numpy(self, action, record=True):
         """Step every env with ``action`` (numpy array, one row per env); numpy in, numpy out.
 
         The collection workers' hot path: no tensor is built. The returned arrays are this
-        object's buffers: copy what must outlive the next call.
+        object's buffers: copy what must outlive the next call. ``record=False`` leaves the
+        episode statistics and the episode log alone (steps that are no training: RND_PPO's
+        warm-up of its observation statistics).
 
         Returns
         -------
@@ -292,10 +294,11 @@ class TorchVecEnv:
         except Exception as exc:
             raise self._error("step()", exc) from exc
         trunc = trunc & ~term
-        self._ep_return += rew
-        self._ep_length += 1
-        if final_obs:
-            self._record_episodes(final_obs)
+        if record:
+            self._ep_return += rew
+            self._ep_length += 1
+            if final_obs:
+                self._record_episodes(final_obs)
         return obs, rew, term, trunc, final_obs
 
     def _error(self, call, exc):

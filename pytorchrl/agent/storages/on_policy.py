@@ -17,12 +17,22 @@ mini-batches are sequences, never single steps shuffled across time: a mini-batc
 subset of the environments with all their steps (``OBS`` and ``DONE`` (T, B, ...), the
 other entries flattened time first, ``RHS`` (B, ...)), over which the actor re-runs its
 memory from the stored state, zeroing it after episode ends as the collector did.
+
+Intrinsic rewards (RND_PPO, pytorchrl's pairing of it with ``GAEBuffer``): when the
+algorithm's acting extras hold an intrinsic value (``prl.IVAL``), a rollout also carries
+the intrinsic value of its last observation, and the algorithm's ``preprocess_rollout``
+adds the intrinsic rewards (``prl.IREW``). Their advantages and returns (``prl.IADV``,
+``prl.IRET``) are non-episodic: GAE with the algorithm's ``gamma_intrinsic`` over the
+whole rollout, episode ends ignored, bootstrapped with the value of the observation after
+each step (the next episode's first one after an episode end). A collector-side storage
+also lets such an algorithm warm up its observation statistics on its environments
+(``warm_up``) when it is built.
 """
 
 import numpy as np
 import torch
 
-from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, REW, RHS, TERM, TRUNC, TRUNC_VAL, VAL
+from pytorchrl import ACT, ADV, DONE, IADV, IRET, IREW, IVAL, LOGP, OBS, RET, REW, RHS, TERM, TRUNC, TRUNC_VAL, VAL
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.storages.base import Storage, as_numpy
 
@@ -54,6 +64,28 @@ def compute_gae(rew, val, term, trunc, trunc_val, gamma, gae_lambda):
     delta = rew + gamma * next_values(val[1:], not_ended, trunc, trunc_val) - val[:-1]
     adv = reverse_scan(delta, gamma * gae_lambda * not_ended)
     return adv, adv + val[:-1]
+
+
+def compute_intrinsic_gae(irew, ival, gamma, gae_lambda):
+    """Non-episodic generalized advantage estimation (intrinsic rewards): ``compute_gae``
+    with no episode end, each step bootstrapped with the value of the observation after it.
+
+    Parameters
+    ----------
+    irew : torch.Tensor
+        (T, N, 1) intrinsic rewards.
+    ival : torch.Tensor
+        (T + 1, N, 1) intrinsic values, the last one of the observation after the last step.
+    gamma, gae_lambda : float
+        Discount factor and GAE's lambda.
+
+    Returns
+    -------
+    adv, ret : torch.Tensor
+        (T, N, 1) intrinsic advantages and return targets.
+    """
+    zeros = torch.zeros_like(irew)
+    return compute_gae(irew, ival, zeros, zeros, zeros, gamma, gae_lambda)
 
 
 def next_values(following, not_ended, trunc, trunc_val):
@@ -143,8 +175,12 @@ class VanillaOnPolicyBuffer(Storage):
         self.flat = None      # the chunks' samples with targets, flattened
         self.generator = None  # torch.Generator of the shuffling (None: torch's global one)
         self.sequences = None  # recurrent actors: prepared rollouts, one dict per rollout length
+        self.intrinsic = IVAL in tuple(getattr(algorithm, "acting_extras", ()))
+        self._last_ival = None
         if getattr(actor, "is_recurrent", False):
             self.check_sequences(algorithm, envs)
+        if envs is not None and callable(getattr(algorithm, "warm_up", None)):
+            algorithm.warm_up(envs)
 
     def check_sequences(self, algorithm, envs):
         """Refuse mini-batches that a recurrent actor's sequences cannot fill: each holds at
@@ -166,6 +202,9 @@ class VanillaOnPolicyBuffer(Storage):
         last step and of the final observations of truncated episodes (one call)."""
         rec, k = self._rec, self.step
         n = rec[OBS].shape[1]
+        if self.intrinsic:
+            self._last_ival = np.asarray(self.algorithm.bootstrap_intrinsic(rec[OBS][k], state),
+                                         dtype=np.float32).reshape(n, 1)
         truncated = [(t, i, o) for t, i, o, was_trunc in self._final_obs if was_trunc]
         obs = rec[OBS][k]
         if truncated:
@@ -183,8 +222,10 @@ class VanillaOnPolicyBuffer(Storage):
         """The recorded steps (possibly fewer than ``size``, if cut) as a dict of tensors
         (``VAL`` has one row more: the bootstrap value of the last observation; ``RHS``:
         a recurrent actor's state at the start of the rollout)."""
-        data = self.recorded_steps((ACT, LOGP, VAL))
+        data = self.recorded_steps((ACT, LOGP, VAL) + ((IVAL,) if self.intrinsic else ()))
         data[VAL] = np.concatenate([data[VAL], self._last_val[None]])
+        if self.intrinsic:
+            data[IVAL] = np.concatenate([data[IVAL], self._last_ival[None]])
         data[TRUNC_VAL] = self._trunc_val[:self.step]
         if self._start_state is not None:
             data[RHS] = self._start_state
@@ -256,11 +297,18 @@ class VanillaOnPolicyBuffer(Storage):
         Returns
         -------
         dict
-            ``OBS``, ``ACT``, ``LOGP``, ``VAL``, ``RET``, ``ADV`` and ``DONE``, each (T, N, ...).
+            ``OBS``, ``ACT``, ``LOGP``, ``VAL``, ``RET``, ``ADV`` and ``DONE``, each (T, N, ...);
+            with intrinsic rewards also ``IREW``, ``IVAL``, ``IRET``, ``IADV`` and the
+            algorithm's ``intrinsic_samples``.
         """
         adv, ret = compute_gae(c[REW], c[VAL], c[TERM], c[TRUNC], c[TRUNC_VAL], gamma, self.gae_lambda)
-        return {OBS: c[OBS], ACT: c[ACT], LOGP: c[LOGP], VAL: c[VAL][:-1], RET: ret, ADV: adv,
-                DONE: torch.maximum(c[TERM], c[TRUNC])}
+        samples = {OBS: c[OBS], ACT: c[ACT], LOGP: c[LOGP], VAL: c[VAL][:-1], RET: ret, ADV: adv,
+                   DONE: torch.maximum(c[TERM], c[TRUNC])}
+        if IREW in c:
+            iadv, iret = compute_intrinsic_gae(c[IREW], c[IVAL], self.algorithm.gamma_intrinsic, self.gae_lambda)
+            samples.update({IREW: c[IREW], IVAL: c[IVAL][:-1], IRET: iret, IADV: iadv})
+            samples.update(self.algorithm.intrinsic_samples(c))
+        return samples
 
     def prepare_sequences(self, gamma):
         """Compute the targets of every received rollout and keep them as sequences (T, N,

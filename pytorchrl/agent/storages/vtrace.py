@@ -34,7 +34,7 @@ import math
 import numpy as np
 import torch
 
-from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, REW, RHS, TERM, TRUNC, VAL
+from pytorchrl import ACT, ADV, DONE, IVAL, LOGP, OBS, RET, REW, RHS, TERM, TRUNC, VAL
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.storages.on_policy import VanillaOnPolicyBuffer, next_values, reverse_scan
 
@@ -132,6 +132,9 @@ class VTraceBuffer(VanillaOnPolicyBuffer):
         if LOGP not in algorithm.acting_extras:
             raise ValueError(f"VTraceBuffer needs the behaviour log-probabilities ({LOGP!r}) among the acting "
                              f"extras of {type(algorithm).__name__}, which records {algorithm.acting_extras}")
+        if IVAL in algorithm.acting_extras:
+            raise ValueError(f"VTraceBuffer computes no intrinsic returns, which {type(algorithm).__name__} trains "
+                             f"on; use GAEBuffer")
         super().__init__(device, actor, algorithm, envs, size)
         self.vtrace_lambda = float(vtrace_lambda)
         self.check_parameter_value("vtrace_lambda", self.vtrace_lambda)
