@@ -104,6 +104,9 @@ PARAMETER_RANGES = {
     "frame_stack": dict(low=1), "frame_skip": dict(low=0), "reward_delay": dict(low=1),
     "max_episode_steps": dict(low=0),
     "sequence_length": dict(low=1), "burn_in": dict(low=0), "priority_eta": dict(low=0.0, high=1.0),
+    "rho": dict(low=0.0, high=1.0), "phi": dict(low=0.0, high=1.0), "alpha": dict(low=0.0),
+    "total_buffer_demo_capacity": dict(low=1), "save_demos_every": dict(low=1),
+    "num_agent_demos_to_save": dict(low=0), "num_value_demos_to_save": dict(low=0),
 }
 
 
@@ -687,7 +690,10 @@ def describe_schema():
             out += [f"    {n}: {k.describe()}" for n, k in MUTATION_KEYS.items()]
         dynamic = {"algorithm": (ALGORITHMS, algorithm_keys), "storage": (STORAGES, storage_keys)}.get(section)
         if dynamic:
-            for cls_name in dynamic[0]:
+            for cls_name, cls in dynamic[0].items():
+                if getattr(cls, "__name__", cls_name) != cls_name:
+                    out.append(f"  with name: {cls_name}  (short name of {cls.__name__}: the same keys)")
+                    continue
                 out.append(f"  with name: {cls_name}")
                 keys = dynamic[1](cls_name)
                 out += [f"    {n}: {k.describe()}" for n, k in keys.items()]
