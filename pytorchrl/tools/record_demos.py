@@ -142,7 +142,8 @@ def record_demos(source, out_dir, demos=5, human=False, min_return=None, max_epi
         A run directory (``config.yaml``, and ``model.state_dict`` for a policy), or with
         ``human`` a configuration file whose ``env`` section builds the environment.
     out_dir : str
-        Folder of the ``.npz`` files (created); ``demo_<k>.npz``, or ``human_demo_<k>.npz``.
+        Folder of the ``.npz`` files (created); ``demo_<k>.npz``, or ``human_demo_<k>.npz``,
+        numbered after those already there.
     demos : int
         Demonstrations to keep.
     human : bool
@@ -186,6 +187,9 @@ def record_demos(source, out_dir, demos=5, human=False, min_return=None, max_epi
     os.makedirs(out_dir, exist_ok=True)
     stem = "human_demo" if human else "demo"
     kept, returns, quit_ = [], [], False
+    # Numbered after the files already there: several sessions fill one folder.
+    taken = [_index_of(f, stem) for f in os.listdir(out_dir)]
+    first = max([i for i in taken if i is not None], default=0) + 1
     try:
         episode = 0
         while len(kept) < demos and (max_episodes is None or episode < max_episodes):
@@ -198,7 +202,7 @@ def record_demos(source, out_dir, demos=5, human=False, min_return=None, max_epi
             returns.append(ret)
             path = None
             if min_return is None or ret >= min_return:
-                path = os.path.join(out_dir, f"{stem}_{len(kept) + 1}.npz")
+                path = os.path.join(out_dir, f"{stem}_{first + len(kept)}.npz")
                 obs = np.stack(obs)
                 if frame_stack > 1:
                     obs = obs[:, -(obs.shape[1] // frame_stack):]
@@ -210,6 +214,13 @@ def record_demos(source, out_dir, demos=5, human=False, min_return=None, max_epi
     finally:
         env.close()
     return {"kept": kept, "returns": returns, "quit": quit_}
+
+
+def _index_of(name, stem):
+    """k of a file named ``<stem>_<k>.npz``, else None."""
+    base, ext = os.path.splitext(name)
+    head, _, k = base.rpartition("_")
+    return int(k) if ext == ".npz" and head == stem and k.isdigit() else None
 
 
 def _load_config_file(path):
