@@ -125,7 +125,8 @@ def build_env(config, render=False):
     render : bool
         Build it with ``render_mode="rgb_array"``.
     """
-    from pytorchrl.agent.spaces import pack_env
+    from pytorchrl.agent.env.vec_env import ChannelsFirst
+    from pytorchrl.agent.spaces import looks_like_hwc_image, pack_env
     from pytorchrl.envs import make_gym_env
     from pytorchrl.envs.families import ENV_FAMILIES
 
@@ -147,7 +148,10 @@ def build_env(config, render=False):
             module, _, env_id = env_id.partition(":")
             importlib.import_module(module)
         env = make_gym_env(env_id, **kwargs)
-    # Dict and Tuple observations are packed as the training envs packed them.
+    # (H, W, C) images are moved channels first, as the training envs (VecEnv) move them;
+    # Dict and Tuple observations are packed as they packed them.
+    if looks_like_hwc_image(env.observation_space):
+        return ChannelsFirst(env)
     return pack_env(env)
 
 

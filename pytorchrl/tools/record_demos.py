@@ -224,7 +224,18 @@ def _index_of(name, stem):
 
 
 def _load_config_file(path):
-    from pytorchrl.config import load_config
+    """The configuration of the file ``path`` for its env section: the demonstrations
+    folders its storage reads are left out (they may be the ones being recorded)."""
+    from pytorchrl.config import ConfigError, validate_config
+    from pytorchrl.config.loader import load_yaml
     if not os.path.isfile(path):
         raise EvaluationError(f"no such run directory or configuration file: {path}")
-    return load_config(path)
+    raw = load_yaml(path)
+    storage = raw.get("storage") if isinstance(raw, dict) else None
+    if isinstance(storage, dict):
+        for key in ("initial_human_demos_dir", "initial_agent_demos_dir", "initial_value_demos_dir"):
+            storage.pop(key, None)
+    try:
+        return validate_config(raw)
+    except ConfigError as exc:
+        raise exc.with_source(os.path.basename(path)) from None
