@@ -25,18 +25,7 @@ from pytorchrl.tools.record_demos import record_demos
 
 from _util import make_actor
 from cli_helpers import tiny
-
-DEMO_ACTIONS = [1, 0, 1, 1, 0]
-
-
-def write_demo(folder, name, value, actions=DEMO_ACTIONS, rewards=None, max_value=None):
-    os.makedirs(folder, exist_ok=True)
-    n = len(actions)
-    obs = np.full((n + 1, 4), value, dtype=np.float32) + np.arange(n + 1, dtype=np.float32)[:, None] / 100
-    rew = np.arange(1, n + 1, dtype=np.float32) if rewards is None else np.asarray(rewards, np.float32)
-    save_demo(os.path.join(folder, name), obs, np.array(actions, np.int64)[:, None], rew, max_value=max_value)
-    return obs, rew
-
+from ppod_helpers import DEMO_ACTIONS, ppod_config, write_demo
 
 def cartpole_storage(num_envs, seed=0, **kwargs):
     envs = TorchVecEnv([lambda: gym.make("CartPole-v1")] * num_envs, seed=seed)
@@ -216,3 +205,18 @@ def test_record_demos_reads_a_humans_keys_on_stdin(tmp_path):
     result = record_demos(str(tmp_path / "run"), str(tmp_path / "h"), demos=1, human=True,
                           stdin=io.StringIO("1\n" * 300), stdout=io.StringIO())
     assert [os.path.basename(p) for p in result["kept"]] == ["human_demo_2.npz"]
+
+
+def test_ppo_trains_with_ppod_from_the_configuration_and_saves_agent_demos(tmp_path):
+    from pytorchrl.config import build_learner
+    learner = build_learner(ppod_config(tmp_path))
+    try:
+        while not learner.done():
+            learner.step()
+        metrics = learner.get_metrics(add_episodes_metrics=True)
+    finally:
+        learner.stop()
+    assert learner.num_samples_collected >= 512 and np.isfinite(metrics["Algorithm/PolicyLoss"])
+    saved = [load_demo(str(tmp_path / "saved" / f)) for f in sorted(os.listdir(tmp_path / "saved"))]
+    assert len(saved) == 3 and all(d["total_reward"] >= 2.5 for d in saved)
+    assert [d["total_reward"] for d in saved] == sorted((d["total_reward"] for d in saved), reverse=True)
