@@ -5,8 +5,8 @@ import os
 
 import numpy as np
 
-from pytorchrl.agent.storages.ppod import save_demo
-from pytorchrl.config import validate_config
+from pytorchrl.agent.storages.ppod import load_demo, save_demo
+from pytorchrl.config import build_learner, validate_config
 
 from cli_helpers import tiny
 
@@ -33,3 +33,18 @@ def ppod_config(tmp_path, **scheme):
     return validate_config(tiny(storage=storage, env={"test_env": False},
                                 learner={"target_steps": 512, "tensorboard": False, "final_eval": False},
                                 **({"scheme": scheme} if scheme else {})))
+
+
+def train_and_read_saved_demos(config, tmp_path):
+    """Train ``config`` (from ``ppod_config``) to its target; returns (the learner, its
+    final metrics, the saved agent demonstrations in file order)."""
+    learner = build_learner(config)
+    try:
+        while not learner.done():
+            learner.step()
+        metrics = learner.get_metrics(add_episodes_metrics=True)
+    finally:
+        learner.stop()
+    assert learner.num_samples_collected >= 512 and np.isfinite(metrics["Algorithm/PolicyLoss"])
+    saved = [load_demo(str(tmp_path / "saved" / f)) for f in sorted(os.listdir(tmp_path / "saved"))]
+    return learner, metrics, saved

@@ -2,8 +2,8 @@
 
 The storage is driven as a collector drives it (actor.act on ``current_obs``, the real
 CartPole environments stepped, ``insert``, ``finish``), with demonstrations written by
-``save_demo`` whose observations no CartPole state has (every entry 7 or -7), so that a
-lane replaying one is recognised by its observation.
+``write_demo`` (tests/ppod_helpers.py) whose observations no CartPole state has (every
+entry near 7 or -7), so that a lane replaying one is recognised by its observation.
 """
 
 import io
@@ -19,13 +19,13 @@ from pytorchrl.agent.algorithms import PPO
 from pytorchrl.agent.env.vec_env import TorchVecEnv
 from pytorchrl.agent.storages import STORAGES, PPODBuffer
 from pytorchrl.agent.storages.base import FINAL_OBS
-from pytorchrl.agent.storages.ppod import load_demo, save_demo
+from pytorchrl.agent.storages.ppod import load_demo
 from pytorchrl.config import ConfigError, build_actor_factory, dump_config, validate_config
 from pytorchrl.tools.record_demos import record_demos
 
 from _util import make_actor
 from cli_helpers import tiny
-from ppod_helpers import DEMO_ACTIONS, ppod_config, write_demo
+from ppod_helpers import DEMO_ACTIONS, ppod_config, train_and_read_saved_demos, write_demo
 
 def cartpole_storage(num_envs, seed=0, **kwargs):
     envs = TorchVecEnv([lambda: gym.make("CartPole-v1")] * num_envs, seed=seed)
@@ -208,15 +208,6 @@ def test_record_demos_reads_a_humans_keys_on_stdin(tmp_path):
 
 
 def test_ppo_trains_with_ppod_from_the_configuration_and_saves_agent_demos(tmp_path):
-    from pytorchrl.config import build_learner
-    learner = build_learner(ppod_config(tmp_path))
-    try:
-        while not learner.done():
-            learner.step()
-        metrics = learner.get_metrics(add_episodes_metrics=True)
-    finally:
-        learner.stop()
-    assert learner.num_samples_collected >= 512 and np.isfinite(metrics["Algorithm/PolicyLoss"])
-    saved = [load_demo(str(tmp_path / "saved" / f)) for f in sorted(os.listdir(tmp_path / "saved"))]
+    _, _, saved = train_and_read_saved_demos(ppod_config(tmp_path), tmp_path)
     assert len(saved) == 3 and all(d["total_reward"] >= 2.5 for d in saved)
     assert [d["total_reward"] for d in saved] == sorted((d["total_reward"] for d in saved), reverse=True)
