@@ -152,7 +152,8 @@ def test_the_collector_offers_finished_episodes_and_saves_the_best_in_the_demo_f
 def test_the_configuration_names_the_storage_ppod_and_checks_its_folders(tmp_path):
     assert STORAGES["ppod"] is PPODBuffer
     write_demo(tmp_path / "human", "h.npz", 7.0)
-    config = validate_config(tiny(storage={"name": "ppod", "size": 16, "initial_human_demos_dir": str(tmp_path / "human"),
+    human = str(tmp_path / "human")
+    config = validate_config(tiny(storage={"name": "ppod", "size": 16, "initial_human_demos_dir": human,
                                            "rho": 0.2, "phi": 0.0}))
     assert config["storage"]["initial_human_demos_dir"] == str(tmp_path / "human")
     with pytest.raises(ConfigError, match="storage.initial_agent_demos_dir: no such demonstrations folder"):
