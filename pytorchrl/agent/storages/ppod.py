@@ -199,7 +199,10 @@ class PPODBuffer(GAEBuffer):
         self.num_human_demos = len(human)
         n = envs.num_envs
         self._lane = [None] * n       # per env: [demo, step] while it replays one
-        self._episode = [self._empty_episode() for _ in range(n)]
+        # The agent's episode in progress on each env: pieces from earlier rollouts, and the
+        # row of this rollout where its part here starts (None: the lane replays a demo).
+        self._carried = [[] for _ in range(n)]
+        self._from = [0] * n
         self._demo_steps = []         # (t, env) of the replayed steps of this rollout
         self._held = set()            # envs stepping behind a demo: reset when their lane returns
         self._started = False
@@ -249,6 +252,7 @@ class PPODBuffer(GAEBuffer):
     def start(self, obs, state=None):
         super().start(obs, state)
         self._demo_steps = []
+        self._from = [None if lane is not None else 0 for lane in self._lane]
         if not self._started:
             # The first episodes are drawn as every later one is: some lanes start on a demo.
             self._started = True
@@ -257,23 +261,19 @@ class PPODBuffer(GAEBuffer):
 
     def insert(self, step):
         t = self.step
-        obs = self._rec[OBS][t]
         replaying = [i for i, lane in enumerate(self._lane) if lane is not None]
-        if replaying:
-            final = step.get(FINAL_OBS)
-            if final:
-                # Episodes of an environment that runs behind a demonstration are not data.
-                step = {**step, FINAL_OBS: {i: o for i, o in final.items() if self._lane[i] is None}}
+        final = step.get(FINAL_OBS)
+        if replaying and final:
+            # Episodes of an environment that runs behind a demonstration are not data.
+            final = {i: o for i, o in final.items() if self._lane[i] is None}
+            step = {**step, FINAL_OBS: final}
         super().insert(step)
         rec = self._rec
-        ended = step.get(FINAL_OBS) or {}
-        for i, lane in enumerate(self._lane):
-            if lane is None:
-                self._track(i, obs[i], rec[ACT][t, i], rec[REW][t, i], rec[VAL][t, i])
-                if i in ended:
-                    self._episode_ended(i)
-                    self._draw(i, t + 1)
-                continue
+        for i in final or ():
+            self._episode_ended(i, t + 1)
+            self._draw(i, t + 1)
+        for i in replaying:
+            lane = self._lane[i]
             demo, k = lane
             rec[ACT][t, i] = demo["act"][k].reshape(rec[ACT].shape[2:])
             rec[REW][t, i] = demo["rew"][k]
@@ -292,6 +292,9 @@ class PPODBuffer(GAEBuffer):
         """Bootstrap (``GAEBuffer``), then give every replayed step the current policy's
         log-probability of the demonstration's action, in one batched evaluation."""
         super().finish(state)
+        for i, start in enumerate(self._from):
+            if start is not None and start < self.step:
+                self._carried[i].append(self._episode_rows(i, start, self.step))
         if self._demo_steps:
             rec = self._rec
             ts, envs = (np.array(x) for x in zip(*self._demo_steps))
@@ -321,7 +324,8 @@ class PPODBuffer(GAEBuffer):
         elif i in self._held:
             self._rec[OBS][t, i] = self.envs.reset_env(i)
             self._held.discard(i)
-        self._episode[i] = self._empty_episode()
+        self._carried[i] = []
+        self._from[i] = None if demo is not None else t
 
     def _value_probs(self):
         w = np.maximum([d["max_value"] for d in self.value_demos], 0.0) ** self.alpha
@@ -340,27 +344,26 @@ class PPODBuffer(GAEBuffer):
         return np.concatenate([previous[c:], frame])
 
     # ------------------------------------------------------------- agent demos
-    @staticmethod
-    def _empty_episode():
-        return {"obs": [], "act": [], "rew": [], "max_value": -np.inf}
+    def _episode_rows(self, i, start, stop):
+        """Copies of rows ``start:stop`` of env ``i``'s observations (the newest frame only),
+        actions, rewards and values in this rollout."""
+        rec = self._rec
+        obs = rec[OBS][start:stop, i]
+        if self.frame_stack > 1:
+            obs = obs[:, -(obs.shape[1] // self.frame_stack):]
+        return (np.array(obs), np.array(rec[ACT][start:stop, i]), np.array(rec[REW][start:stop, i]),
+                np.array(rec[VAL][start:stop, i]).reshape(-1))
 
-    def _track(self, i, obs, act, rew, val):
-        ep = self._episode[i]
-        c = obs.shape[0] // self.frame_stack if self.frame_stack > 1 else None
-        ep["obs"].append(np.array(obs[-c:] if c else obs))
-        ep["act"].append(np.array(act))
-        ep["rew"].append(float(rew))
-        ep["max_value"] = max(ep["max_value"], float(np.asarray(val).reshape(-1)[0]))
-
-    def _episode_ended(self, i):
-        """Offer environment ``i``'s finished episode as a demonstration."""
-        ep = self._episode[i]
-        if not ep["act"]:
+    def _episode_ended(self, i, stop):
+        """Offer env ``i``'s episode that ended at row ``stop`` (exclusive) as a demonstration."""
+        start = self._from[i]
+        pieces = self._carried[i] + ([self._episode_rows(i, start, stop)] if start is not None else [])
+        if not pieces:
             return
-        demo = {"obs": np.stack(ep["obs"]), "act": np.stack(ep["act"]), "rew": np.array(ep["rew"], np.float32),
-                "length": len(ep["act"]), "total_reward": float(np.sum(ep["rew"])), "id": str(uuid.uuid4()),
-                "max_value": None}
-        self.offer_demo(demo, ep["max_value"])
+        obs, act, rew, val = (np.concatenate(part) for part in zip(*pieces))
+        demo = {"obs": obs, "act": act, "rew": rew.astype(np.float32), "length": len(act),
+                "total_reward": float(rew.sum()), "id": str(uuid.uuid4()), "max_value": None}
+        self.offer_demo(demo, float(val.max()))
 
     def offer_demo(self, demo, max_value):
         """Keep an agent episode ``demo`` (a dict as ``load_demo`` returns) as a reward
