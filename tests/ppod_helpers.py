@@ -1,12 +1,15 @@
-"""Helpers of the PPO+D tests (tests/unit/test_ppod.py, tests/distributed/test_ppod_ray.py):
-demonstrations no CartPole state looks like, and a tiny PPO+D configuration."""
+"""Helpers of the PPO+D tests (tests/unit/test_ppod.py, tests/distributed/test_ppod_ray.py,
+tests/cli/test_cli_record_demos.py): demonstrations no CartPole state looks like, a tiny PPO+D
+configuration, and a saved run to record demonstrations from."""
 
 import os
 
+import gymnasium as gym
 import numpy as np
+import torch
 
 from pytorchrl.agent.storages.ppod import load_demo, save_demo
-from pytorchrl.config import build_learner, validate_config
+from pytorchrl.config import build_actor_factory, build_learner, dump_config, validate_config
 
 from cli_helpers import tiny
 
@@ -48,3 +51,16 @@ def train_and_read_saved_demos(config, tmp_path):
     assert learner.num_samples_collected >= 512 and np.isfinite(metrics["Algorithm/PolicyLoss"])
     saved = [load_demo(str(tmp_path / "saved" / f)) for f in sorted(os.listdir(tmp_path / "saved"))]
     return learner, metrics, saved
+
+
+def saved_run(directory):
+    """A run directory as a run leaves it: config.yaml and the actor's model.state_dict."""
+    os.makedirs(directory, exist_ok=True)
+    config = validate_config(tiny())
+    with open(os.path.join(directory, "config.yaml"), "w") as f:
+        f.write(dump_config(config))
+    env = gym.make("CartPole-v1")
+    torch.manual_seed(0)
+    actor = build_actor_factory(config, env.observation_space, env.action_space, "PPO")("cpu")
+    torch.save(actor.state_dict(), os.path.join(directory, "model.state_dict"))
+    return actor

@@ -20,12 +20,12 @@ from pytorchrl.agent.env.vec_env import TorchVecEnv
 from pytorchrl.agent.storages import STORAGES, PPODBuffer
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.agent.storages.ppod import load_demo
-from pytorchrl.config import ConfigError, build_actor_factory, dump_config, validate_config
+from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.tools.record_demos import record_demos
 
 from _util import make_actor
 from cli_helpers import tiny
-from ppod_helpers import DEMO_ACTIONS, ppod_config, train_and_read_saved_demos, write_demo
+from ppod_helpers import DEMO_ACTIONS, ppod_config, saved_run, train_and_read_saved_demos, write_demo
 
 def cartpole_storage(num_envs, seed=0, **kwargs):
     envs = TorchVecEnv([lambda: gym.make("CartPole-v1")] * num_envs, seed=seed)
@@ -173,19 +173,6 @@ def test_the_configuration_names_the_storage_ppod_and_checks_its_folders(tmp_pat
         validate_config(tiny(storage={"name": "ppod", "size": 16, "rho": 0.7, "phi": 0.5}))
 
 
-def saved_run(directory):
-    """A run directory as a run leaves it: config.yaml and the actor's model.state_dict."""
-    os.makedirs(directory, exist_ok=True)
-    config = validate_config(tiny())
-    with open(os.path.join(directory, "config.yaml"), "w") as f:
-        f.write(dump_config(config))
-    env = gym.make("CartPole-v1")
-    torch.manual_seed(0)
-    actor = build_actor_factory(config, env.observation_space, env.action_space, "PPO")("cpu")
-    torch.save(actor.state_dict(), os.path.join(directory, "model.state_dict"))
-    return actor
-
-
 def test_record_demos_from_a_saved_policy_keeps_the_episodes_above_the_threshold(tmp_path):
     actor = saved_run(tmp_path / "run")
     out = tmp_path / "demos"
@@ -223,3 +210,4 @@ def test_ppo_trains_with_ppod_from_the_configuration_and_saves_agent_demos(tmp_p
     _, _, saved = train_and_read_saved_demos(ppod_config(tmp_path), tmp_path)
     assert len(saved) == 3 and all(d["total_reward"] >= 2.5 for d in saved)
     assert [d["total_reward"] for d in saved] == sorted((d["total_reward"] for d in saved), reverse=True)
+
