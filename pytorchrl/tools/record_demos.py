@@ -15,7 +15,8 @@ import numpy as np
 
 from pytorchrl import ACT
 from pytorchrl.agent.storages.ppod import save_demo
-from pytorchrl.tools.evaluate import EvaluationError, build_env, build_policy, load_run_config
+from pytorchrl.tools import CONFIG, MODEL
+from pytorchrl.tools.evaluate import EvaluationError, build_env, build_policy
 
 #: Words that end the human session at once (the episode in progress is not kept).
 QUIT_WORDS = ("q", "quit")
@@ -173,13 +174,12 @@ def record_demos(source, out_dir, demos=5, human=False, min_return=None, max_epi
         ``kept`` (paths), ``returns`` (of every episode played), ``quit`` (the human quit).
     """
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    config = _load_config_file(os.path.join(source, CONFIG) if os.path.isdir(source) else source)
     if human:
-        config = load_run_config(source) if os.path.isdir(source) else _load_config_file(source)
         env = build_env(config)
         choose = human_chooser(env, stdin, stdout)
     else:
-        config = load_run_config(source)
-        env, actor = build_policy(config, model or os.path.join(source, "model.state_dict"))
+        env, actor = build_policy(config, model or os.path.join(source, MODEL))
         choose = policy_chooser(env, actor, deterministic)
     if max_episodes is None and not human:
         max_episodes = 20 * demos
@@ -224,12 +224,13 @@ def _index_of(name, stem):
 
 
 def _load_config_file(path):
-    """The configuration of the file ``path`` for its env section: the demonstrations
-    folders its storage reads are left out (they may be the ones being recorded)."""
+    """The configuration in the file ``path`` (a run's config.yaml or a configuration file),
+    validated without the demonstrations folders its storage reads: only its env and actor
+    sections are used, and those folders may be the ones being recorded into."""
     from pytorchrl.config import ConfigError, validate_config
     from pytorchrl.config.loader import load_yaml
     if not os.path.isfile(path):
-        raise EvaluationError(f"no such run directory or configuration file: {path}")
+        raise EvaluationError(f"no such run directory (with {CONFIG}) or configuration file: {path}")
     raw = load_yaml(path)
     storage = raw.get("storage") if isinstance(raw, dict) else None
     if isinstance(storage, dict):
