@@ -38,7 +38,7 @@ from harness.report import md_table  # noqa: E402
 from pytorchrl.config import build_learner, validate_config  # noqa: E402
 from pytorchrl.config.loader import load_yaml  # noqa: E402
 from pytorchrl.tools.evaluate import build_env  # noqa: E402
-from pytorchrl.tools.record_demos import _load_config_file  # noqa: E402
+from pytorchrl.tools.record_demos import recording_config  # noqa: E402
 
 CONFIG = os.path.join(REPO, "examples", "configs", "ppod_minigrid_doorkey.yaml")
 #: MiniGrid's actions the search tries (drop and done never help in DoorKey).
@@ -72,7 +72,7 @@ def shortest_solution(env, seed):
 def record_scripted_demos(config_path, out_dir, seeds):
     """One demonstration per seed of ``seeds`` into ``out_dir``, each recorded by
     ``pytorchrl record-demos --human`` with the shortest solution typed on its stdin."""
-    env = build_env(_load_config_file(config_path))
+    env = build_env(recording_config(config_path))
     try:
         for seed in seeds:
             keys = "".join(f"{a}\n" for a in shortest_solution(env, seed))

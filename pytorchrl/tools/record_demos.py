@@ -174,7 +174,7 @@ def record_demos(source, out_dir, demos=5, human=False, min_return=None, max_epi
         ``kept`` (paths), ``returns`` (of every episode played), ``quit`` (the human quit).
     """
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
-    config = _load_config_file(os.path.join(source, CONFIG) if os.path.isdir(source) else source)
+    config = recording_config(os.path.join(source, CONFIG) if os.path.isdir(source) else source)
     if human:
         env = build_env(config)
         choose = human_chooser(env, stdin, stdout)
@@ -223,10 +223,16 @@ def _index_of(name, stem):
     return int(k) if ext == ".npz" and head == stem and k.isdigit() else None
 
 
-def _load_config_file(path):
+def recording_config(path):
     """The configuration in the file ``path`` (a run's config.yaml or a configuration file),
     validated without the demonstrations folders its storage reads: only its env and actor
-    sections are used, and those folders may be the ones being recorded into."""
+    sections are used, and those folders may be the ones being recorded into.
+
+    Parameters
+    ----------
+    path : str
+        The YAML file.
+    """
     from pytorchrl.config import ConfigError, validate_config
     from pytorchrl.config.loader import load_yaml
     if not os.path.isfile(path):
@@ -240,3 +246,7 @@ def _load_config_file(path):
         return validate_config(raw)
     except ConfigError as exc:
         raise exc.with_source(os.path.basename(path)) from None
+
+
+__all__ = ["record_demos", "recording_config", "play_episode", "HumanPolicy", "action_names", "policy_chooser",
+           "human_chooser", "QUIT_WORDS"]
