@@ -24,7 +24,13 @@ QUIT_WORDS = ("q", "quit")
 
 def action_names(env):
     """Names of a Discrete action space's actions: the environment's own (MiniGrid's
-    ``actions`` enumeration) when it has them, else their numbers."""
+    ``actions`` enumeration) when it has them, else their numbers.
+
+    Parameters
+    ----------
+    env : gymnasium.Env
+        The environment, with a Discrete action space.
+    """
     n = env.action_space.n
     enum = getattr(env.unwrapped, "actions", None)
     try:
@@ -112,7 +118,18 @@ def play_episode(env, choose, seed=None):
 
 
 def policy_chooser(env, actor, deterministic):
-    """``choose`` of a saved policy: its action, stored as training stores it."""
+    """``choose`` (see ``play_episode``) of a saved policy: its action, stored as training
+    stores it.
+
+    Parameters
+    ----------
+    env : gymnasium.Env
+        The environment (a Discrete action is handed to it as an int).
+    actor : Actor
+        The policy.
+    deterministic : bool
+        Its mode (True) or a sample.
+    """
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
 
     def choose(obs):
@@ -123,8 +140,17 @@ def policy_chooser(env, actor, deterministic):
 
 
 def human_chooser(env, stream, out):
-    """``choose`` of a human typing actions (``HumanPolicy``); the stored action is the
-    index as a one-element int64 row, as the on-policy actors store Discrete actions."""
+    """``choose`` (see ``play_episode``) of a human typing actions (``HumanPolicy``); the
+    stored action is the index as a one-element int64 row, as the on-policy actors store
+    Discrete actions.
+
+    Parameters
+    ----------
+    env : gymnasium.Env
+        The environment, with a Discrete action space.
+    stream, out : file
+        Where the keys are read and the prompts written.
+    """
     human = HumanPolicy(env, stream, out)
 
     def choose(obs):
