@@ -6,6 +6,7 @@
     pytorchrl pbt CONF [KEY=VALUE ...] [--population N] [--run-dir DIR] [--dry-run] [--progress MODE]
     pytorchrl resume RUN_DIR [KEY=VALUE ...] [--progress MODE]
     pytorchrl evaluate RUN_DIR [--episodes N] [--video out.gif|out.mp4]
+    pytorchrl record-demos SOURCE OUT_DIR [--demos N] [--human] [--min-return R]
     pytorchrl plot RUN_DIR [RUN_DIR ...] [-o curves.png]
     pytorchrl set RUN_DIR KEY=VALUE [KEY=VALUE ...] [--timeout S]
     pytorchrl presets [NAME]
@@ -260,6 +261,40 @@ def evaluate_command(args):
     return EXIT_OK
 
 
+def record_demos_command(args):
+    """Handler of `record-demos`: demonstrations for PPO+D; returns the exit status."""
+    from pytorchrl.tools.record_demos import record_demos
+    if args.human:
+        if not (os.path.isdir(args.source) or os.path.isfile(args.source)):
+            raise UsageError(f"no such run directory or configuration file: {args.source}")
+    else:
+        _check_run_dir(args.source, CONFIG)
+    for name in ("demos", "frame_stack"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.max_episodes is not None and args.max_episodes < 1:
+        raise UsageError(f"--max-episodes must be at least 1, got {args.max_episodes}")
+    # The human's prompts go to stderr: stdout keeps one line per episode.
+    out = sys.stderr if args.human else sys.stdout
+
+    def on_episode(i, ret, length, path):
+        kept = f"kept as {path}" if path else f"not kept (below {args.min_return})"
+        print(f"episode {i + 1}: return {ret:.3f} ({length} steps), {kept}", flush=True)
+
+    result = record_demos(args.source, args.out_dir, demos=args.demos, human=args.human, min_return=args.min_return,
+                          max_episodes=args.max_episodes, seed=args.seed, model=args.model,
+                          deterministic=not args.sample, frame_stack=args.frame_stack, stdout=out,
+                          on_episode=on_episode)
+    kept = len(result["kept"])
+    print(f"{kept} demonstration(s) in {args.out_dir} from {len(result['returns'])} episode(s)"
+          + (" (quit)" if result["quit"] else ""), flush=True)
+    if kept < args.demos:
+        print(f"error: {kept} of the {args.demos} demonstrations asked for were recorded", file=sys.stderr,
+              flush=True)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
 def _parse_size(text):
     try:
         w, h = (float(v) for v in text.lower().split("x"))
@@ -492,6 +527,19 @@ videos (gymnasium's rgb_array rendering; classic-control envs need pygame):
 
 exit status: 0 done, 2 error (no model, missing video dependency, ...)"""
 
+RECORD_DESCRIPTION = """\
+Record demonstrations for PPO+D (storage.name: ppod): episodes played by the policy saved
+in a run directory, or by a human typing one action per step (--human), each written to
+OUT_DIR as an .npz file (Observation, Action, Reward, FrameSkip) that the storage's
+initial_human_demos_dir or initial_agent_demos_dir reads."""
+
+RECORD_EPILOG = """\
+examples:
+  pytorchrl record-demos runs/ppo_doorkey demos/ --demos 5 --min-return 0.5
+  pytorchrl record-demos examples/configs/ppod_minigrid_doorkey.yaml demos/ --human --demos 1
+
+exit status: 0 all demonstrations recorded, 2 error or fewer than asked for"""
+
 PLOT_DESCRIPTION = """\
 Draw learning curves from the metrics.csv of one or more runs: the return against
 environment steps (left) and against wall-clock time (right). Runs with the same --label,
@@ -606,6 +654,28 @@ def build_parser():
                                "checkpoint (e.g. RUN_DIR/checkpoint.prev.pt)")
     _add_debug_argument(evaluate)
     evaluate.set_defaults(handler=evaluate_command)
+
+    record = sub.add_parser("record-demos", help="record demonstrations for PPO+D (storage.name: ppod)",
+                            description=RECORD_DESCRIPTION, epilog=RECORD_EPILOG, formatter_class=raw)
+    record.add_argument("source", metavar="SOURCE",
+                        help="run directory whose saved policy plays; with --human, a run directory or a "
+                             "configuration file (its env section)")
+    record.add_argument("out_dir", metavar="OUT_DIR", help="folder of the .npz demonstrations (created)")
+    record.add_argument("--demos", type=int, default=5, metavar="N", help="demonstrations to keep (default 5)")
+    record.add_argument("--human", action="store_true", help="read one action per step on stdin")
+    record.add_argument("--min-return", type=float, default=None, metavar="R",
+                        help="keep only episodes whose return is at least R")
+    record.add_argument("--max-episodes", type=int, default=None, metavar="M",
+                        help="episodes played at most (default: 20 per demonstration; no limit with --human)")
+    record.add_argument("--seed", type=int, default=None, help="seed of the first episode")
+    record.add_argument("--model", metavar="FILE", default=None,
+                        help="weights to load instead of SOURCE/model.state_dict")
+    record.add_argument("--sample", action="store_true",
+                        help="sample the policy's actions instead of taking its mode")
+    record.add_argument("--frame-stack", type=int, default=1, metavar="K",
+                        help="frames stacked in an observation: keep the newest one (storage.frame_stack K)")
+    _add_debug_argument(record)
+    record.set_defaults(handler=record_demos_command)
 
     plot = sub.add_parser("plot", help="draw learning curves of runs into an image",
                           description=PLOT_DESCRIPTION, epilog=PLOT_EPILOG, formatter_class=raw)

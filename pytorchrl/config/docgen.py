@@ -205,7 +205,10 @@ def configuration_reference():
                 out += [f"### algorithm `name: {name}`\n", _table(algorithm_keys(name)), ""]
             out += ["### each entry of `policy_loss_addons`\n", ADDONS_TEXT, _table(POLICY_LOSS_ADDON_KEYS), ""]
         elif section == "storage":
-            for name in STORAGES:
+            for name, cls in STORAGES.items():
+                if cls.__name__ != name:
+                    out += [f"### storage `name: {name}`\n", f"Short name of `{cls.__name__}` (same keys).\n", ""]
+                    continue
                 out += [f"### storage `name: {name}`\n", _table(storage_keys(name)), ""]
         elif section == "learner":
             out += ["### `learner.wandb`\n", WANDB_TEXT, _table(WANDB_KEYS), ""]

@@ -107,6 +107,9 @@ PARAMETER_RANGES = {
     "gamma_intrinsic": dict(low=0.0, high=1.0), "ext_adv_coeff": dict(low=0.0), "int_adv_coeff": dict(low=0.0),
     "predictor_proportion": dict(low=0.0), "pre_normalization_steps": dict(low=0),
     "pre_normalization_length": dict(low=1),
+    "rho": dict(low=0.0, high=1.0), "phi": dict(low=0.0, high=1.0), "alpha": dict(low=0.0),
+    "total_buffer_demo_capacity": dict(low=1), "save_demos_every": dict(low=1),
+    "num_agent_demos_to_save": dict(low=0), "num_value_demos_to_save": dict(low=0),
 }
 
 
@@ -692,7 +695,10 @@ def describe_schema():
             out += [f"    {n}: {k.describe()}" for n, k in MUTATION_KEYS.items()]
         dynamic = {"algorithm": (ALGORITHMS, algorithm_keys), "storage": (STORAGES, storage_keys)}.get(section)
         if dynamic:
-            for cls_name in dynamic[0]:
+            for cls_name, cls in dynamic[0].items():
+                if getattr(cls, "__name__", cls_name) != cls_name:
+                    out.append(f"  with name: {cls_name}  (short name of {cls.__name__}: the same keys)")
+                    continue
                 out.append(f"  with name: {cls_name}")
                 keys = dynamic[1](cls_name)
                 out += [f"    {n}: {k.describe()}" for n, k in keys.items()]

@@ -482,6 +482,27 @@ def _check_policy_loss_addons(algorithm):
     algorithm["policy_loss_addons"] = resolved
 
 
+#: PPODBuffer's folders that must exist when given (the target ones are created).
+_DEMO_FOLDERS = ("initial_human_demos_dir", "initial_agent_demos_dir", "initial_value_demos_dir")
+
+
+def _check_demo_folders(storage):
+    """PPODBuffer: refuse an initial demonstrations folder that does not exist and
+    probabilities rho + phi above 1, and make every demonstrations folder absolute (Ray
+    collectors may start elsewhere)."""
+    if "rho" in storage and "phi" in storage and storage["rho"] + storage["phi"] > 1.0:
+        raise ConfigError("storage.phi", f"rho + phi must be at most 1 (probabilities of replaying a reward or a "
+                                         f"value demonstration), got {storage['rho']} + {storage['phi']}")
+    for key in _DEMO_FOLDERS + ("target_agent_demos_dir", "target_value_demos_dir"):
+        folder = storage.get(key)
+        if folder is None:
+            continue
+        if key in _DEMO_FOLDERS and not os.path.isdir(folder):
+            raise ConfigError(f"storage.{key}", f"no such demonstrations folder {folder!r} (relative paths are "
+                                                f"read from {os.getcwd()}; 'pytorchrl record-demos' writes one)")
+        storage[key] = os.path.abspath(folder)
+
+
 def _expand_preset(data):
     """The ``scheme`` section with the values of its ``preset`` filled in (explicit keys win)."""
     if not isinstance(data, dict) or data.get("preset") is None:
@@ -861,6 +882,7 @@ def check_config(raw):
             data = _with_default_storage(data, config["algorithm"]["name"],
                                          config["actor"].get("recurrent_net") is not None)
             config[section] = _check_named_section(data, SECTIONS[section]["name"], schema.storage_keys, section)
+            _check_demo_folders(config[section])
         elif section == "scheme":
             config[section] = check_mapping(_expand_preset(data), SECTIONS[section], section)
         elif section != "schedules":

@@ -115,31 +115,21 @@ def load_run_config(run_dir):
     return load_config(path)
 
 
-def build_policy(config, model_path, render=False):
-    """The environment and the actor of a run, with the saved weights loaded.
+def build_env(config, render=False):
+    """One environment of a run's ``env`` section, as its actor sees them (packed spaces).
 
     Parameters
     ----------
     config : dict
-        Resolved configuration of the run.
-    model_path : str
-        ``model.state_dict`` written by the run, or one of its checkpoints
-        (``checkpoint.pt``, ``checkpoint.prev.pt``), whose actor weights are used.
+        Resolved configuration.
     render : bool
-        Build the environment with ``render_mode="rgb_array"``.
-
-    Returns
-    -------
-    (gymnasium.Env, OnPolicyActor)
+        Build it with ``render_mode="rgb_array"``.
     """
-    from pytorchrl.config import build_actor_factory
-    from pytorchrl.agent.spaces import pack_env
+    from pytorchrl.agent.env.vec_env import ChannelsFirst
+    from pytorchrl.agent.spaces import looks_like_hwc_image, pack_env
     from pytorchrl.envs import make_gym_env
     from pytorchrl.envs.families import ENV_FAMILIES
 
-    if not os.path.isfile(model_path):
-        raise EvaluationError(f"no model at {model_path}: the run saves it at the end, on Ctrl-C and "
-                              f"every learner.save_every seconds")
     env_id = config["env"]["id"]
     kwargs = dict(config["env"]["kwargs"])
     if render:
@@ -158,8 +148,36 @@ def build_policy(config, model_path, render=False):
             module, _, env_id = env_id.partition(":")
             importlib.import_module(module)
         env = make_gym_env(env_id, **kwargs)
-    # Dict and Tuple observations are packed as the training envs packed them.
-    env = pack_env(env)
+    # (H, W, C) images are moved channels first, as the training envs (VecEnv) move them;
+    # Dict and Tuple observations are packed as they packed them.
+    if looks_like_hwc_image(env.observation_space):
+        return ChannelsFirst(env)
+    return pack_env(env)
+
+
+def build_policy(config, model_path, render=False):
+    """The environment and the actor of a run, with the saved weights loaded.
+
+    Parameters
+    ----------
+    config : dict
+        Resolved configuration of the run.
+    model_path : str
+        ``model.state_dict`` written by the run, or one of its checkpoints
+        (``checkpoint.pt``, ``checkpoint.prev.pt``), whose actor weights are used.
+    render : bool
+        Build the environment with ``render_mode="rgb_array"``.
+
+    Returns
+    -------
+    (gymnasium.Env, OnPolicyActor)
+    """
+    from pytorchrl.config import build_actor_factory
+
+    if not os.path.isfile(model_path):
+        raise EvaluationError(f"no model at {model_path}: the run saves it at the end, on Ctrl-C and "
+                              f"every learner.save_every seconds")
+    env = build_env(config, render)
     # The algorithm's name only: its factory would build the behaviours of policy-loss add-ons.
     actor = build_actor_factory(config, env.observation_space, env.action_space, config["algorithm"]["name"])("cpu")
     try:
@@ -286,5 +304,5 @@ def evaluate_run(run_dir, episodes=10, video=None, video_episodes=1, seed=None, 
             "seed": seed}
 
 
-__all__ = ["EvaluationError", "VideoWriter", "check_video_path", "build_policy", "run_episodes", "evaluate_run",
+__all__ = ["EvaluationError", "VideoWriter", "check_video_path", "build_env", "build_policy", "run_episodes", "evaluate_run",
            "load_run_config"]

@@ -133,6 +133,15 @@ class _InProcessVector:
             obs_buf[i] = obs
         return obs_buf, rew, term, trunc, final_obs
 
+    def reset_one(self, i):
+        try:
+            obs, _ = self.envs[i].reset()
+        except Exception:
+            self.failed_env = i
+            raise
+        self._obs[i] = obs
+        return obs
+
     def close(self):
         for env in self.envs:
             env.close()
@@ -173,6 +182,12 @@ class _SubprocessVector:
                 final_obs[int(i)] = info["final_obs"][i]
                 self.final_info[int(i)] = _info_of(info.get("final_info", {}), i)
         return obs, rew.astype(np.float32), term, trunc, final_obs
+
+    def reset_one(self, i):
+        mask = np.zeros(self.num_envs, dtype=bool)
+        mask[i] = True
+        obs, _ = self.vec.reset(options={"reset_mask": mask})
+        return obs[i]
 
     def close(self):
         self.vec.close()
@@ -229,6 +244,7 @@ class TorchVecEnv:
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
         self.finished_episodes = []  # (return, length) pairs not yet consumed
+        self._held = set()           # envs whose episodes are not recorded (see ``hold``)
         self._log = None
         self._log_file = None
         if log_dir is not None:
@@ -309,8 +325,30 @@ class TorchVecEnv:
         text = " ".join(str(exc).split()) or "(no message)"
         return EnvError(f"environment {self.name} ({which}) failed in {call}: {type(exc).__name__}: {text}")
 
+    def hold(self, i):
+        """Leave env ``i``'s episodes out of the statistics and the episode log until
+        ``reset_env(i)``: it steps with actions that are not the agent's (a storage replays
+        a demonstration in its place, PPODBuffer)."""
+        self._held.add(i)
+
+    def reset_env(self, i):
+        """Reset env ``i`` alone, end its hold (``hold``) and return its first observation
+        (a copy); the episode it was in is dropped from the statistics."""
+        try:
+            obs = np.array(self._vec.reset_one(i))
+        except Exception as exc:
+            raise self._error("reset()", exc) from exc
+        self._held.discard(i)
+        self._ep_return[i] = 0.0
+        self._ep_length[i] = 0
+        return obs
+
     def _record_episodes(self, final_obs):
         for i in final_obs:
+            if i in self._held:
+                self._ep_return[i] = 0.0
+                self._ep_length[i] = 0
+                continue
             self.finished_episodes.append((float(self._ep_return[i]), int(self._ep_length[i])))
             if self._log is not None:
                 info = self._vec.final_info.get(i, {})
