@@ -104,6 +104,7 @@ PARAMETER_RANGES = {
     "frame_stack": dict(low=1), "frame_skip": dict(low=0), "reward_delay": dict(low=1),
     "max_episode_steps": dict(low=0),
     "sequence_length": dict(low=1), "burn_in": dict(low=0), "priority_eta": dict(low=0.0, high=1.0),
+    "n_sampled_goal": dict(low=1), "strategy": dict(choices=("future", "final", "episode")),
 }
 
 
