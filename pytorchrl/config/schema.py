@@ -330,7 +330,8 @@ SECTIONS = {
                                    "the module that registers it first."),
         "family": Key("str", "gym", "Which factories build the environments: gym (gymnasium.make), atari "
                                     "(ALE games, 84x84 frames: PongNoFrameskip-v4), mujoco (HalfCheetah-v5, "
-                                    "...), minigrid (MiniGrid-Empty-5x5-v0, ...); the options below belong "
+                                    "...), minigrid (MiniGrid-Empty-5x5-v0, ...), robotics (gymnasium-robotics' goal "
+                                    "tasks: FetchReach-v4, ...); the options below belong "
                                     "to one family or another.",
                       choices=tuple(ENV_FAMILIES)),
         "kwargs": Key("dict", {}, "Keyword arguments of gymnasium.make (e.g. max_episode_steps); family gym "
