@@ -36,7 +36,14 @@ def register_robotics():
 def _make_robotics(env_id, index_col_worker, index_grad_worker, index_env, seed, render_mode, mode):
     register_robotics()
     _keep_mujoco_log_out_of_cwd()
-    env = gym.make(env_id, render_mode=render_mode)
+    try:
+        env = gym.make(env_id, render_mode=render_mode)
+    except AssertionError as exc:
+        # gymnasium-robotics 1.4 asserts on MuJoCo's joint types, which MuJoCo >= 3.12 compares differently.
+        import gymnasium_robotics
+        import mujoco
+        raise ImportError(f"gymnasium-robotics {gymnasium_robotics.__version__} cannot build {env_id} with mujoco "
+                          f"{mujoco.__version__}: pip install \"pytorchrl[robotics]\" (mujoco<3.12)") from exc
     return SeedOnFirstReset(env, env_seed(seed, index_col_worker, index_grad_worker, index_env, mode))
 
 
