@@ -75,26 +75,6 @@ def robotics_train_env_factory(env_id, index_col_worker, index_grad_worker, inde
 
 
 def robotics_test_env_factory(env_id, index_col_worker, index_grad_worker, index_env=0, seed=0, render_mode=None):
-    """Create a test gymnasium-robotics environment: the training one with other seeds.
-
-    Parameters
-    ----------
-    env_id : str
-        Gymnasium id of the task, e.g. "FetchReach-v4".
-    index_col_worker : int
-        Index of the collection worker running this environment.
-    index_grad_worker : int
-        Index of the gradient worker owning that collection worker.
-    index_env : int
-        Index of this environment within its worker's vector.
-    seed : int
-        Base seed, combined with the indexes.
-    render_mode : str or None
-        Passed to ``gymnasium.make``.
-
-    Returns
-    -------
-    gymnasium.Env
-        The task.
-    """
+    """Create a test gymnasium-robotics environment: the training one
+    (``robotics_train_env_factory``, the same parameters) with other seeds."""
     return _make_robotics(env_id, index_col_worker, index_grad_worker, index_env, seed, render_mode, "test")
