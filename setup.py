@@ -41,6 +41,10 @@ setup(
         "atari": ["ale-py>=0.9"],
         # pytorchrl.envs.mujoco: gymnasium's MuJoCo v5 tasks (HalfCheetah-v5, ...).
         "mujoco": ["mujoco>=3"],
+        # pytorchrl.envs.robotics: gymnasium-robotics' goal tasks (FetchReach-v4, ...). Its 1.4
+        # releases build the Fetch models only with MuJoCo before 3.12 (a joint-type comparison
+        # that newer MuJoCo bindings refuse), hence the pin; not in "test", whose MuJoCo is 4.
+        "robotics": ["gymnasium-robotics>=1.4.2", "mujoco>=3,<3.12"],
         # pytorchrl.envs.minigrid: the MiniGrid gridworlds (MiniGrid-Empty-5x5-v0, ...).
         "minigrid": ["minigrid>=2.3"],
         # learner.wandb: experiment tracking with Weights & Biases (pytorchrl.tools.tracking).

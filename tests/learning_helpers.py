@@ -160,7 +160,8 @@ def train_until(learner, goal, what, on_infos=lambda infos: None):
     print(f"{what}: training return {best:.1f} after {learner.num_samples_collected} steps")
 
 
-def offpolicy_learner(env_id, algo_factory, algo_name, budget, seed=SEED, hidden=(64, 64), precision="fp32"):
+def offpolicy_learner(env_id, algo_factory, algo_name, budget, seed=SEED, hidden=(64, 64), precision="fp32",
+                      storage_factory=None):
     torch.manual_seed(seed)
     train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id}, vec_env_size=1,
                                                            seed=seed)
@@ -169,8 +170,8 @@ def offpolicy_learner(env_id, algo_factory, algo_name, budget, seed=SEED, hidden
                                                   common_feature_extractor_kwargs={"hidden_sizes": list(hidden)},
                                                   precision=precision)
     scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory,
-                    storage_factory=ReplayBuffer.create_factory(size=100_000), train_envs_factory=train,
-                    test_envs_factory=test)
+                    storage_factory=storage_factory or ReplayBuffer.create_factory(size=100_000),
+                    train_envs_factory=train, test_envs_factory=test)
     return Learner(scheme, target_steps=budget)
 
 

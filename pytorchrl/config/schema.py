@@ -110,6 +110,7 @@ PARAMETER_RANGES = {
     "rho": dict(low=0.0, high=1.0), "phi": dict(low=0.0, high=1.0), "alpha": dict(low=0.0),
     "total_buffer_demo_capacity": dict(low=1), "save_demos_every": dict(low=1),
     "num_agent_demos_to_save": dict(low=0), "num_value_demos_to_save": dict(low=0),
+    "n_sampled_goal": dict(low=1), "strategy": dict(choices=("future", "final", "episode")),
 }
 
 
@@ -337,7 +338,8 @@ SECTIONS = {
                                    "the module that registers it first."),
         "family": Key("str", "gym", "Which factories build the environments: gym (gymnasium.make), atari "
                                     "(ALE games, 84x84 frames: PongNoFrameskip-v4), mujoco (HalfCheetah-v5, "
-                                    "...), minigrid (MiniGrid-Empty-5x5-v0, ...); the options below belong "
+                                    "...), minigrid (MiniGrid-Empty-5x5-v0, ...), robotics (gymnasium-robotics' goal "
+                                    "tasks: FetchReach-v4, ...); the options below belong "
                                     "to one family or another.",
                       choices=tuple(ENV_FAMILIES)),
         "kwargs": Key("dict", {}, "Keyword arguments of gymnasium.make (e.g. max_episode_steps); family gym "

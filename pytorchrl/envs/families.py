@@ -4,8 +4,9 @@ A family says which factories build the training and test environments of an id 
 which options it takes: ``gym`` (any gymnasium id, options through ``gymnasium.make``
 keyword arguments), ``atari`` (``atari_train_env_factory`` / ``atari_test_env_factory``:
 the ALE games with the standard preprocessing), ``mujoco``
-(``mujoco_train_env_factory`` / ``mujoco_test_env_factory``) and ``minigrid``
-(``minigrid_train_env_factory`` / ``minigrid_test_env_factory``).
+(``mujoco_train_env_factory`` / ``mujoco_test_env_factory``), ``minigrid``
+(``minigrid_train_env_factory`` / ``minigrid_test_env_factory``) and ``robotics``
+(``robotics_train_env_factory`` / ``robotics_test_env_factory``: gymnasium-robotics' goal tasks).
 """
 
 import inspect
@@ -17,6 +18,7 @@ from pytorchrl.envs.gym_env import make_gym_env
 from pytorchrl.envs.minigrid import minigrid_test_env_factory, minigrid_train_env_factory, observation_refused
 from pytorchrl.envs.minigrid import register_minigrid
 from pytorchrl.envs.mujoco import mujoco_test_env_factory, mujoco_train_env_factory
+from pytorchrl.envs.robotics import register_robotics, robotics_test_env_factory, robotics_train_env_factory
 
 #: Parameters of a family's factories that are not options: the id, the worker indexes
 #: (given by the vector env), the seed (from ``env.seed``) and the render mode (evaluate --video).
@@ -98,6 +100,10 @@ ENV_FAMILIES = {f.name: f for f in [
               "MiniGrid gridworlds (minigrid): the agent's 7x7 view as symbols, one-hot or pixels",
               entry_point="minigrid", register=register_minigrid,
               option_checks={"observation": observation_refused}),
+    EnvFamily("robotics", robotics_train_env_factory, robotics_test_env_factory,
+              "goal tasks of gymnasium-robotics (FetchReach-v4, ...), Dict observations with compute_reward "
+              "(storage.name: HERBuffer)",
+              entry_point="gymnasium_robotics", register=register_robotics),
 ]}
 
 __all__ = ["EnvFamily", "ENV_FAMILIES"]

@@ -196,7 +196,7 @@ def _train_tiny(name):
 @pytest.mark.parametrize("env, expected", [
     ({"episodic_life": True}, "env.episodic_life: is an option of the atari family; env.family is 'gym', "
                               "which has none"),
-    ({"family": "atar"}, "env.family: expected one of 'gym', 'atari', 'mujoco', 'minigrid', got 'atar' (did you mean 'atari'?)"),
+    ({"family": "atar"}, "env.family: expected one of 'gym', 'atari', 'mujoco', 'minigrid', 'robotics', got 'atar' (did you mean 'atari'?)"),
     ({"family": "mujoco", "id": "Pendulum-v1"}, "env.id: 'Pendulum-v1' is not an environment of the mujoco family"),
     ({"family": "mujoco", "id": "HalfCheetah-v5", "frame_stack": 0}, "env.frame_stack: must be >= 1, got 0"),
     ({"family": "mujoco", "id": "HalfCheetah-v5", "clip_rewards": True},

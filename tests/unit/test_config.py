@@ -106,7 +106,7 @@ ERRORS = [
     ("unknown algorithm", minimal(algorithm={"name": "PPO2"}), "algorithm.name: expected one of 'PPO', 'A2C', 'DDQN', 'DDPG', 'TD3', 'SAC', 'RND_PPO', got 'PPO2' "
      "(did you mean 'PPO'?)"),
     ("unknown storage", minimal(storage={"name": "GAE"}), "storage.name: expected one of 'GAEBuffer', 'VanillaOnPolicyBuffer', 'VTraceBuffer', 'ReplayBuffer', "
-     "'NStepReplayBuffer', 'PERBuffer', 'EREBuffer', 'RecurrentReplayBuffer', 'PPODBuffer', 'ppod' or null, got 'GAE'"),
+     "'NStepReplayBuffer', 'PERBuffer', 'EREBuffer', 'RecurrentReplayBuffer', 'HERBuffer', 'PPODBuffer', 'ppod' or null, got 'GAE'"),
     ("bad choice", minimal(scheme={"col_workers_communication": "asynch"}), "scheme.col_workers_communication: expected one of 'sync', 'async', got 'asynch' (did you mean 'async'?)"),
     ("missing required", {**minimal(), "learner": {"log_every": 1}}, "learner.target_steps: missing required key"),
     ("section not a mapping", minimal(env=[1, 2]), "env: expected a mapping of keys, got [1, 2]"),

@@ -223,6 +223,8 @@ class TorchVecEnv:
     def __init__(self, env_fns, device="cpu", vectorization="sync", log_dir=None,
                  log_name="monitor", info_keywords=(), seed=None, name=None):
         self.device = torch.device(device)
+        self._env_fns = list(env_fns)
+        self._reward_env = None   # the environment whose compute_reward hindsight relabelling calls
         if vectorization == "sync":
             self._vec = _InProcessVector([fn() for fn in env_fns])
             probe = self._vec.envs[0]
@@ -377,9 +379,21 @@ class TorchVecEnv:
         eps, self.finished_episodes = self.finished_episodes, []
         return eps
 
+    def goal_reward_fn(self):
+        """The environments' vectorised ``compute_reward(achieved_goal, desired_goal, info)``
+        (goal environments: gymnasium-robotics, ``PointReach-v0``), which hindsight relabelling
+        calls, or None when they have none. In-process: the first environment's; with
+        subprocesses: that of one more environment built in this process."""
+        if self._reward_env is None:
+            in_process = isinstance(self._vec, _InProcessVector)
+            self._reward_env = (self._vec.envs[0] if in_process else self._env_fns[0](), not in_process)
+        return getattr(self._reward_env[0].unwrapped, "compute_reward", None)
+
     def close(self):
         """Close every env and the episode log."""
         self._vec.close()
+        if self._reward_env is not None and self._reward_env[1]:
+            self._reward_env[0].close()
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

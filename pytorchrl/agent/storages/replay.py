@@ -263,7 +263,7 @@ class ReplayBuffer(Storage):
                   for key in keys}
         if self._arrays is None:
             self._arrays = {key: np.zeros((self.size,) + v.shape[1:], dtype=v.dtype) for key, v in arrays.items()}
-        received = m * self.steps_per_item  # all of them count for the replay schedule
+        received = self.steps_received(arrays, m)
         if m > self.size:  # more than fits: only the newest survive anyway
             arrays = {key: v[m - self.size:] for key, v in arrays.items()}
             m = self.size
@@ -279,6 +279,11 @@ class ReplayBuffer(Storage):
     def stored_keys(self):
         """Keys of a rollout's items kept in the ring (besides the algorithm's preprocessed ones)."""
         return _TRANSITION_KEYS
+
+    def steps_received(self, arrays, m):
+        """Environment steps that the ``m`` items of one rollout (``arrays``) count for the
+        replay schedule (all of them, ``steps_per_item`` each)."""
+        return m * self.steps_per_item
 
     @property
     def steps_per_item(self):
