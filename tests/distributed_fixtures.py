@@ -77,14 +77,21 @@ def ddqn_factories(update_every=64, start_steps=32, hidden=16, replay=2000, **dd
 
 
 class SleepyStep(gym.Wrapper):
-    """Sleeps ``delay`` seconds in every step: a straggling environment."""
+    """Sleeps ``delay`` seconds in every step: a straggling environment. After
+    ``stall_after`` steps (None: never) it sleeps ``stall_delay`` seconds a step instead: an
+    environment that cannot get far, however loaded the machine is."""
 
-    def __init__(self, env, delay):
+    def __init__(self, env, delay, stall_after=None, stall_delay=1.0):
         super().__init__(env)
         self.delay = delay
+        self.stall_after = stall_after
+        self.stall_delay = stall_delay
+        self.steps = 0
 
     def step(self, action):
-        time.sleep(self.delay)
+        self.steps += 1
+        stalled = self.stall_after is not None and self.steps > self.stall_after
+        time.sleep(self.stall_delay if stalled else self.delay)
         return self.env.step(action)
 
 
