@@ -9,7 +9,7 @@ steps: the budget is more than twice that.
 
 import pytest
 
-from pytorchrl.agent.algorithms import SAC
+from pytorchrl.agent.algorithms import DDPG, SAC, TD3
 from pytorchrl.agent.storages import HERBuffer
 
 from learning_helpers import evaluate_until, offpolicy_learner
@@ -17,6 +17,7 @@ from learning_helpers import evaluate_until, offpolicy_learner
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
 
 BUDGET, GOAL = 4000, -15.0
+DETERMINISTIC_BUDGET = 2500
 SETTINGS = dict(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.95, polyak=0.95, update_every=1, num_updates=1,
                 start_steps=300, mini_batch_size=128, test_every=10 ** 9, num_test_episodes=10)
 
@@ -29,5 +30,24 @@ def test_sac_her_solves_point_reach():
         best, steps, history = evaluate_until(learner, GOAL, BUDGET, every=500, episodes=10)
         assert best >= GOAL, f"SAC+HER greedy return {best:.1f} < {GOAL} after {steps} steps: {history}"
         print(f"SAC+HER: greedy return {best:.1f} after {steps} steps")
+    finally:
+        learner.stop()
+
+
+@pytest.mark.parametrize("algorithm", [TD3, DDPG], ids=["TD3", "DDPG"])
+def test_deterministic_policies_with_her_solve_point_reach(algorithm):
+    """HERBuffer serves TD3 and DDPG as it serves SAC (the same relabelled replay; the
+    actor's Gaussian exploration noise). With HER both reached the goal after 1000-1500
+    steps on seeds 0-2; without it (ReplayBuffer) their best within 2500 steps was -21.1 to
+    -24.3 on seeds 0 and 1: the budget of 2500 tells the two apart."""
+    algo_factory, name = algorithm.create_factory(lr_q=1e-3, lr_pi=1e-3, gamma=0.95, polyak=0.95, update_every=1,
+                                                  num_updates=1, start_steps=300, mini_batch_size=128,
+                                                  test_every=10 ** 9, num_test_episodes=10)
+    learner = offpolicy_learner("PointReach-v0", algo_factory, name, DETERMINISTIC_BUDGET,
+                                storage_factory=HERBuffer.create_factory(size=100_000, n_sampled_goal=4))
+    try:
+        best, steps, history = evaluate_until(learner, GOAL, DETERMINISTIC_BUDGET, every=500, episodes=10)
+        assert best >= GOAL, f"{name}+HER greedy return {best:.1f} < {GOAL} after {steps} steps: {history}"
+        print(f"{name}+HER: greedy return {best:.1f} after {steps} steps")
     finally:
         learner.stop()
