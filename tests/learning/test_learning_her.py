@@ -18,20 +18,26 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")
 
 BUDGET, GOAL = 4000, -15.0
 DETERMINISTIC_BUDGET = 2500
-SETTINGS = dict(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.95, polyak=0.95, update_every=1, num_updates=1,
+SETTINGS = dict(lr_q=1e-3, lr_pi=1e-3, gamma=0.95, polyak=0.95, update_every=1, num_updates=1,
                 start_steps=300, mini_batch_size=128, test_every=10 ** 9, num_test_episodes=10)
 
 
-def test_sac_her_solves_point_reach():
-    algo_factory, name = SAC.create_factory(**SETTINGS)
-    learner = offpolicy_learner("PointReach-v0", algo_factory, name, BUDGET,
+def assert_her_solves_point_reach(algorithm, budget, **hyperparameters):
+    """Train ``algorithm`` with HERBuffer (future, 4 goals) on PointReach-v0 until its greedy
+    return reaches GOAL, failing if ``budget`` transitions do not get it there."""
+    algo_factory, name = algorithm.create_factory(**SETTINGS, **hyperparameters)
+    learner = offpolicy_learner("PointReach-v0", algo_factory, name, budget,
                                 storage_factory=HERBuffer.create_factory(size=100_000, n_sampled_goal=4))
     try:
-        best, steps, history = evaluate_until(learner, GOAL, BUDGET, every=500, episodes=10)
-        assert best >= GOAL, f"SAC+HER greedy return {best:.1f} < {GOAL} after {steps} steps: {history}"
-        print(f"SAC+HER: greedy return {best:.1f} after {steps} steps")
+        best, steps, history = evaluate_until(learner, GOAL, budget, every=500, episodes=10)
+        assert best >= GOAL, f"{name}+HER greedy return {best:.1f} < {GOAL} after {steps} steps: {history}"
+        print(f"{name}+HER: greedy return {best:.1f} after {steps} steps")
     finally:
         learner.stop()
+
+
+def test_sac_her_solves_point_reach():
+    assert_her_solves_point_reach(SAC, BUDGET, lr_alpha=1e-3)
 
 
 @pytest.mark.parametrize("algorithm", [TD3, DDPG], ids=["TD3", "DDPG"])
@@ -40,14 +46,4 @@ def test_deterministic_policies_with_her_solve_point_reach(algorithm):
     actor's Gaussian exploration noise). With HER both reached the goal after 1000-1500
     steps on seeds 0-2; without it (ReplayBuffer) their best within 2500 steps was -21.1 to
     -24.3 on seeds 0 and 1: the budget of 2500 tells the two apart."""
-    algo_factory, name = algorithm.create_factory(lr_q=1e-3, lr_pi=1e-3, gamma=0.95, polyak=0.95, update_every=1,
-                                                  num_updates=1, start_steps=300, mini_batch_size=128,
-                                                  test_every=10 ** 9, num_test_episodes=10)
-    learner = offpolicy_learner("PointReach-v0", algo_factory, name, DETERMINISTIC_BUDGET,
-                                storage_factory=HERBuffer.create_factory(size=100_000, n_sampled_goal=4))
-    try:
-        best, steps, history = evaluate_until(learner, GOAL, DETERMINISTIC_BUDGET, every=500, episodes=10)
-        assert best >= GOAL, f"{name}+HER greedy return {best:.1f} < {GOAL} after {steps} steps: {history}"
-        print(f"{name}+HER: greedy return {best:.1f} after {steps} steps")
-    finally:
-        learner.stop()
+    assert_her_solves_point_reach(algorithm, DETERMINISTIC_BUDGET)
