@@ -49,7 +49,9 @@ def train_and_read_saved_demos(config, tmp_path):
     finally:
         learner.stop()
     assert learner.num_samples_collected >= 512 and np.isfinite(metrics["Algorithm/PolicyLoss"])
-    saved = [load_demo(str(tmp_path / "saved" / f)) for f in sorted(os.listdir(tmp_path / "saved"))]
+    # *.npz only: a collector stopped while saving leaves its unfinished temporary file beside them.
+    saved = [load_demo(str(tmp_path / "saved" / f)) for f in sorted(os.listdir(tmp_path / "saved"))
+             if f.endswith(".npz")]
     return learner, metrics, saved
 
 

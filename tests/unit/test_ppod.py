@@ -19,7 +19,7 @@ from pytorchrl.agent.algorithms import PPO
 from pytorchrl.agent.env.vec_env import TorchVecEnv
 from pytorchrl.agent.storages import STORAGES, PPODBuffer
 from pytorchrl.agent.storages.base import FINAL_OBS
-from pytorchrl.agent.storages.ppod import load_demo
+from pytorchrl.agent.storages.ppod import load_demo, save_demo
 from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.tools.record_demos import record_demos
 
@@ -211,3 +211,14 @@ def test_ppo_trains_with_ppod_from_the_configuration_and_saves_agent_demos(tmp_p
     assert len(saved) == 3 and all(d["total_reward"] >= 2.5 for d in saved)
     assert [d["total_reward"] for d in saved] == sorted((d["total_reward"] for d in saved), reverse=True)
 
+
+
+def test_saving_over_a_demo_replaces_it_whole_and_leaves_no_temporary_file(tmp_path):
+    # Several Ray collectors save the same names into one folder: each save is a rename of a
+    # finished file, so a reader meets the old demonstration or the new one, never a torn one.
+    path = str(tmp_path / "reward_demo_1")
+    save_demo(path, np.zeros((4, 2), np.float32), np.zeros((3, 1)), [0.0, 0.0, 1.0])
+    save_demo(path + ".npz", np.ones((6, 2), np.float32), np.ones((5, 1)), [1.0] * 5)
+    assert os.listdir(tmp_path) == ["reward_demo_1.npz"]
+    demo = load_demo(path + ".npz")
+    assert demo["obs"].shape == (6, 2) and demo["rew"].sum() == 5.0

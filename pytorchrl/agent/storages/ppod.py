@@ -26,6 +26,7 @@ frame_stack`` channels, of each), ``Action`` (L actions, as stored for training)
 
 import glob
 import os
+import tempfile
 import uuid
 
 import numpy as np
@@ -47,7 +48,9 @@ def save_demo(path, obs, act, rew, frame_skip=0, max_value=None):
     Parameters
     ----------
     path : str
-        File name (``.npz`` is added by numpy when missing).
+        File name (``.npz`` is added when missing). The file is written beside it under a
+        temporary name and renamed into place: collectors that save the same name at once
+        (several Ray collectors share one folder) leave one whole file, never a torn one.
     obs : array-like
         The observations of the episode, one per step (the one each action was taken
         from); the final observation may follow as one more row.
@@ -64,7 +67,18 @@ def save_demo(path, obs, act, rew, frame_skip=0, max_value=None):
               DEMO_REW: np.asarray(rew, dtype=np.float32), DEMO_FRAME_SKIP: np.int64(frame_skip)}
     if max_value is not None:
         arrays[DEMO_MAX_VALUE] = np.float64(max_value)
-    np.savez(path, **arrays)
+    if not path.endswith(".npz"):
+        path += ".npz"
+    folder, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def load_demo(path, frame_skip=None):
