@@ -1,6 +1,8 @@
 """PPO+D (storage.name: ppod) with two Ray collectors: each builds its PPODBuffer on its
 worker (the demonstrations read there, the agent's episodes kept and saved there)."""
 
+import os
+
 import pytest
 
 from ppod_helpers import ppod_config, train_and_read_saved_demos
@@ -13,3 +15,6 @@ def test_ppod_trains_with_two_ray_collectors(ray_session, tmp_path):
     _, _, saved = train_and_read_saved_demos(config, tmp_path)
     # Written by the remote collectors' storages: only they see episodes.
     assert saved and all(d["total_reward"] >= 2.5 for d in saved)
+    # Each writes its own set (its indices in the names): neither replaces the other's.
+    names = [f for f in os.listdir(tmp_path / "saved") if f.endswith(".npz")]
+    assert {n.rsplit("_", 1)[0] for n in names} == {"reward_demo_g0_c1", "reward_demo_g0_c2"}

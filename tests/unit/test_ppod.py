@@ -17,6 +17,7 @@ import torch
 import pytorchrl as prl
 from pytorchrl.agent.algorithms import PPO
 from pytorchrl.agent.env.vec_env import TorchVecEnv
+from pytorchrl.agent.notices import forget_notices
 from pytorchrl.agent.storages import STORAGES, PPODBuffer
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.agent.storages.ppod import load_demo, save_demo
@@ -158,6 +159,33 @@ def test_the_collector_offers_finished_episodes_and_saves_the_best_in_the_demo_f
     np.testing.assert_array_equal(loaded["act"], best["act"])
     with pytest.raises(ValueError, match="frame_skip=0"):
         load_demo(str(target / "reward_demo_1.npz"), frame_skip=4)
+
+
+def test_a_folder_of_several_collectors_demos_is_read_up_to_the_capacity_keeping_the_best(tmp_path, caplog):
+    """A remote collector's files carry its indices; a later run reading a folder that
+    holds two collectors' sets keeps the best up to total_buffer_demo_capacity and says so."""
+    folder = tmp_path / "agent"
+    for c, returns in ((1, (3.0, 9.0)), (2, (6.0, 1.0))):
+        storage, _, _ = cartpole_storage(1, target_agent_demos_dir=str(folder), num_agent_demos_to_save=2)
+        storage.envs.collector = (0, c)
+        for ret in returns:
+            storage.reward_demos.append({"obs": np.full((2, 4), ret, np.float32), "act": np.zeros((1, 1), np.int64),
+                                         "rew": np.array([ret], np.float32), "length": 1, "total_reward": ret,
+                                         "id": str(ret), "max_value": None})
+        storage.save_demos()
+    assert sorted(os.listdir(folder)) == ["reward_demo_g0_c1_1.npz", "reward_demo_g0_c1_2.npz",
+                                          "reward_demo_g0_c2_1.npz", "reward_demo_g0_c2_2.npz"]
+    assert load_demo(str(folder / "reward_demo_g0_c2_1.npz"))["total_reward"] == 6.0
+    forget_notices()
+    with caplog.at_level("WARNING", logger="pytorchrl"):
+        storage, _, _ = cartpole_storage(1, total_buffer_demo_capacity=3, initial_agent_demos_dir=str(folder))
+    assert sorted(d["total_reward"] for d in storage.reward_demos) == [3.0, 6.0, 9.0]
+    assert "4 initial demonstrations exceed total_buffer_demo_capacity=3" in caplog.text
+    # Human demonstrations are never left out: too many is an error naming the folder.
+    for k in range(3):
+        write_demo(tmp_path / "human", f"h{k}.npz", 7.0)
+    with pytest.raises(ValueError, match="3 human demonstrations in .*human exceed total_buffer_demo_capacity=2"):
+        cartpole_storage(1, total_buffer_demo_capacity=2, initial_human_demos_dir=str(tmp_path / "human"))
 
 
 def test_the_configuration_names_the_storage_ppod_and_checks_its_folders(tmp_path):

@@ -216,13 +216,19 @@ class TorchVecEnv:
     name : str or None
         Name of the environments in error messages (default: the first env's registered
         id, else ``DEFAULT_NAME``).
+    collector : tuple of int or None
+        ``(index_grad_worker, index_col_worker)`` of the worker these environments were
+        built for (``VecEnv.create_factory`` gives it; None: not known). Read by storages
+        that write files of their own, so that collectors sharing a folder do not write
+        over each other's.
     """
 
     DEFAULT_NAME = "environment"
 
     def __init__(self, env_fns, device="cpu", vectorization="sync", log_dir=None,
-                 log_name="monitor", info_keywords=(), seed=None, name=None):
+                 log_name="monitor", info_keywords=(), seed=None, name=None, collector=None):
         self.device = torch.device(device)
+        self.collector = None if collector is None else tuple(int(i) for i in collector)
         self._env_fns = list(env_fns)
         self._reward_env = None   # the environment whose compute_reward hindsight relabelling calls
         if vectorization == "sync":
@@ -433,7 +439,8 @@ class _VecEnvFactory:
         envs = TorchVecEnv(fns, device=device, vectorization=self.vectorization, log_dir=self.log_dir,
                            log_name=f"{mode}_monitor_g{index_grad_worker}_c{index_col_worker}",
                            info_keywords=self.info_keywords, seed=seed,
-                           name=env_id if isinstance(env_id, str) else None)
+                           name=env_id if isinstance(env_id, str) else None,
+                           collector=(index_grad_worker, index_col_worker))
         if envs.name == TorchVecEnv.DEFAULT_NAME:
             envs.name = getattr(self.env_fn, "__name__", envs.name)
         return envs

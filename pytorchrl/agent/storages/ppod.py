@@ -34,6 +34,7 @@ import torch
 
 from pytorchrl import ACT, LOGP, OBS, REW, TERM, TRUNC, VAL
 from pytorchrl.agent.factory import ComponentFactory
+from pytorchrl.agent.notices import say_once
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.agent.storages.on_policy import GAEBuffer
 
@@ -149,11 +150,16 @@ class PPODBuffer(GAEBuffer):
     initial_human_demos_dir : str or None
         Folder of the human reward demonstrations to start from.
     initial_agent_demos_dir : str or None
-        Folder of reward demonstrations saved by an earlier run (agent ones).
+        Folder of reward demonstrations saved by an earlier run (agent ones). Agent and
+        value demonstrations beyond ``total_buffer_demo_capacity`` (several collectors'
+        sets) are left out as a full buffer drops them, and the log says so once; human
+        ones beyond it are refused.
     initial_value_demos_dir : str or None
         Folder of value demonstrations saved by an earlier run.
     target_agent_demos_dir : str or None
         Folder where the best agent reward demonstrations are saved (None: not saved).
+        Each collector saves its own; a remote collector's file names carry its indices
+        (``reward_demo_g0_c2_1.npz``), so collectors sharing the folder keep a set each.
     target_value_demos_dir : str or None
         Folder where the best value demonstrations are saved (None: not saved).
     save_demos_prefix : str or None
@@ -202,15 +208,24 @@ class PPODBuffer(GAEBuffer):
             return
         folders = (initial_human_demos_dir, initial_agent_demos_dir, initial_value_demos_dir)
         files = [demo_files(f) if f else [] for f in folders]
-        if sum(map(len, files)) > self.total_buffer_demo_capacity:
-            raise ValueError(f"{sum(map(len, files))} initial demonstrations exceed total_buffer_demo_capacity="
-                             f"{self.total_buffer_demo_capacity}")
+        if len(files[0]) > self.total_buffer_demo_capacity:
+            raise ValueError(f"{len(files[0])} human demonstrations in {initial_human_demos_dir} exceed "
+                             f"total_buffer_demo_capacity={self.total_buffer_demo_capacity}")
         human, agent, value = ([load_demo(p, self.frame_skip) for p in group] for group in files)
         for d in value:
             d["max_value"] = -np.inf if d["max_value"] is None else d["max_value"]
         self.reward_demos = human + agent
         self.value_demos = value
         self.num_human_demos = len(human)
+        # A folder saved by several collectors holds a set of each: the best are kept, as a
+        # full buffer keeps them when the agent offers more.
+        loaded = len(self.reward_demos) + len(self.value_demos)
+        self._drop_beyond_capacity()
+        dropped = loaded - len(self.reward_demos) - len(self.value_demos)
+        if dropped:
+            say_once(("ppod initial demos", folders), f"PPODBuffer: {loaded} initial demonstrations exceed "
+                     f"total_buffer_demo_capacity={self.total_buffer_demo_capacity}; the {dropped} of lowest "
+                     f"MaxValue (value ones) and lowest return (agent ones) are left out")
         n = envs.num_envs
         self._lane = [None] * n       # per env: [demo, step] while it replays one
         # The agent's episode in progress on each env: pieces from earlier rollouts, and the
@@ -421,6 +436,14 @@ class PPODBuffer(GAEBuffer):
             agent = self.reward_demos[self.num_human_demos:]
             del self.reward_demos[self.num_human_demos + int(np.argmin([d["total_reward"] for d in agent]))]
 
+    def _collector_tag(self):
+        """``g<index_grad_worker>_c<index_col_worker>`` of a remote collector's environments
+        (its saved files do not replace another collector's in a shared folder); empty for
+        the in-process collector (0, 0) and for environments built without an index, whose
+        files keep pytorchrl's names."""
+        collector = getattr(self.envs, "collector", None)
+        return f"g{collector[0]}_c{collector[1]}" if collector and collector != (0, 0) else ""
+
     def save_demos(self):
         """Write the ``num_agent_demos_to_save`` agent reward demonstrations of highest
         return to ``target_agent_demos_dir`` and the ``num_value_demos_to_save`` value
@@ -435,6 +458,6 @@ class PPODBuffer(GAEBuffer):
             os.makedirs(folder, exist_ok=True)
             best = sorted(demos, key=lambda d: d[rank], reverse=True)[:count]
             for n, d in enumerate(best, 1):
-                name = f"{self.save_demos_prefix}_{stem}_{n}" if self.save_demos_prefix else f"{stem}_{n}"
+                name = "_".join(filter(None, (self.save_demos_prefix, stem, self._collector_tag(), str(n))))
                 save_demo(os.path.join(folder, name + ".npz"), d["obs"], d["act"], d["rew"], self.frame_skip,
                           d["max_value"] if stem == "value_demo" else None)
