@@ -13,6 +13,7 @@ import torch
 
 import pytorchrl as prl
 from pytorchrl.agent import accel
+from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.algorithms import ALGORITHMS, RND_PPO
 from pytorchrl.agent.algorithms.policy_loss_addons import PolicyLossAddOn
 from pytorchrl.agent.algorithms.rnd_ppo import OBS_MEAN, OBS_STD, RND_OBS
@@ -21,6 +22,7 @@ from pytorchrl.envs.gym_env import make_gym_env
 from pytorchrl.agent.storages import GAEBuffer, VTraceBuffer
 from pytorchrl.agent.storages.on_policy import compute_intrinsic_gae
 from pytorchrl.config import ConfigError, build_learner, describe_schema, load_config, validate_config
+from pytorchrl.scheme.collection.c_worker import CWorker
 
 from _util import make_actor
 from cli_helpers import REPO, pytorchrl
@@ -90,22 +92,35 @@ def test_intrinsic_gae_ignores_episode_ends_where_the_extrinsic_one_stops():
     assert samples[prl.ADV][1, 0, 0].item() == pytest.approx(1 + gamma * lam * 1)
 
 
+def rnd_factories(env_id="CartPole-v1", vec_env_size=2, size=4, **algo_kwargs):
+    """(algo, actor, storage, train envs) factories of a small RND_PPO."""
+    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id},
+                                                           vec_env_size=vec_env_size, seed=0)
+    algo_kwargs.setdefault("intrinsic_rewards_target_network_kwargs", {"hidden_sizes": [8]})
+    algo_kwargs.setdefault("intrinsic_rewards_predictor_network_kwargs", {"hidden_sizes": [8]})
+    algo, name = RND_PPO.create_factory(**algo_kwargs)
+    actor = OnPolicyActor.create_factory(obs_space, action_space, name,
+                                         feature_extractor_kwargs={"hidden_sizes": [8]})
+    return algo, actor, GAEBuffer.create_factory(size=size), train
+
+
 def test_the_warm_up_takes_steps_times_length_random_steps_of_every_environment_once():
-    factory, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=2, seed=0)
-    envs = factory("cpu", 0, 0, "train")
+    # 50 random steps of 2 CartPoles: episodes end; a rollout of 4 steps from a reset cannot.
+    algo, actor, storage, train = rnd_factories(pre_normalization_steps=10, pre_normalization_length=5)
+    worker = CWorker(1, 0, algo, actor, storage, train_envs_factory=train)
     try:
-        algo = _algo(pre_normalization_steps=10, pre_normalization_length=5)   # 50 random steps: episodes end
-        GAEBuffer(device="cpu", actor=algo.actor, algorithm=algo, envs=envs, size=8)   # a collector's storage
-        assert algo.obs_rms.count == 10 * 5 * 2
-        assert envs.pop_finished_episodes() == []             # the warm-up is no training: not recorded
-        low, high = envs.observation_space.low, envs.observation_space.high
-        assert np.all(algo.obs_rms.mean >= low) and np.all(algo.obs_rms.mean <= high)
-        algo.warm_up(envs)                                   # already warm: nothing more
-        assert algo.obs_rms.count == 100
-        GAEBuffer(device="cpu", actor=algo.actor, algorithm=algo, envs=None, size=8)   # learner side: none
-        assert algo.obs_rms.count == 100
+        rnd = worker.algo
+        assert rnd.obs_rms.count == 0          # not when built: a resumed run restores the statistics first
+        _, info = worker.collect_data()
+        assert rnd.obs_rms.count == 10 * 5 * 2 + 4 * 2
+        assert info["episodes"] == []          # the warm-up is no training: not recorded
+        low, high = worker.envs_train.observation_space.low, worker.envs_train.observation_space.high
+        assert np.all(rnd.obs_rms.mean >= low) and np.all(rnd.obs_rms.mean <= high)
+        assert rnd.warm_up(worker.envs_train) is False       # already warm: nothing more
+        worker.collect_data()
+        assert rnd.obs_rms.count == 100 + 2 * 4 * 2
     finally:
-        envs.close()
+        worker.stop()
 
 
 def test_the_predictor_trains_on_a_random_predictor_proportion_of_each_mini_batch():
