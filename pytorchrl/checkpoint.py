@@ -231,7 +231,8 @@ def to_plain(obj, where="checkpoint"):
         if isinstance(obj, base):   # an enum or another subclass: its class would be pickled
             return base(obj)
     if isinstance(obj, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(obj)) if obj.dtype != object else \
+        # (ascontiguousarray makes a 0-d array 1-d: its shape is given back.)
+        return torch.from_numpy(np.ascontiguousarray(obj).reshape(obj.shape)) if obj.dtype != object else \
             to_plain(obj.tolist(), where)
     if isinstance(obj, np.generic):
         return obj.item()

@@ -266,3 +266,88 @@ def test_rnd_ppo_runs_with_ray_collectors(ray_session, tmp_path):
     assert learner.scheme.uses_ray and learner.scheme.num_col_workers == 2
     assert infos and all(math.isfinite(i["Loss"]) for i in infos)
     assert any(i["IntrinsicReward"] > 0 for i in infos)
+
+
+# ------------------------------------------------------------------ checkpoints
+def assert_same_statistics(a, b):
+    """Two ``RND_PPO.collector_state`` (arrays or the tensors a checkpoint reads back) are equal."""
+    for key in ("obs_rms", "int_return_rms"):
+        for field in ("mean", "var", "count"):
+            np.testing.assert_array_equal(np.asarray(a[key][field]), np.asarray(b[key][field]))
+    np.testing.assert_array_equal(np.asarray(a["int_returns"]), np.asarray(b["int_returns"]))
+
+
+def _train_and_save(config, path):
+    """Train ``config`` to its end, save a checkpoint to ``path``; returns the statistics saved."""
+    learner = build_learner(config)
+    try:
+        while not learner.done():
+            learner.step()
+        learner.save_checkpoint(str(path))
+        return learner.update_worker.collector_state()
+    finally:
+        learner.stop()
+
+
+# 2 environments, rollouts of 32 steps, a warm-up of 1 x 8 steps.
+WARM_UP, ROLLOUT = 1 * 8 * 2, 32 * 2
+
+
+def test_a_resumed_run_starts_from_the_saved_statistics_without_warming_up(tmp_path):
+    saved = _train_and_save(_short("learner.target_steps=192"), tmp_path / "checkpoint.pt")
+    assert saved["obs_rms"]["count"] == WARM_UP + 3 * ROLLOUT and saved["int_returns"].shape == (2,)
+    resumed = build_learner(_short("learner.target_steps=256"))
+    try:
+        collector = resumed.update_worker.local_worker.col_workers.local_worker()
+        assert collector.algo.obs_rms.count == 0
+        resumed.load_checkpoint(str(tmp_path / "checkpoint.pt"))
+        assert_same_statistics(collector.get_collector_state(), saved)
+        steps = resumed.num_samples_collected
+        resumed.step()
+        # One rollout's observations and no warm-up's.
+        assert resumed.num_samples_collected == steps + ROLLOUT
+        assert collector.algo.obs_rms.count == saved["obs_rms"]["count"] + ROLLOUT
+        assert collector.algo.int_return_rms.count == saved["int_return_rms"]["count"] + ROLLOUT
+    finally:
+        resumed.stop()
+    # The checkpoint of another algorithm's run keeps none; its state is refused by RND_PPO.
+    with pytest.raises(ValueError, match=r"RND_PPO's collector state lacks \['int_return_rms', 'int_returns'\]"):
+        _algo().load_collector_state({"obs_rms": saved["obs_rms"]})
+    with pytest.raises(ValueError, match=r"saved observation statistics have shape \(2,\), this run's \(3,\)"):
+        _algo().load_collector_state(saved)
+
+
+@pytest.mark.timeout(300)
+def test_resumed_ray_collectors_start_from_the_first_collectors_statistics(ray_session, tmp_path):
+    ray_scheme = ("scheme.preset=sync-collectors", "scheme.col_workers_resources={num_cpus: 0.25}")
+    # Two collectors of 2 environments: a round is 2 rollouts.
+    saved = _train_and_save(_short("learner.target_steps=128", *ray_scheme), tmp_path / "checkpoint.pt")
+    assert saved["obs_rms"]["count"] == WARM_UP + ROLLOUT
+    resumed = build_learner(_short("learner.target_steps=256", *ray_scheme))
+    try:
+        resumed.load_checkpoint(str(tmp_path / "checkpoint.pt"))
+        remotes = resumed.update_worker.local_worker.col_workers.remote_workers()
+        assert len(remotes) == 2
+        for state in ray_session.get([w.get_collector_state.remote() for w in remotes]):
+            assert_same_statistics(state, saved)
+        resumed.step()
+        counts = [s["obs_rms"]["count"] for s in ray_session.get([w.get_collector_state.remote() for w in remotes])]
+    finally:
+        resumed.stop()
+    assert counts == [saved["obs_rms"]["count"] + ROLLOUT] * 2
+
+
+def test_the_command_line_resumes_with_the_saved_statistics(tmp_path):
+    run = tmp_path / "run"
+    args = ["learner.target_steps=256", "algorithm.pre_normalization_steps=1", "env.vec_env_size=4",
+            "storage.size=64", "learner.tensorboard=false"]
+    first = pytorchrl("train", EXAMPLE, *args, f"run_dir={run}", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    saved = torch.load(run / "checkpoint.pt", weights_only=True)["collectors"]
+    # 1 x 64 warm-up steps and one rollout of 64 steps, of 4 environments.
+    assert saved["obs_rms"]["count"] == 2 * 64 * 4
+    second = pytorchrl("resume", str(run), "learner.target_steps=512", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    resumed = torch.load(run / "checkpoint.pt", weights_only=True)["collectors"]
+    # One more rollout, no warm-up.
+    assert resumed["obs_rms"]["count"] == saved["obs_rms"]["count"] + 64 * 4
