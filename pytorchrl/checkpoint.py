@@ -231,8 +231,12 @@ def to_plain(obj, where="checkpoint"):
         if isinstance(obj, base):   # an enum or another subclass: its class would be pickled
             return base(obj)
     if isinstance(obj, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(obj)) if obj.dtype != object else \
-            to_plain(obj.tolist(), where)
+        if obj.dtype == object:
+            return to_plain(obj.tolist(), where)
+        # (ascontiguousarray makes a 0-d array 1-d: its shape is given back.)
+        array = np.ascontiguousarray(obj).reshape(obj.shape)
+        # A read-only array (as Ray hands them over) would make a tensor torch warns about.
+        return torch.from_numpy(array if array.flags.writeable else array.copy())
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, dict):

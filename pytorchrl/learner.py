@@ -375,7 +375,10 @@ class Learner:
         The state holds the actor and optimizer, hyperparameters (as hot-swapped), weight
         version, step/update/episode counters, recent returns, schedule positions, the hot-swap
         log and the random states of this process (torch, CUDA, numpy, Python, and the
-        actor's numpy generators), plus ``extra`` (e.g. the run's config). Everything is
+        actor's numpy generators), the collectors' ``Algorithm.collector_state`` when the
+        algorithm keeps one (RND_PPO's statistics: the local collector's, or the first
+        remote collector's, given to every collector of a resumed run), plus ``extra``
+        (e.g. the run's config). Everything is
         stored in plain types (``pytorchrl.checkpoint.to_plain``) so that ``load_checkpoint``
         reads it without executing code from the file.
 

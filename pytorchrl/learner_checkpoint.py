@@ -54,6 +54,10 @@ def training_state(learner, extra=None, path="the training state", replay=True):
     replay : bool
         Include the replay's contents (with ``learner.checkpoint_replay``); a member of a
         population that copies another keeps its own, so the copy leaves them out.
+
+    ``"collectors"`` holds the collectors' ``Algorithm.collector_state`` when the algorithm
+    keeps one (RND_PPO's statistics): the local collector's, or the first remote
+    collector's (each collector holds its own; one of them is saved).
     """
     learner.update_worker.sync_local_weights()
     local = learner.update_worker.local_worker
@@ -75,6 +79,11 @@ def training_state(learner, extra=None, path="the training state", replay=True):
         "rng": {**ckpt.process_rng_state(), "actor": ckpt.generator_states(local.actor)},
         "extra": extra,
     }
+    collectors = learner.update_worker.collector_state()
+    if collectors is not None:
+        # What the collectors' algorithm accumulated (RND's statistics): a resumed run's
+        # collectors start from it instead of warming up again.
+        state["collectors"] = collectors
     if replay and learner.checkpoint_replay:
         # The replay's contents, counters and sampling state: a resumed run samples
         # from the same transitions (the replay server's, or the local gradient worker's).
@@ -191,12 +200,12 @@ def restore(learner, state, source, copy=False):
         Where it comes from (the file, or "member-2"), for messages.
     copy : bool
         False: a resumed run, everything comes back (counters, hot-swap log, random states,
-        replay). True: the exploit step of population-based training, where ``learner``
+        replay, the collectors' state: every collector gets the one saved). True: the exploit step of population-based training, where ``learner``
         takes over another learner's policy: the weights, optimizer state and
         hyperparameters come, with the counters that describe them (updates, the recent
         returns and test return; the weight version moves on by one, a new publication),
         while the learner keeps its own env steps and episodes (its timeline), hot-swap
-        log, schedules, random states and replay.
+        log, schedules, random states, replay and collector state (RND's statistics).
 
     Raises
     ------
@@ -242,6 +251,8 @@ def restore(learner, state, source, copy=False):
             sched.last_sent = last
         ckpt.set_generator_states(local.actor, state["rng"]["actor"], "actor")
         ckpt.set_process_rng_state(state["rng"])
+        if "collectors" in state:
+            uw.set_collector_state(state["collectors"])
         if "replay" in state and learner.scheme.replay_server is not None:
             learner.scheme.load_replay(state["replay"]["contents"])
             learner.scheme.set_replay_snapshot(ReplaySnapshot(source, metrics.env_steps))

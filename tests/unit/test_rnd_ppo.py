@@ -13,6 +13,7 @@ import torch
 
 import pytorchrl as prl
 from pytorchrl.agent import accel
+from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.algorithms import ALGORITHMS, RND_PPO
 from pytorchrl.agent.algorithms.policy_loss_addons import PolicyLossAddOn
 from pytorchrl.agent.algorithms.rnd_ppo import OBS_MEAN, OBS_STD, RND_OBS
@@ -21,6 +22,7 @@ from pytorchrl.envs.gym_env import make_gym_env
 from pytorchrl.agent.storages import GAEBuffer, VTraceBuffer
 from pytorchrl.agent.storages.on_policy import compute_intrinsic_gae
 from pytorchrl.config import ConfigError, build_learner, describe_schema, load_config, validate_config
+from pytorchrl.scheme.collection.c_worker import CWorker
 
 from _util import make_actor
 from cli_helpers import REPO, pytorchrl
@@ -90,22 +92,35 @@ def test_intrinsic_gae_ignores_episode_ends_where_the_extrinsic_one_stops():
     assert samples[prl.ADV][1, 0, 0].item() == pytest.approx(1 + gamma * lam * 1)
 
 
+def rnd_factories(env_id="CartPole-v1", vec_env_size=2, size=4, **algo_kwargs):
+    """(algo, actor, storage, train envs) factories of a small RND_PPO."""
+    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id},
+                                                           vec_env_size=vec_env_size, seed=0)
+    algo_kwargs.setdefault("intrinsic_rewards_target_network_kwargs", {"hidden_sizes": [8]})
+    algo_kwargs.setdefault("intrinsic_rewards_predictor_network_kwargs", {"hidden_sizes": [8]})
+    algo, name = RND_PPO.create_factory(**algo_kwargs)
+    actor = OnPolicyActor.create_factory(obs_space, action_space, name,
+                                         feature_extractor_kwargs={"hidden_sizes": [8]})
+    return algo, actor, GAEBuffer.create_factory(size=size), train
+
+
 def test_the_warm_up_takes_steps_times_length_random_steps_of_every_environment_once():
-    factory, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=2, seed=0)
-    envs = factory("cpu", 0, 0, "train")
+    # 50 random steps of 2 CartPoles: episodes end; a rollout of 4 steps from a reset cannot.
+    algo, actor, storage, train = rnd_factories(pre_normalization_steps=10, pre_normalization_length=5)
+    worker = CWorker(1, 0, algo, actor, storage, train_envs_factory=train)
     try:
-        algo = _algo(pre_normalization_steps=10, pre_normalization_length=5)   # 50 random steps: episodes end
-        GAEBuffer(device="cpu", actor=algo.actor, algorithm=algo, envs=envs, size=8)   # a collector's storage
-        assert algo.obs_rms.count == 10 * 5 * 2
-        assert envs.pop_finished_episodes() == []             # the warm-up is no training: not recorded
-        low, high = envs.observation_space.low, envs.observation_space.high
-        assert np.all(algo.obs_rms.mean >= low) and np.all(algo.obs_rms.mean <= high)
-        algo.warm_up(envs)                                   # already warm: nothing more
-        assert algo.obs_rms.count == 100
-        GAEBuffer(device="cpu", actor=algo.actor, algorithm=algo, envs=None, size=8)   # learner side: none
-        assert algo.obs_rms.count == 100
+        rnd = worker.algo
+        assert rnd.obs_rms.count == 0          # not when built: a resumed run restores the statistics first
+        _, info = worker.collect_data()
+        assert rnd.obs_rms.count == 10 * 5 * 2 + 4 * 2
+        assert info["episodes"] == []          # the warm-up is no training: not recorded
+        low, high = worker.envs_train.observation_space.low, worker.envs_train.observation_space.high
+        assert np.all(rnd.obs_rms.mean >= low) and np.all(rnd.obs_rms.mean <= high)
+        assert rnd.warm_up(worker.envs_train) is False       # already warm: nothing more
+        worker.collect_data()
+        assert rnd.obs_rms.count == 100 + 2 * 4 * 2
     finally:
-        envs.close()
+        worker.stop()
 
 
 def test_the_predictor_trains_on_a_random_predictor_proportion_of_each_mini_batch():
@@ -251,3 +266,88 @@ def test_rnd_ppo_runs_with_ray_collectors(ray_session, tmp_path):
     assert learner.scheme.uses_ray and learner.scheme.num_col_workers == 2
     assert infos and all(math.isfinite(i["Loss"]) for i in infos)
     assert any(i["IntrinsicReward"] > 0 for i in infos)
+
+
+# ------------------------------------------------------------------ checkpoints
+def assert_same_statistics(a, b):
+    """Two ``RND_PPO.collector_state`` (arrays or the tensors a checkpoint reads back) are equal."""
+    for key in ("obs_rms", "int_return_rms"):
+        for field in ("mean", "var", "count"):
+            np.testing.assert_array_equal(np.asarray(a[key][field]), np.asarray(b[key][field]))
+    np.testing.assert_array_equal(np.asarray(a["int_returns"]), np.asarray(b["int_returns"]))
+
+
+def _train_and_save(config, path):
+    """Train ``config`` to its end, save a checkpoint to ``path``; returns the statistics saved."""
+    learner = build_learner(config)
+    try:
+        while not learner.done():
+            learner.step()
+        learner.save_checkpoint(str(path))
+        return learner.update_worker.collector_state()
+    finally:
+        learner.stop()
+
+
+# 2 environments, rollouts of 32 steps, a warm-up of 1 x 8 steps.
+WARM_UP, ROLLOUT = 1 * 8 * 2, 32 * 2
+
+
+def test_a_resumed_run_starts_from_the_saved_statistics_without_warming_up(tmp_path):
+    saved = _train_and_save(_short("learner.target_steps=192"), tmp_path / "checkpoint.pt")
+    assert saved["obs_rms"]["count"] == WARM_UP + 3 * ROLLOUT and saved["int_returns"].shape == (2,)
+    resumed = build_learner(_short("learner.target_steps=256"))
+    try:
+        collector = resumed.update_worker.local_worker.col_workers.local_worker()
+        assert collector.algo.obs_rms.count == 0
+        resumed.load_checkpoint(str(tmp_path / "checkpoint.pt"))
+        assert_same_statistics(collector.get_collector_state(), saved)
+        steps = resumed.num_samples_collected
+        resumed.step()
+        # One rollout's observations and no warm-up's.
+        assert resumed.num_samples_collected == steps + ROLLOUT
+        assert collector.algo.obs_rms.count == saved["obs_rms"]["count"] + ROLLOUT
+        assert collector.algo.int_return_rms.count == saved["int_return_rms"]["count"] + ROLLOUT
+    finally:
+        resumed.stop()
+    # The checkpoint of another algorithm's run keeps none; its state is refused by RND_PPO.
+    with pytest.raises(ValueError, match=r"RND_PPO's collector state lacks \['int_return_rms', 'int_returns'\]"):
+        _algo().load_collector_state({"obs_rms": saved["obs_rms"]})
+    with pytest.raises(ValueError, match=r"saved observation statistics have shape \(2,\), this run's \(3,\)"):
+        _algo().load_collector_state(saved)
+
+
+@pytest.mark.timeout(300)
+def test_resumed_ray_collectors_start_from_the_first_collectors_statistics(ray_session, tmp_path):
+    ray_scheme = ("scheme.preset=sync-collectors", "scheme.col_workers_resources={num_cpus: 0.25}")
+    # Two collectors of 2 environments: a round is 2 rollouts.
+    saved = _train_and_save(_short("learner.target_steps=128", *ray_scheme), tmp_path / "checkpoint.pt")
+    assert saved["obs_rms"]["count"] == WARM_UP + ROLLOUT
+    resumed = build_learner(_short("learner.target_steps=256", *ray_scheme))
+    try:
+        resumed.load_checkpoint(str(tmp_path / "checkpoint.pt"))
+        remotes = resumed.update_worker.local_worker.col_workers.remote_workers()
+        assert len(remotes) == 2
+        for state in ray_session.get([w.get_collector_state.remote() for w in remotes]):
+            assert_same_statistics(state, saved)
+        resumed.step()
+        counts = [s["obs_rms"]["count"] for s in ray_session.get([w.get_collector_state.remote() for w in remotes])]
+    finally:
+        resumed.stop()
+    assert counts == [saved["obs_rms"]["count"] + ROLLOUT] * 2
+
+
+def test_the_command_line_resumes_with_the_saved_statistics(tmp_path):
+    run = tmp_path / "run"
+    args = ["learner.target_steps=256", "algorithm.pre_normalization_steps=1", "env.vec_env_size=4",
+            "storage.size=64", "learner.tensorboard=false"]
+    first = pytorchrl("train", EXAMPLE, *args, f"run_dir={run}", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    saved = torch.load(run / "checkpoint.pt", weights_only=True)["collectors"]
+    # 1 x 64 warm-up steps and one rollout of 64 steps, of 4 environments.
+    assert saved["obs_rms"]["count"] == 2 * 64 * 4
+    second = pytorchrl("resume", str(run), "learner.target_steps=512", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    resumed = torch.load(run / "checkpoint.pt", weights_only=True)["collectors"]
+    # One more rollout, no warm-up.
+    assert resumed["obs_rms"]["count"] == saved["obs_rms"]["count"] + 64 * 4

@@ -34,7 +34,13 @@ class Algorithm(ABC):
       those of them that collectors need too (they then travel with the acting weights);
     - ``preprocess_rollout``: what a collector computes on a finished rollout before
       sending it (nothing by default; DDQN's Bellman targets with ``targets_on_collector``),
-      and ``preprocessed_keys``, the data keys it adds (storages keep them).
+      and ``preprocessed_keys``, the data keys it adds (storages keep them);
+    - ``server_calls``: the methods through which the collector side computes with
+      weights (``collector_call``), which a collector acting through an inference server
+      runs on the server (SEED: the collector holds no weights);
+    - ``collector_state``: what a collector's algorithm accumulates over the run (RND's
+      observation statistics), saved with checkpoints and given back to the collectors of
+      a resumed run.
 
     Hyperparameters are plain attributes, listed in ``self.hyperparameters``;
     ``update_algorithm_parameter`` changes them while training (optimizer settings such as
@@ -85,7 +91,10 @@ class Algorithm(ABC):
     derived_attributes = ("_update_engine", "_fused_loss", "_graph_update")
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k not in self.derived_attributes}
+        # A route leads to a server of this process (or to its handle's client): a copy
+        # computes with its own weights.
+        return {k: v for k, v in self.__dict__.items()
+                if k not in self.derived_attributes and k != "_collector_route"}
 
     # ------------------------------------------------------------ parameters
     def parameter_groups(self):
@@ -298,6 +307,85 @@ class Algorithm(ABC):
             The rollout to send.
         """
         return data
+
+    #: Methods of this algorithm that its collector-side hooks (``preprocess_rollout``,
+    #: bootstraps) compute with weights, through ``collector_call``: numpy arrays (or None)
+    #: in, a numpy array out, no per-collector state read or changed. A collector acting
+    #: through an inference server runs them on the server, with its current weights.
+    server_calls = ()
+
+    def route_collector_calls(self, program):
+        """Run ``collector_call`` through ``program`` instead of this algorithm's weights.
+
+        Parameters
+        ----------
+        program : object or None
+            Anything with ``call_algorithm(name, *args)`` (``ServerActing``: the collector's
+            inference server). None: back to this algorithm's own weights.
+        """
+        self._collector_route = program
+
+    def collector_call(self, name, *args):
+        """``self.<name>(*args)``, or the same call run by the program set by
+        ``route_collector_calls`` (the inference server's copy of this algorithm).
+
+        Parameters
+        ----------
+        name : str
+            One of ``server_calls``.
+        *args : np.ndarray or None
+            The method's arguments.
+
+        Raises
+        ------
+        ValueError
+            ``name`` is not one of ``server_calls``.
+        """
+        if name not in self.server_calls:
+            raise ValueError(f"{self.name}.collector_call: {name!r} is not one of its server_calls "
+                             f"{list(self.server_calls)}")
+        route = getattr(self, "_collector_route", None)
+        if route is None:
+            return getattr(self, name)(*args)
+        return route.call_algorithm(name, *args)
+
+    def warm_up(self, envs):
+        """What a collector does with its training environments before its first rollout
+        (RND_PPO: observation statistics from random steps); nothing by default.
+
+        Parameters
+        ----------
+        envs : TorchVecEnv
+            The collector's training environments.
+
+        Returns
+        -------
+        bool
+            Whether ``envs`` were stepped (the collector then resets them).
+        """
+        return False
+
+    def collector_state(self):
+        """What a collector's algorithm accumulates over the run, in plain types (numbers,
+        numpy arrays, lists, dicts), for checkpoints; None (the default): nothing."""
+        return None
+
+    def load_collector_state(self, state):
+        """Restore a ``collector_state`` (a resumed run's collectors).
+
+        Parameters
+        ----------
+        state : dict or None
+            What ``collector_state`` returned.
+
+        Raises
+        ------
+        ValueError
+            ``state`` is not None: this algorithm keeps no collector state (the checkpoint
+            was saved by another algorithm).
+        """
+        if state is not None:
+            raise ValueError(f"{self.name} keeps no collector state; got one with keys {sorted(state)}")
 
     def bootstrap(self, obs, state=None):
         """What a rollout needs at its end, computed from observations (N, ...) numpy.

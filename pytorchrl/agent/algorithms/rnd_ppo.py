@@ -9,12 +9,12 @@ and the policy follows ``ext_adv_coeff * A_ext + int_adv_coeff * A_int``.
 
 Where each part runs:
 
-- collectors (the algorithm built beside training environments, through its storage):
-  observation statistics warmed up with random actions before the first rollout
-  (``warm_up``); after each rollout, ``preprocess_rollout`` updates them with the
-  rollout's observations, computes the intrinsic rewards with the predictor and target of
-  the weights it acted with, and sends them with the statistics the predictor's inputs
-  were normalised with;
+- collectors (the algorithm built beside training environments): observation statistics
+  warmed up with random actions before the first rollout (``warm_up``, skipped when a
+  resumed run gave them back); after each rollout, ``preprocess_rollout`` updates them
+  with the rollout's observations, computes the intrinsic rewards with the predictor and
+  target of the weights it acted with, and sends them with the statistics the predictor's
+  inputs were normalised with;
 - the storage (``GAEBuffer``) computes the intrinsic advantages and returns (intrinsic
   GAE with ``gamma_intrinsic`` that ignores episode ends) and the predictor's inputs;
 - the update trains the policy, both value heads and the predictor, on a random
@@ -23,6 +23,15 @@ Where each part runs:
 The predictor and the target are learner modules (``rnd_predictor``, ``rnd_target``):
 they travel with every weight broadcast, so every worker has the same target, and the
 predictor's gradients travel with the actor's.
+
+Collectors acting through an inference server (SEED) hold no weights: the two
+computations that need them, the predictor's errors (``intrinsic_errors``) and the
+intrinsic values of the bootstrap (``intrinsic_values``), are ``server_calls`` that the
+server runs with its current weights (the learner's latest publication, at least as new
+as the weights the rollout acted with), while the statistics stay on the collector.
+
+Checkpoints keep the collector-side statistics (``collector_state``): a resumed run's
+collectors start from them and skip the warm-up.
 """
 
 import copy
@@ -81,6 +90,30 @@ class RunningMeanStd:
     def std(self):
         """Standard deviation (floored at 1e-8)."""
         return np.sqrt(np.maximum(self.var, 1e-16))
+
+    def state_dict(self):
+        """``mean``, ``var`` (copies) and ``count``, for checkpoints."""
+        return {"mean": np.array(self.mean), "var": np.array(self.var), "count": int(self.count)}
+
+    def load_state_dict(self, state, name="statistics"):
+        """Restore a ``state_dict`` (its arrays may be tensors, as a checkpoint reads them).
+
+        Parameters
+        ----------
+        state : dict
+            ``mean``, ``var`` and ``count``.
+        name : str
+            What these statistics are, for the error message.
+
+        Raises
+        ------
+        ValueError
+            The saved arrays do not have this one's shape.
+        """
+        mean, var = np.array(state["mean"], dtype=np.float64), np.array(state["var"], dtype=np.float64)
+        if mean.shape != self.mean.shape or var.shape != self.mean.shape:
+            raise ValueError(f"the saved {name} have shape {mean.shape}, this run's {self.mean.shape}")
+        self.mean, self.var, self.count = mean, var, int(state["count"])
 
 
 def rnd_network(network, obs_space, kwargs):
@@ -143,6 +176,7 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
     name = "RND_PPO"
     acting_extras = (LOGP, VAL, IVAL)
     preprocessed_keys = (IREW, OBS_MEAN, OBS_STD)
+    server_calls = ("intrinsic_errors", "intrinsic_values")
     # The warm-up runs once, when a collector's storage is built: a later value would act nowhere.
     fixed_hyperparameters = PPO.fixed_hyperparameters + (
         "intrinsic_rewards_network", "intrinsic_rewards_target_network_kwargs",
@@ -245,18 +279,23 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
     def warm_up(self, envs):
         """Fill the observation statistics with ``pre_normalization_steps *
         pre_normalization_length`` random-action steps of every environment of ``envs``
-        (once: an algorithm whose statistics hold data is left as it is). The warm-up's
-        steps are not recorded (no episode statistics, no episode log); the collector resets
-        the environments afterwards.
+        (once: an algorithm whose statistics hold data, e.g. restored from a checkpoint, is
+        left as it is). The warm-up's steps are not recorded (no episode statistics, no
+        episode log); the collector resets the environments afterwards.
 
         Parameters
         ----------
         envs : TorchVecEnv
             A collector's training environments.
+
+        Returns
+        -------
+        bool
+            Whether ``envs`` were stepped (the collector then resets them).
         """
         total = self.pre_normalization_steps * self.pre_normalization_length
         if self.obs_rms.count > 0 or total == 0:
-            return
+            return False
         space = copy.deepcopy(envs.action_space)
         # Seeded from torch, so that torch.manual_seed governs the warm-up too.
         space.seed(int(torch.randint(0, 2 ** 31 - 1, ()).item()))
@@ -269,6 +308,7 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
             if i % self.pre_normalization_length == 0:
                 self.obs_rms.update(np.concatenate(rows[:self.pre_normalization_length]).reshape(-1, *obs.shape[1:]))
                 rows = rows[self.pre_normalization_length:]
+        return True
 
     def preprocess_rollout(self, data):
         """Add the intrinsic rewards to a finished rollout (see the module docstring).
@@ -293,17 +333,76 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
         T, n = obs.shape[:2]
         if T == 0:
             return data
-        self.obs_rms.update(obs.reshape(T * n, *obs.shape[2:]).cpu().numpy())
-        mean = torch.as_tensor(self.obs_rms.mean, dtype=torch.float32)
-        std = torch.as_tensor(self.obs_rms.std, dtype=torch.float32)
-        with torch.no_grad():
-            rnd_obs = self.normalize_observations(obs.to(self.device), mean.to(self.device), std.to(self.device))
-            errors = self.rnd_errors(rnd_obs.reshape(T * n, *obs.shape[2:])).reshape(T, n).cpu().numpy()
+        flat = obs.reshape(T * n, *obs.shape[2:]).cpu().numpy()
+        obs_rms = copy.deepcopy(self.obs_rms)
+        obs_rms.update(flat)
+        mean, std = obs_rms.mean.astype(np.float32), obs_rms.std.astype(np.float32)
+        errors = np.asarray(self.collector_call("intrinsic_errors", flat, mean, std)).reshape(T, n)
+        # Kept only once the errors came: an inference server that died meanwhile leaves the
+        # statistics as they were, and the collector asks the replacement again.
+        self.obs_rms = obs_rms
         irew = self.normalize_intrinsic_rewards(errors)
         data = dict(data)
         data[IREW] = torch.as_tensor(irew[:, :, None], dtype=torch.float32, device=obs.device)
-        data[OBS_MEAN], data[OBS_STD] = mean.to(obs.device), std.to(obs.device)
+        data[OBS_MEAN], data[OBS_STD] = torch.from_numpy(mean).to(obs.device), torch.from_numpy(std).to(obs.device)
         return data
+
+    def intrinsic_errors(self, obs, mean, std):
+        """The predictor's errors with this algorithm's weights (a ``server_calls`` method).
+
+        Parameters
+        ----------
+        obs : np.ndarray
+            (M, *obs_shape) observations.
+        mean, std : np.ndarray
+            (*obs_shape) float32 statistics they are normalised with.
+
+        Returns
+        -------
+        np.ndarray
+            (M,) squared errors of the predictor against the target.
+        """
+        dev = self.device
+        with torch.no_grad():
+            rnd_obs = self.normalize_observations(torch.as_tensor(obs, device=dev), torch.as_tensor(mean, device=dev),
+                                                  torch.as_tensor(std, device=dev))
+            return self.rnd_errors(rnd_obs).cpu().numpy()
+
+    def intrinsic_values(self, obs, state=None):
+        """The actor's intrinsic value estimates (N, 1) of ``obs`` (numpy; ``state``: the
+        recurrent state of the rows, or None) with this algorithm's weights (a
+        ``server_calls`` method)."""
+        return self.actor.int_values(obs, state)
+
+    def collector_state(self):
+        """The collector-side statistics: ``obs_rms`` (observations), ``int_return_rms``
+        (intrinsic returns), both ``RunningMeanStd.state_dict``, and ``int_returns``, the
+        running intrinsic return of each environment (None before the first rollout)."""
+        returns = self._int_returns
+        return {"obs_rms": self.obs_rms.state_dict(), "int_return_rms": self.int_return_rms.state_dict(),
+                "int_returns": None if returns is None else np.array(returns)}
+
+    def load_collector_state(self, state):
+        """Restore a ``collector_state`` (a collector of a resumed run: its warm-up is then
+        skipped, the statistics holding data).
+
+        Parameters
+        ----------
+        state : dict
+            ``obs_rms``, ``int_return_rms`` and ``int_returns`` (arrays may be tensors).
+
+        Raises
+        ------
+        ValueError
+            A key is missing, or the observation statistics are of another shape.
+        """
+        missing = sorted({"obs_rms", "int_return_rms", "int_returns"} - set(state or {}))
+        if missing:
+            raise ValueError(f"RND_PPO's collector state lacks {missing}")
+        self.obs_rms.load_state_dict(state["obs_rms"], "observation statistics")
+        self.int_return_rms.load_state_dict(state["int_return_rms"], "intrinsic return statistics")
+        returns = state["int_returns"]
+        self._int_returns = None if returns is None else np.array(returns, dtype=np.float64)
 
     def normalize_intrinsic_rewards(self, errors):
         """Intrinsic rewards (T, N) of raw predictor errors (T, N): the running intrinsic
@@ -316,19 +415,25 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
             (T, N) predictor errors, time first.
         """
         T, n = errors.shape
-        if self._int_returns is None or self._int_returns.shape != (n,):
-            self._int_returns = np.zeros(n, dtype=np.float64)
+        running = self._int_returns
+        if running is None or running.shape != (n,):
+            running = np.zeros(n, dtype=np.float64)
         returns = np.empty((T, n), dtype=np.float64)
         for t in range(T):
-            self._int_returns = self._int_returns * self.gamma_intrinsic + errors[t]
-            returns[t] = self._int_returns
-        self.int_return_rms.update(returns.reshape(-1))
-        return (errors / self.int_return_rms.std).astype(np.float32)
+            running = running * self.gamma_intrinsic + errors[t]
+            returns[t] = running
+        # New objects replace the old ones whole: a checkpoint's read (collector_state, in
+        # a remote collector's control thread) never sees half an update.
+        rms = copy.deepcopy(self.int_return_rms)
+        rms.update(returns.reshape(-1))
+        self._int_returns, self.int_return_rms = running, rms
+        return (errors / rms.std).astype(np.float32)
 
     def bootstrap_intrinsic(self, obs, state=None):
         """Intrinsic value estimates (N, 1) of ``obs`` (numpy; ``state``: recurrent state of
-        the rows): what the intrinsic returns are bootstrapped with."""
-        return self.actor.int_values(obs, state)
+        the rows): what the intrinsic returns are bootstrapped with (``intrinsic_values``,
+        on the inference server when the collector acts through one)."""
+        return self.collector_call("intrinsic_values", obs, state)
 
     # ------------------------------------------------------------ learner side
     def intrinsic_samples(self, rollout):

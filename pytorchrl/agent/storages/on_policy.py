@@ -24,9 +24,8 @@ the intrinsic value of its last observation, and the algorithm's ``preprocess_ro
 adds the intrinsic rewards (``prl.IREW``). Their advantages and returns (``prl.IADV``,
 ``prl.IRET``) are non-episodic: GAE with the algorithm's ``gamma_intrinsic`` over the
 whole rollout, episode ends ignored, bootstrapped with the value of the observation after
-each step (the next episode's first one after an episode end). A collector-side storage
-also lets such an algorithm warm up its observation statistics on its environments
-(``warm_up``) when it is built.
+each step (the next episode's first one after an episode end). (The algorithm's
+``warm_up`` of its observation statistics is the collector's, before its first rollout.)
 """
 
 import numpy as np
@@ -179,8 +178,6 @@ class VanillaOnPolicyBuffer(Storage):
         self._last_ival = None
         if getattr(actor, "is_recurrent", False):
             self.check_sequences(algorithm, envs)
-        if envs is not None and callable(getattr(algorithm, "warm_up", None)):
-            algorithm.warm_up(envs)
 
     def check_sequences(self, algorithm, envs):
         """Refuse mini-batches that a recurrent actor's sequences cannot fill: each holds at

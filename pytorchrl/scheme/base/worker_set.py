@@ -7,7 +7,7 @@ import torch
 
 from pytorchrl.scheme.base.faults import (FaultPolicy, RestartBook, WorkerFailure, death_cause, drain,
                                          worker_died)
-from pytorchrl.scheme.base.worker import default_remote_config
+from pytorchrl.scheme.base.worker import Worker, default_remote_config
 
 
 class WorkerSetFactory:
@@ -169,7 +169,41 @@ class WorkerSet:
                 out += get_all([w.get_hyperparameters.remote() for w in self._remote_workers], what=self.role)
         return out
 
+    def first_answer(self, method, control=False):
+        """``method()`` of the first remote worker that answers, asked in order (a worker
+        found dead is left to the set's next request to replace).
+
+        Parameters
+        ----------
+        method : str
+            A query of the workers (no arguments).
+        control : bool
+            Ask in the workers' control thread (``Worker.CONTROL``), so that the answer
+            comes while a long call (a rollout that may wait on the learner) runs.
+
+        Raises
+        ------
+        WorkerError
+            None answered: each one's cause, in one line.
+        """
+        from pytorchrl.scheme.base.faults import gather
+        from pytorchrl.scheme.base.ray_runtime import WorkerError, as_worker_error
+        causes = []
+        for i, worker in enumerate(self._remote_workers):
+            call = getattr(worker, method)
+            if control:
+                call = call.options(concurrency_group=Worker.CONTROL)
+            (value, exc), = gather([call.remote()])
+            if exc is None:
+                return value
+            causes.append(str(as_worker_error(exc, self.worker_name(i + 1))))
+        raise WorkerError(f"no {self.role[:-1]} could answer {method}: {'; '.join(causes) or 'there is none'}")
+
     # ------------------------------------------------------------------ failures
+    #: Logged calls that a later call of the same method replaces whatever their arguments
+    #: (a restored collector state is a whole state, not a named parameter).
+    replaced_whole = ("set_collector_state",)
+
     def log_hot_swap(self, method, args):
         """Remember a hot-swap sent to every remote worker, to replay it on replacements.
 
@@ -191,7 +225,7 @@ class WorkerSet:
                 m, a = self._swap_log[j]
                 if m == "replace_agent_component":
                     break
-                if m == method and a[0] == args[0]:
+                if m == method and (method in self.replaced_whole or a[0] == args[0]):
                     del self._swap_log[j]
                     break
         self._swap_log.append((method, args))

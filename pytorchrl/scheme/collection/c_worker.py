@@ -128,7 +128,13 @@ class CWorker(Worker):
     insert or put that meets a dead server is reported lost (``server_lost`` in the
     information), and a rollout whose inference server died stops where it is and is
     reported paused; the next ``collect_data``, after ``set_inference_server`` gave the
-    replacement, goes on from there, sending the observations it was waiting on again.
+    replacement, goes on from there, sending the observations it was waiting on again
+    (or, when the rollout was finished and the algorithm's pre-processing was asking the
+    server, that pre-processing's calls).
+
+    The algorithm's ``warm_up`` runs on the training environments before the first rollout
+    (not when the worker is built: a resumed run gives the collectors their
+    ``collector_state`` first, and an algorithm whose statistics hold data skips it).
     """
 
     def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
@@ -182,10 +188,15 @@ class CWorker(Worker):
             check_server_agent(self.actor, self.algo)
             self._server_acting = ServerActing(inference_server, inference_generation)
             self.actor.route_acting(self._server_acting)
+            # The algorithm's collector-side computations with weights (RND's predictor
+            # errors and intrinsic values) run on the server too.
+            self.algo.route_collector_calls(self._server_acting)
         self.iter = 0
         self.actor_version = 0
         self._cut_round = None
         self._paused = None   # a rollout stopped by the death of its inference server (see _rollout)
+        self._unsent = None   # a finished rollout whose pre-processing met a dead inference server
+        self._warmed_up = False  # the algorithm's warm-up (see _warm_up) has run
         if rollout_steps is not None and self.envs_train is not None:
             fits = self.storage.rollout_steps(self.envs_train.num_envs)
             if rollout_steps > fits:
@@ -283,17 +294,27 @@ class CWorker(Worker):
             self._listening_round = listen
         first_version = self.actor_version
         try:
-            col_time, steps, cut = self._guarded(self._rollout, "envs_train", self.update_every, listen,
-                                                 max_episodes or self.rollout_episodes)
+            if self._unsent is None:
+                rollout = self._guarded(self._rollout, "envs_train", self.update_every, listen,
+                                        max_episodes or self.rollout_episodes)
+            else:
+                rollout, self._unsent = self._unsent, None
+            # The algorithm's collector-side step (EXARL's ASYNC: Bellman targets computed
+            # here; RND's intrinsic rewards), with the weights this rollout was collected
+            # with (or the inference server's).
+            try:
+                data = self.algo.preprocess_rollout(self.storage.get_data(data_to_cpu))
+            except ServerLost:
+                # The rollout is whole in the storage: only its pre-processing is asked again.
+                self._unsent = rollout
+                raise
         except ServerLost as lost:
             info.update(server_lost=lost.report(), paused=True, collected_samples=0, steps=0, col_time=0.0,
                         version=self.actor_version, episodes=[], index_worker=self.index_worker, cut=False)
             return None, info
         finally:
             self._listening_round = None
-        # The algorithm's collector-side step (EXARL's ASYNC: Bellman targets computed
-        # here), with the weights this rollout was collected with.
-        data = self.algo.preprocess_rollout(self.storage.get_data(data_to_cpu))
+        col_time, steps, cut = rollout
         info.update(collected_samples=steps * self.envs_train.num_envs, steps=steps, col_time=col_time,
                     version=self._rollout_version(first_version), episodes=self.envs_train.pop_finished_episodes(),
                     index_worker=self.index_worker, cut=cut)
@@ -472,6 +493,7 @@ class CWorker(Worker):
         reader = self._board_reader
         paused, self._paused = self._paused, None
         if paused is None:
+            self._warm_up()
             state = self.state
             if self._server_acting is not None:
                 self._server_acting.start_rollout()
@@ -533,6 +555,17 @@ class CWorker(Worker):
         self.obs = storage.next_rollout_obs()
         self.state = state
         return spent + time.perf_counter() - t0, steps, cut
+
+    def _warm_up(self):
+        """The algorithm's ``warm_up`` on the training environments, once; environments it
+        stepped are reset, and the next rollout starts from their reset observations."""
+        if self._warmed_up:
+            return
+        self._warmed_up = True
+        if self.algo.warm_up(self.envs_train):
+            self.obs = self.envs_train.reset_numpy().copy()
+            self.state = self.actor.initial_state(self.envs_train.num_envs)
+            self._episode_starts = True
 
     def _load_pulled(self, step, version, weights):
         """Load weights pulled from the board before step ``step`` of the rollout (a version
@@ -621,6 +654,23 @@ class CWorker(Worker):
         """The actor's acting weights (what collectors need) as a dict of CPU tensors."""
         return self.algo.get_acting_weights()
 
+    def get_collector_state(self):
+        """What this worker's algorithm accumulated over the run (``Algorithm.collector_state``:
+        RND's statistics), for checkpoints."""
+        return self.algo.collector_state()
+
+    def set_collector_state(self, state):
+        """Restore a ``get_collector_state`` (a resumed run): before the first rollout, it
+        makes the algorithm skip its warm-up.
+
+        Parameters
+        ----------
+        state : dict or None
+            What ``get_collector_state`` returned.
+        """
+        self.algo.load_collector_state(state)
+        return True
+
     def update_algorithm_parameter(self, parameter_name, new_parameter_value):
         """Change a hyperparameter of this worker's algorithm (see Algorithm.update_algorithm_parameter)."""
         if self._owner is None:   # a borrowed algorithm was changed by its owner
@@ -645,9 +695,14 @@ class CWorker(Worker):
         rebuild_component(self, component_name, new_component_factory, self._owner)
         if component_name != "envs_test":
             # A rollout paused by its server's death belonged to the components replaced.
-            self._paused = None
+            self._paused = self._unsent = None
         if component_name == "actor" and self._server_acting is not None:
             self.actor.route_acting(self._server_acting)
+        if component_name == "algo":
+            if self._server_acting is not None:
+                self.algo.route_collector_calls(self._server_acting)
+            # A new algorithm starts without the statistics its warm-up fills.
+            self._warmed_up = False
         if component_name in self._env_factories:
             self._env_factories[component_name] = new_component_factory
         if component_name == "envs_train":

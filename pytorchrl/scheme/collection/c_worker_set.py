@@ -386,6 +386,22 @@ class CWorkerSet(WorkerSet):
         version (a restored checkpoint, a replaced actor)."""
         self.weights.invalidate()
 
+    # ----------------------------------------------------------- collector state
+    def collector_state(self):
+        """The ``CWorker.get_collector_state`` a checkpoint keeps: the local worker's when it
+        collects (no remote workers), else the first remote worker's that answers (each
+        remote collector holds its own; asked in its control thread, so that a rollout
+        waiting on the learner does not hold the answer back)."""
+        if not self._remote_workers:
+            return self._local_worker.get_collector_state()
+        return self.first_answer("get_collector_state", control=True)
+
+    def set_collector_state(self, state):
+        """Give every worker ``state`` (``collector_state`` of a checkpoint): each collector
+        of a resumed run starts from it, and so do replacements of dead ones (it is logged
+        with the hot-swaps)."""
+        return self.apply_to_all("set_collector_state", state)
+
     # ----------------------------------------------------------- episode budget
     def set_episode_budget(self, episodes):
         """Hand over at most ``episodes`` finished episodes in all (counted from the start;

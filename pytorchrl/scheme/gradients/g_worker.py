@@ -497,6 +497,14 @@ class GWorker(Worker):
         self.col_workers.invalidate_weights()
         return True
 
+    def collector_state(self):
+        """The collector state a checkpoint keeps (``CWorkerSet.collector_state``)."""
+        return self.col_workers.collector_state()
+
+    def set_collector_state(self, state):
+        """Give ``state`` (``collector_state``) to every collection worker."""
+        return self.col_workers.set_collector_state(state)
+
     def update_algorithm_parameter(self, parameter_name, new_parameter_value):
         """Change an algorithm hyperparameter here and on every collection worker."""
         self.algo.update_algorithm_parameter(parameter_name, new_parameter_value)

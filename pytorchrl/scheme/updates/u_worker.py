@@ -521,6 +521,18 @@ class UWorker(Worker):
         self.sync_local_weights()
         return self.local_worker.get_weights()
 
+    def collector_state(self):
+        """What the collectors' algorithm accumulated (``Algorithm.collector_state``: RND's
+        statistics), for checkpoints: that of the local gradient worker's collectors, or,
+        with remote gradient workers, of the first one's that answers."""
+        if not self.grad_workers.remote_workers():
+            return self.local_worker.collector_state()
+        return self.grad_workers.first_answer("collector_state")
+
+    def set_collector_state(self, state):
+        """Give ``state`` (``collector_state``) to every collector of the scheme."""
+        return self._apply_everywhere("set_collector_state", state)
+
     # ------------------------------------------------------------------ control
     def _apply_everywhere(self, method, *args):
         """Call ``method(*args)`` on every gradient worker (each forwards it to its

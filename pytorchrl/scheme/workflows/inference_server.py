@@ -12,7 +12,12 @@ The server runs in this process (a scheme without Ray, tests) or as a threaded R
 (``start_remote``). Collectors reach it through ``ServerActing``, the acting program that
 ``CWorker(policy="server")`` routes its actor through (``Actor.route_acting``): the
 collector keeps no weights of its own, its rollout's bootstrap values come from the
-server too, and the rollout is reported with the oldest version that acted in it.
+server too, and the rollout is reported with the oldest version that acted in it. An
+algorithm whose collector-side pre-processing computes with weights (RND_PPO's intrinsic
+rewards and intrinsic bootstrap values) declares those computations as ``server_calls``:
+the collector's algorithm sends them to the server (``call_algorithm``), which runs them
+on its copy of the algorithm with the current weights, while what the collector
+accumulates (RND's statistics) stays on the collector.
 
 The first action of an episode is taken from that episode's first observation: the
 vectorized environments reset an ended episode in the step that ends it and return the new
@@ -73,17 +78,19 @@ def check_server_agent(actor, algo):
     ValueError
         The actor keeps a per-environment state (a recurrent memory, Ornstein-Uhlenbeck
         noise), which the collectors would have to send and receive at every step; or the
-        algorithm computes training data on the collectors (``collector_modules``), which
-        needs weights the collectors do not hold.
+        algorithm computes training data on the collectors with weights they do not hold
+        (``collector_modules``) and cannot have the server compute it (no
+        ``server_calls``: DDQN with ``targets_on_collector``).
     """
     if actor.initial_state(1) is not None:
         kind = "a recurrent memory" if actor.is_recurrent else "a per-environment state (e.g. OU noise)"
         raise ValueError(f"an inference server cannot act for {type(actor).__name__} with {kind}: it acts on "
                          f"observations only; use a feed-forward actor without state, or col_policy='learned'")
-    if algo.collector_modules:
+    if algo.collector_modules and not algo.server_calls:
         raise ValueError(f"an inference server cannot serve {algo.name} with collector-side pre-processing "
                          f"(collector_modules {list(algo.collector_modules)}: e.g. targets_on_collector): the "
-                         f"collectors hold no weights; turn it off or use col_policy='learned'")
+                         f"collectors hold no weights and {algo.name} has no server_calls to run it on the server; "
+                         f"turn it off or use col_policy='learned'")
 
 
 class _Request:
@@ -144,7 +151,7 @@ class InferenceServer(ServerProcess):
         self._stopped = False
         self._start = time.perf_counter()
         self._counts = {"batches": 0, "observations": 0, "requests": 0, "wait_s": 0.0, "max_batch_seen": 0,
-                        "value_calls": 0}
+                        "value_calls": 0, "algorithm_calls": 0}
         self._thread = threading.Thread(target=self._serve, name="inference-batcher", daemon=True)
         self._thread.start()
 
@@ -209,6 +216,27 @@ class InferenceServer(ServerProcess):
         with self._model_lock:
             self._counts["value_calls"] += 1
             return np.asarray(self.actor.values(np.asarray(obs))), self.version
+
+    def call_algorithm(self, name, args):
+        """``algo.<name>(*args)`` with the current weights, and their version: a collector's
+        ``Algorithm.collector_call`` (RND's predictor errors and intrinsic values); not
+        batched (a few per rollout).
+
+        Parameters
+        ----------
+        name : str
+            One of the algorithm's ``server_calls``.
+        args : tuple
+            Its arguments (numpy arrays or None).
+
+        Raises
+        ------
+        ValueError
+            ``name`` is not one of the algorithm's ``server_calls``.
+        """
+        with self._model_lock:
+            self._counts["algorithm_calls"] += 1
+            return self.algo.collector_call(name, *args), self.version
 
     def _serve(self):
         """The batching thread: wait for requests, gather a batch, act, answer."""
@@ -303,7 +331,7 @@ class InferenceServer(ServerProcess):
         ``requests``, ``mean_batch`` (observations per batch), ``mean_requests`` (requests per
         batch), ``mean_wait_ms`` (from a request's arrival to its batch's start),
         ``max_batch_seen``, ``calls_per_s`` (batches per second), ``value_calls``,
-        ``version``, ``max_batch``, ``timeout_ms``."""
+        ``algorithm_calls`` (``call_algorithm``), ``version``, ``max_batch``, ``timeout_ms``."""
         with self._cond:
             c = dict(self._counts)
         b = max(1, c["batches"])
@@ -311,7 +339,8 @@ class InferenceServer(ServerProcess):
         return {"batches": c["batches"], "observations": c["observations"], "requests": c["requests"],
                 "mean_batch": c["observations"] / b, "mean_requests": c["requests"] / b,
                 "mean_wait_ms": 1000.0 * c["wait_s"] / max(1, c["requests"]), "max_batch_seen": c["max_batch_seen"],
-                "calls_per_s": c["batches"] / elapsed, "value_calls": c["value_calls"], "version": self.version,
+                "calls_per_s": c["batches"] / elapsed, "value_calls": c["value_calls"],
+                "algorithm_calls": c["algorithm_calls"], "version": self.version,
                 "max_batch": self.max_batch, "timeout_ms": 1000.0 * self.timeout_s}
 
     def stop(self):
@@ -400,9 +429,11 @@ class ServerActing:
     """A collector's acting program that asks an inference server (``Actor.route_acting``).
 
     Called as ``act`` is (``(obs, state, deterministic)`` -> ``(env_action, extras, None)``);
-    ``value(obs)`` gives bootstrap values. Remembers the oldest weight version that acted
-    since ``start_rollout`` (the version a rollout is reported with, so that policy lag
-    counts the stalest step). A server that died raises ``ServerLost`` from either call:
+    ``value(obs)`` gives bootstrap values, and ``call_algorithm`` runs the collector's
+    ``Algorithm.collector_call`` there (``Algorithm.route_collector_calls``). Remembers the
+    oldest weight version that acted since ``start_rollout`` (the version a rollout is
+    reported with, so that policy lag counts the stalest step). A server that died raises
+    ``ServerLost`` from any call:
     the collector keeps its rollout where it stopped and asks the replacement
     (``set_server``) for the same observations again.
 
@@ -438,6 +469,13 @@ class ServerActing:
         values, version = self.client.call("values", np.asarray(obs))
         self._seen(version)
         return values
+
+    def call_algorithm(self, name, *args):
+        """``name(*args)`` of the algorithm's ``server_calls``, run by the server with its
+        current weights (see ``InferenceServer.call_algorithm``)."""
+        result, version = self.client.call("call_algorithm", name, tuple(args))
+        self._seen(version)
+        return result
 
     def start_rollout(self):
         """Forget the versions seen: a new rollout begins."""

@@ -1,0 +1,187 @@
+"""RND_PPO through a central inference server (SEED, ``scheme.col_policy: server``).
+
+A collector acting through the server holds no weights: its intrinsic rewards (the
+predictor's errors) and the intrinsic values of its bootstrap come from the server's
+weights, while its statistics stay its own. The rewards are exactly those of a collector
+holding the server's weights and the same statistics; a server that dies while the
+rollout's rewards are computed leaves the statistics as they were and the replacement is
+asked again; and RND_PPO trains in a SEED layout of Ray collectors.
+"""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import pytorchrl as prl
+from pytorchrl.agent.actors import OnPolicyActor
+from pytorchrl.agent.algorithms import RND_PPO
+from pytorchrl.agent.algorithms.rnd_ppo import OBS_MEAN, OBS_STD
+from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.storages import GAEBuffer
+from pytorchrl.envs import make_gym_env
+from pytorchrl.learner import Learner
+from pytorchrl.scheme import Scheme
+from pytorchrl.scheme.base.servers import ServerLost
+from pytorchrl.scheme.collection.c_worker import CWorker
+from pytorchrl.scheme.workflows.inference_server import InferenceServer
+
+
+def rnd_agent(env_id="CartPole-v1", vec_env_size=2, size=8, **algo_kwargs):
+    """(algo, actor, storage, train envs) factories of a small RND_PPO."""
+    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id},
+                                                           vec_env_size=vec_env_size, seed=0)
+    kwargs = dict(pre_normalization_steps=2, pre_normalization_length=8,
+                  intrinsic_rewards_target_network_kwargs={"hidden_sizes": [16]},
+                  intrinsic_rewards_predictor_network_kwargs={"hidden_sizes": [16]})
+    kwargs.update(algo_kwargs)
+    algo, name = RND_PPO.create_factory(**kwargs)
+    actor = OnPolicyActor.create_factory(obs_space, action_space, name,
+                                         feature_extractor_kwargs={"hidden_sizes": [16]})
+    return algo, actor, GAEBuffer.create_factory(size=size), train
+
+
+def trained_weights(algo_factory, actor_factory):
+    """Acting weights of a learner whose actor and RND networks are moved away from any
+    freshly built ones (so that weights of the wrong origin give other numbers)."""
+    torch.manual_seed(7)
+    actor = actor_factory("cpu")
+    algo = algo_factory("cpu", actor, None)
+    with torch.no_grad():
+        for module in (actor, algo.rnd_predictor, algo.rnd_target):
+            for p in module.parameters():
+                p.add_(torch.randn_like(p) * 0.5)
+    return algo.get_acting_weights()
+
+
+def reference_collector(algo_factory, actor_factory, weights, collector_state):
+    """An algorithm as a collector holding ``weights`` would have it, with ``collector_state``."""
+    actor = actor_factory("cpu")
+    algo = algo_factory("cpu", actor, None)
+    algo.set_acting_weights(weights)
+    algo.load_collector_state(copy.deepcopy(collector_state))
+    return algo
+
+
+def assert_same_state(a, b):
+    for key in ("obs_rms", "int_return_rms"):
+        for field in ("mean", "var", "count"):
+            np.testing.assert_array_equal(np.asarray(a[key][field]), np.asarray(b[key][field]))
+    np.testing.assert_array_equal(np.asarray(a["int_returns"]), np.asarray(b["int_returns"]))
+
+
+def test_intrinsic_rewards_through_the_server_are_those_of_a_collector_holding_its_weights():
+    algo_f, actor_f, storage_f, train = rnd_agent()
+    weights = trained_weights(algo_f, actor_f)
+    server = InferenceServer.from_factories(algo_f, actor_f, timeout_ms=0, initial_weights=weights)
+    worker = CWorker(1, 0, algo_f, actor_f, storage_f, train_envs_factory=train, policy="server",
+                     inference_server=server)
+    try:
+        worker.collect_data()          # the warm-up and a first rollout: statistics that hold data
+        before = copy.deepcopy(worker.algo.collector_state())
+        data, info = worker.collect_data()
+        stats = server.stats()
+    finally:
+        worker.stop()
+        server.stop()
+    assert info["steps"] == 8
+    obs = data[prl.OBS]
+    ref = reference_collector(algo_f, actor_f, weights, before)
+    want = ref.preprocess_rollout({prl.OBS: obs})
+    np.testing.assert_array_equal(data[prl.IREW].numpy(), want[prl.IREW].numpy())
+    np.testing.assert_array_equal(data[OBS_MEAN].numpy(), want[OBS_MEAN].numpy())
+    np.testing.assert_array_equal(data[OBS_STD].numpy(), want[OBS_STD].numpy())
+    assert_same_state(worker.algo.collector_state(), ref.collector_state())
+    # The statistics are the collector's own: the server's algorithm never saw a rollout.
+    assert before["obs_rms"]["count"] == 2 * 8 * 2 + 8 * 2 and worker.algo.obs_rms.count == before["obs_rms"]["count"] + 16
+    # The collector's own (initial) networks give other rewards: the server's were used.
+    flat, mean, std = obs.reshape(16, -1).numpy(), want[OBS_MEAN].numpy(), want[OBS_STD].numpy()
+    assert not np.allclose(worker.algo.intrinsic_errors(flat, mean, std), ref.intrinsic_errors(flat, mean, std))
+    assert float(data[prl.IREW].min()) > 0.0
+    # Two server calls a rollout: the predictor's errors and the intrinsic bootstrap.
+    assert stats["algorithm_calls"] == 2 * 2 and stats["value_calls"] == 2
+
+
+def test_the_server_refuses_what_is_not_a_server_call():
+    algo_f, actor_f, _, _ = rnd_agent()
+    server = InferenceServer.from_factories(algo_f, actor_f, timeout_ms=0)
+    try:
+        with pytest.raises(ValueError, match=r"'loss_tensors' is not one of its server_calls \['intrinsic_errors', "
+                                             r"'intrinsic_values'\]"):
+            server.call_algorithm("loss_tensors", ({},))
+    finally:
+        server.stop()
+
+
+class DyingServer(InferenceServer):
+    """An inference server in this process whose process "dies" before its ``dies_at``-th
+    ``call_algorithm`` (1-based): that call and every later one raise ``ServerLost``, as
+    a client of a dead remote server does."""
+
+    def __init__(self, algo_factory, actor_factory, weights, dies_at=None):
+        actor = actor_factory("cpu")
+        super().__init__(actor, algo_factory("cpu", actor, None), timeout_ms=0)
+        self.set_weights(weights, 0)
+        self.dies_at = dies_at
+        self.calls = 0
+
+    def call_algorithm(self, name, args):
+        self.calls += 1
+        if self.dies_at is not None and self.calls >= self.dies_at:
+            raise ServerLost("inference", 0, "killed with ray.kill()")
+        return super().call_algorithm(name, args)
+
+
+def test_a_server_lost_while_the_rewards_are_computed_is_asked_again_through_the_replacement():
+    """The server dies at the rollout's predictor-error call (its bootstrap's intrinsic
+    values came first): the rollout is reported paused and the statistics are unchanged;
+    given the replacement, the same rollout is handed over with the rewards of a collector
+    holding the server's weights, the statistics updated once."""
+    algo_f, actor_f, storage_f, train = rnd_agent()
+    weights = trained_weights(algo_f, actor_f)
+    dying = DyingServer(algo_f, actor_f, weights, dies_at=2)
+    replacement = DyingServer(algo_f, actor_f, weights)
+    worker = CWorker(1, 0, algo_f, actor_f, storage_f, train_envs_factory=train, policy="server",
+                     inference_server=dying)
+    try:
+        before = copy.deepcopy(worker.algo.collector_state())
+        data, info = worker.collect_data()
+        assert data is None and info["paused"] and info["server_lost"]["kind"] == "inference"
+        warm = copy.deepcopy(worker.algo.collector_state())
+        assert before["obs_rms"]["count"] == 0 and warm["obs_rms"]["count"] == 2 * 8 * 2  # the warm-up only
+        worker.set_inference_server(replacement, 1)
+        data, info = worker.collect_data()
+    finally:
+        worker.stop()
+        dying.stop()
+        replacement.stop()
+    assert "server_lost" not in info and info["steps"] == 8 and replacement.calls == 1
+    ref = reference_collector(algo_f, actor_f, weights, warm)
+    want = ref.preprocess_rollout({prl.OBS: data[prl.OBS]})
+    np.testing.assert_array_equal(data[prl.IREW].numpy(), want[prl.IREW].numpy())
+    assert_same_state(worker.algo.collector_state(), ref.collector_state())
+
+
+@pytest.mark.timeout(120)
+def test_rnd_ppo_trains_in_a_seed_layout_of_ray_collectors(ray_session):
+    algo, actor, storage, train = rnd_agent(env_id="MountainCar-v0", vec_env_size=2, size=64, num_mini_batch=2)
+    scheme = Scheme(algo, actor, storage, train, num_col_workers=2, col_workers_resources={"num_cpus": 0.25},
+                    col_policy="server", inference_server={"timeout_ms": 20, "num_cpus": 0.25})
+    learner = Learner(scheme, target_steps=1024)
+    infos = []
+    try:
+        while not learner.done():
+            infos += [i.get("algo", {}) for i in learner.step()]
+        stats = scheme.inference_stats()
+    finally:
+        learner.stop()
+    infos = [i for i in infos if i]
+    rollouts = learner.num_samples_collected // (2 * 64)
+    assert rollouts >= 8 and learner.num_updates >= 4 and len(infos) >= 4
+    rewards = [i["IntrinsicReward"] for i in infos]
+    assert all(math.isfinite(r) and r > 0 for r in rewards), rewards
+    assert all(math.isfinite(i["PredictorLoss"]) and math.isfinite(i["IntValueLoss"]) for i in infos)
+    # Every rollout's intrinsic rewards and intrinsic bootstrap were computed by the server.
+    assert stats["algorithm_calls"] >= 2 * rollouts and stats["version"] == learner.policy_version > 0
