@@ -200,8 +200,9 @@ def restore(learner, state, source, copy=False):
         Where it comes from (the file, or "member-2"), for messages.
     copy : bool
         False: a resumed run, everything comes back (counters, hot-swap log, random states,
-        replay, the collectors' state: every collector gets the one saved). True: the exploit step of population-based training, where ``learner``
-        takes over another learner's policy: the weights, optimizer state and
+        replay, the collectors' state: every collector gets the one saved). True: the
+        exploit step of population-based training, where ``learner`` takes over another
+        learner's policy: the weights, optimizer state and
         hyperparameters come, with the counters that describe them (updates, the recent
         returns and test return; the weight version moves on by one, a new publication),
         while the learner keeps its own env steps and episodes (its timeline), hot-swap

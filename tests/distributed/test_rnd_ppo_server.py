@@ -95,7 +95,8 @@ def test_intrinsic_rewards_through_the_server_are_those_of_a_collector_holding_i
     np.testing.assert_array_equal(data[OBS_STD].numpy(), want[OBS_STD].numpy())
     assert_same_state(worker.algo.collector_state(), ref.collector_state())
     # The statistics are the collector's own: the server's algorithm never saw a rollout.
-    assert before["obs_rms"]["count"] == 2 * 8 * 2 + 8 * 2 and worker.algo.obs_rms.count == before["obs_rms"]["count"] + 16
+    assert before["obs_rms"]["count"] == 2 * 8 * 2 + 8 * 2
+    assert worker.algo.obs_rms.count == before["obs_rms"]["count"] + 16
     # The collector's own (initial) networks give other rewards: the server's were used.
     flat, mean, std = obs.reshape(16, -1).numpy(), want[OBS_MEAN].numpy(), want[OBS_STD].numpy()
     assert not np.allclose(worker.algo.intrinsic_errors(flat, mean, std), ref.intrinsic_errors(flat, mean, std))

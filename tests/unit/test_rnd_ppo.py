@@ -224,7 +224,8 @@ def test_the_factory_takes_pytorchrl_keyword_names_and_the_config_its_keys():
 
 def _short(*overrides):
     return load_config(EXAMPLE, ["learner.target_steps=128", "env.vec_env_size=2", "storage.size=32",
-                                 "algorithm.pre_normalization_steps=1", "algorithm.pre_normalization_length=8", "algorithm.num_mini_batch=2",
+                                 "algorithm.pre_normalization_steps=1", "algorithm.pre_normalization_length=8",
+                                 "algorithm.num_mini_batch=2",
                                  "env.monitor=false", "learner.tensorboard=false", *overrides])
 
 
