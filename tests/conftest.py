@@ -224,7 +224,9 @@ def ray_session():
 
     started = False
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False)
+        # "local": a Ray instance of its own, never a cluster another run on this machine
+        # left as the current one (RAY_ADDRESS or /tmp/ray), which num_cpus could not join.
+        ray.init(address="local", num_cpus=2, include_dashboard=False)
         started = True
     yield ray
     if started and ray.is_initialized():
