@@ -7,6 +7,7 @@ unique, so that every relabelled goal can be traced back to the step that achiev
 Expected values are computed here, never by the code under test.
 """
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -181,3 +182,36 @@ def test_goal_selection_fraction_and_ranges():
 def test_a_flat_observation_is_refused():
     with pytest.raises(ValueError, match="needs a goal environment"):
         make_storage(env_id="Pendulum-v1")
+
+
+class ScaledGoals(gym.ObservationWrapper):
+    """PointReach with its goals handed out 10 times larger: relabelling must reward goals
+    in this scale, through this wrapper's compute_reward."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        spaces = dict(env.observation_space.spaces)
+        for key in ("achieved_goal", "desired_goal"):
+            s = spaces[key]
+            spaces[key] = gym.spaces.Box(s.low * 10, s.high * 10, s.shape, s.dtype)
+        self.observation_space = gym.spaces.Dict(spaces)
+
+    def observation(self, obs):
+        return {**obs, "achieved_goal": obs["achieved_goal"] * 10, "desired_goal": obs["desired_goal"] * 10}
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return self.env.unwrapped.compute_reward(achieved_goal / 10, desired_goal / 10, info)
+
+
+def test_relabelling_asks_the_outermost_wrapper_that_computes_rewards():
+    train, _, _ = VecEnv.create_factory(lambda: ScaledGoals(gym.make("PointReach-v0")), vec_env_size=1)
+    envs = train("cpu")
+    try:
+        reward = envs.goal_reward_fn()
+        near, far = np.array([[0.0, 0.0]]), np.array([[0.3, 0.0]])   # 0.03 and 0 apart in the env's scale
+        # The unwrapped environment would call 0.3 apart a miss; in the wrapper's scale it is a hit.
+        assert envs._vec.envs[0].unwrapped.compute_reward(near, far, None)[0] == -1.0
+        assert reward(near, far, None)[0] == 0.0
+        assert reward(near, far * 10, None)[0] == -1.0
+    finally:
+        envs.close()

@@ -389,11 +389,18 @@ class TorchVecEnv:
         """The environments' vectorised ``compute_reward(achieved_goal, desired_goal, info)``
         (goal environments: gymnasium-robotics, ``PointReach-v0``), which hindsight relabelling
         calls, or None when they have none. In-process: the first environment's; with
-        subprocesses: that of one more environment built in this process."""
+        subprocesses: that of one more environment built in this process. The outermost
+        wrapper that defines it answers (gymnasium's ``get_wrapper_attr``): a wrapper that
+        rescales the goals it hands out computes rewards on goals in its own scale."""
         if self._reward_env is None:
             in_process = isinstance(self._vec, _InProcessVector)
             self._reward_env = (self._vec.envs[0] if in_process else self._env_fns[0](), not in_process)
-        return getattr(self._reward_env[0].unwrapped, "compute_reward", None)
+        env = self._reward_env[0]
+        try:
+            return env.get_wrapper_attr("compute_reward") if hasattr(env, "get_wrapper_attr") else \
+                getattr(env.unwrapped, "compute_reward", None)
+        except AttributeError:
+            return None
 
     def close(self):
         """Close every env and the episode log."""
