@@ -245,3 +245,27 @@ def test_her_relabelled_copies_are_not_counted():
         assert int(worker.actor.obs_norm.count) == storage.num_inserted - 1
     finally:
         learner.stop()
+
+
+def test_the_configuration_builds_normalising_actors_and_refuses_what_cannot_apply(tmp_path):
+    from pytorchrl.config import ConfigError, build_learner, validate_config
+    base = {"seed": 0, "env": {"id": "Pendulum-v1", "vec_env_size": 1},
+            "algorithm": {"name": "SAC", "start_steps": 10, "mini_batch_size": 8},
+            "storage": {"size": 1000}, "learner": {"target_steps": 30}}
+    config = validate_config({**base, "actor": {"normalize_observations": True, "observation_clip": 5.0,
+                                                "hidden_sizes": [8]}})
+    learner = build_learner(config, log_dir=str(tmp_path))
+    try:
+        actor = learner.update_worker.local_worker.actor
+        assert actor.obs_norm is not None and actor.obs_norm.clip == 5.0
+        while not learner.done():
+            learner.step()
+        assert int(actor.obs_norm.count) > 0
+    finally:
+        learner.stop()
+    with pytest.raises(ConfigError, match="actor.observation_clip.*no effect without actor.normalize_observations"):
+        validate_config({**base, "actor": {"observation_clip": 5.0}})
+    with pytest.raises(ConfigError, match="actor.normalize_observations.*decentralized_update_execution"):
+        validate_config({**base, "algorithm": {"name": "PPO"}, "storage": {"size": 16},
+                         "actor": {"normalize_observations": True},
+                         "scheme": {"num_grad_workers": 2, "decentralized_update_execution": True}})
