@@ -163,7 +163,8 @@ class ObservationNormalizer(nn.Module):
         """
         mean = np.asarray(stats["mean"], dtype=np.float64)
         if mean.shape != tuple(self.mean.shape):
-            raise ValueError(f"observation statistics of size {mean.shape}, this actor normalises {tuple(self.mean.shape)}")
+            raise ValueError(f"observation statistics of size {mean.shape}, this actor normalises "
+                             f"{tuple(self.mean.shape)}")
         count, mean, var = combine(int(self.count.item()), self.mean.cpu().numpy(), self.var.cpu().numpy(),
                                    int(stats["count"]), mean, np.asarray(stats["var"], dtype=np.float64))
         with torch.no_grad():

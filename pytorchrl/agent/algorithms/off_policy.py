@@ -26,7 +26,8 @@ def numpy_update(build, reproduces, actor_reproduces):
     return accel.Accelerator("update", "numpy update", build,
                              ("compute_loss", "loss_tensors", "host_stats", "unpack_batch", "report_td_errors")
                              + tuple(reproduces),
-                             actor_class=OffPolicyActor, actor_reproduces=("_obs_features", "normalize") + tuple(actor_reproduces),
+                             actor_class=OffPolicyActor,
+                             actor_reproduces=("_obs_features", "normalize") + tuple(actor_reproduces),
                              fallback="updating in torch")
 
 
