@@ -60,8 +60,11 @@ def evaluation(clock, steps, act, args):
     return [steps, rate, round(trained, 2)]
 
 
-def parse_args(doc):
+def parse_args(doc, extra=None):
+    """The command line of a worker; ``extra(parser)`` adds the worker's own flags."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    if extra is not None:
+        extra(ap)
     ap.add_argument("--task", choices=sorted(TASKS), default="fetch-reach")
     ap.add_argument("--steps", type=int, default=None, help="env steps (default: the task's)")
     ap.add_argument("--seed", type=int, default=0)

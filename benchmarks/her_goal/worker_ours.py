@@ -5,7 +5,10 @@ Learner); one collector in the learner's process. Every ``--eval-every`` env ste
 success rate is measured on fresh environments (time not counted as training). Prints ONE JSON
 line (the last line of stdout) with the same fields as worker_sb3.py.
 
-Usage: python worker_ours.py --task {fetch-reach,point-reach} [--steps N] [--seed 0] [--no-her]
+Usage: python worker_ours.py --task {fetch-reach,point-reach} [--steps N] [--seed 0] [--no-her] [--normalize]
+
+``--normalize``: the actor normalises its observations (``normalize_observations``: running
+mean and variance, clipped at 10), as rl-baselines3-zoo's ``normalize: true`` for FetchReach.
 """
 
 import json
@@ -36,7 +39,8 @@ def build(args, hp):
         mini_batch_size=hp["batch_size"], initial_alpha=1.0)
     actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name,
                                                   common_feature_extractor_kwargs={"hidden_sizes": hp["net"]},
-                                                  num_critics=hp["n_critics"])
+                                                  num_critics=hp["n_critics"],
+                                                  normalize_observations=args.normalize)
     her_size = (hp["n_sampled_goal"] + 1) * hp["buffer_size"]    # the relabelled copies are stored
     storage = (ReplayBuffer.create_factory(size=hp["buffer_size"]) if args.no_her else
                HERBuffer.create_factory(size=her_size, strategy=hp["goal_selection_strategy"],
@@ -47,7 +51,8 @@ def build(args, hp):
 
 
 def main():
-    args = C.parse_args(__doc__)
+    args = C.parse_args(__doc__, extra=lambda ap: ap.add_argument(
+        "--normalize", action="store_true", help="normalise the observations (running mean and variance)"))
     import numpy as np
     import torch
 
@@ -74,7 +79,8 @@ def main():
     steps = int(learner.num_samples_collected)
     updates = int(learner.update_worker.local_worker.algo.updates_applied)
     learner.stop()
-    print(json.dumps({"system": "ours" + ("-noher" if args.no_her else ""), "task": args.task, "seed": args.seed,
+    system = "ours" + ("-noher" if args.no_her else "") + ("-norm" if args.normalize else "")
+    print(json.dumps({"system": system, "task": args.task, "seed": args.seed,
                       "framework_version": pytorchrl.__version__, "env_steps": steps, "updates": updates,
                       "learn_wall_s": round(wall, 2), "env_steps_per_s": round(steps / wall, 1),
                       "learn_cpu_s_incl_eval": round(cpu, 2), "curve": curve,

@@ -155,6 +155,8 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
     mlp_kwargs = {"hidden_sizes": list(actor["hidden_sizes"] or ([64, 64] if on_policy else [256, 256])),
                   "activation": actor["activation"] or ("tanh" if on_policy else "relu")}
     image_kwargs = {"precision": actor["precision"]}
+    normalization = {"normalize_observations": actor["normalize_observations"],
+                     "observation_clip": actor["observation_clip"]}
     if on_policy and name == "mlp" and actor["precision"] != "fp32":
         raise ConfigError("actor.precision", f"{actor['precision']} applies to the image feature extractors "
                                              f"(cnn, fixup) and to the off-policy algorithms' MLP networks; "
@@ -170,7 +172,8 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
             obs_space, action_space, algorithm_name, feature_extractor_network=extractor,
             feature_extractor_kwargs=kwargs, shared_policy_value_network=actor["shared_policy_value_network"],
             ortho_init=actor["ortho_init"], log_std_init=actor["log_std_init"], recurrent_net=actor["recurrent_net"],
-            recurrent_net_kwargs={"hidden_size": actor["recurrent_hidden_size"]}, restart_model=actor["restart_model"])
+            recurrent_net_kwargs={"hidden_size": actor["recurrent_hidden_size"]}, restart_model=actor["restart_model"],
+            **normalization)
     return OffPolicyActor.create_factory(
         obs_space, action_space, algorithm_name, noise=actor["noise"],
         obs_feature_extractor=None if name == "mlp" else FEATURE_EXTRACTORS[name],
@@ -179,7 +182,7 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
         noise_kwargs={"sigma": actor["noise_sigma"]}, dueling=actor["dueling"], restart_model=actor["restart_model"],
         recurrent_net=actor["recurrent_net"], sequence_overlap=actor["sequence_overlap"],
         recurrent_net_kwargs={"hidden_size": actor["recurrent_hidden_size"]} if actor["recurrent_net"] else None,
-        precision=actor["precision"])
+        precision=actor["precision"], **normalization)
 
 
 #: Smallest image side the CNN of ``actor.feature_extractor: cnn`` takes.

@@ -396,6 +396,19 @@ SECTIONS = {
         "noise_sigma": Key("number", 0.1, "Scale of that noise, in units of half the action range "
                                           "(DDPG, TD3).", low=0.0),
         "num_critics": derived(OffPolicyActor, "num_critics", low=1),
+        "normalize_observations": Key("bool", False, "Normalise the observations at the actor's input with running "
+                                                     "mean and variance (as stable-baselines3's VecNormalize), in "
+                                                     "acting, evaluation and training alike: the float entries "
+                                                     "(of a Dict/Tuple: the float Box keys; discrete keys and "
+                                                     "images are left as they are); image observations are "
+                                                     "refused. The learner updates the statistics from every "
+                                                     "rollout it receives; they travel with the weights and are "
+                                                     "saved with the actor. Not with "
+                                                     "scheme.decentralized_update_execution. Fixed when the actor "
+                                                     "is built."),
+        "observation_clip": Key("number", 10.0, "Normalised observations are clipped to [-observation_clip, "
+                                                "observation_clip] (with actor.normalize_observations).",
+                                low=0.0, low_inclusive=False),
         "dueling": derived(OffPolicyActor, "dueling"),
         "restart_model": derived(OnPolicyActor, "restart_model",
                                  doc="A saved run's model.state_dict (or checkpoint.pt) loaded into the "

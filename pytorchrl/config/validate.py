@@ -561,6 +561,21 @@ def _check_families(config, raw):
         raise ConfigError("actor.noise", f"exploration noise is for DDPG and TD3; {algo} explores otherwise")
 
 
+def _check_normalization(config):
+    """Refuse an observation clip without normalisation (it would have no effect), and
+    normalisation with decentralized updates (every gradient worker would keep statistics
+    of its own)."""
+    actor = config["actor"]
+    if not actor["normalize_observations"]:
+        if actor["observation_clip"] != SECTIONS["actor"]["observation_clip"].default:
+            raise ConfigError("actor.observation_clip", "has no effect without actor.normalize_observations: true")
+        return
+    if config["scheme"]["decentralized_update_execution"]:
+        raise ConfigError("actor.normalize_observations", "true is not supported with "
+                                                          "scheme.decentralized_update_execution (each gradient "
+                                                          "worker would keep statistics of its own)")
+
+
 def _check_consistency(config):
     scheme_cfg = config["scheme"]
     if scheme_cfg["decentralized_update_execution"] and scheme_cfg["grad_workers_communication"] != "sync":
@@ -571,6 +586,7 @@ def _check_consistency(config):
                           f"{scheme_cfg['col_requests_in_flight']} needs scheme.col_workers_communication: async "
                           "(a synchronous round sends each collector one request)")
     _check_ineffective(scheme_cfg)
+    _check_normalization(config)
     _check_batching(config)
     _check_weight_mode(config)
     _check_recurrent(config)

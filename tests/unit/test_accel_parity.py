@@ -52,6 +52,19 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
+#: Actor options of the cases with observation normalisation: a clip that some inputs reach.
+NORM = {"normalize_observations": True, "observation_clip": 2.0}
+
+
+def _with_statistics(actor):
+    """``actor`` with observation statistics that shift and scale every entry (and clip
+    some), when it normalises its observations."""
+    if actor.obs_norm is not None:
+        rows = np.random.default_rng(7).normal(0.3, 0.4, (100, OBS.shape[0])) * np.linspace(0.2, 1.0, OBS.shape[0])
+        actor.merge_observation_moments(actor.obs_norm.moments(rows))
+    return actor
+
+
 def _obs(n, seed):
     return np.random.default_rng(seed).uniform(-1, 1, (n, 5)).astype(np.float32)
 
@@ -70,7 +83,7 @@ def _same_rng(actor):
 # ------------------------------------------------------------------ on-policy data
 def _on_policy_actor(name, space, kwargs):
     torch.manual_seed(0)
-    return OnPolicyActor("cpu", OBS, space, name, **kwargs)
+    return _with_statistics(OnPolicyActor("cpu", OBS, space, name, **kwargs))
 
 
 def _on_policy_batch(n, seed, space, recurrent=None):
@@ -153,7 +166,7 @@ def _off_policy_pair(cls, space, actor_kwargs=None, **algo_kwargs):
     torch.manual_seed(0)
     actor_kwargs = dict(actor_kwargs or {})
     actor_kwargs.setdefault("common_feature_extractor_kwargs", SMALL)
-    actor = OffPolicyActor("cpu", OBS, space, cls.name, **actor_kwargs)
+    actor = _with_statistics(OffPolicyActor("cpu", OBS, space, cls.name, **actor_kwargs))
     fast = cls("cpu", actor, None, numpy_update=True, **algo_kwargs)
     ref = cls("cpu", copy.deepcopy(actor), None, numpy_update=False, **algo_kwargs)
     ref.target.load_state_dict(fast.target.state_dict())
@@ -224,7 +237,7 @@ def _off_policy_acting(name, space, actor_kwargs, draws):
     torch.manual_seed(0)
     actor_kwargs = dict(actor_kwargs)
     actor_kwargs.setdefault("common_feature_extractor_kwargs", SMALL)
-    actor = OffPolicyActor("cpu", OBS, space, name, **actor_kwargs)
+    actor = _with_statistics(OffPolicyActor("cpu", OBS, space, name, **actor_kwargs))
     assert actor.build_fast_acting() is not None
     twin = _same_rng(actor)
     obs = _obs(64, 1)
@@ -297,6 +310,9 @@ CASES = {
             "hidden_sizes": [16, 8, 8], "activation": "relu"}, "shared_policy_value_network": False}),
             id="discrete-twin-relu"),
         pytest.param(lambda: _on_policy_acting(gym.spaces.Box(-1, 1, (2,)), TWIN_TANH), id="box-twin-tanh"),
+        pytest.param(lambda: _on_policy_acting(DISCRETE, {**TWIN_TANH, **NORM}), id="discrete-normalized"),
+        pytest.param(lambda: _on_policy_acting(gym.spaces.Box(-1, 1, (2,)), {**TWIN_TANH, **NORM}),
+                     id="box-normalized"),
     ],
     ("PPO", "update"): [
         pytest.param(lambda: _on_policy_update(PPO, TWIN_TANH, {"clip_param": 0.1, "entropy_coef": 0.01}),
@@ -309,6 +325,7 @@ CASES = {
                      id="kl-penalty"),
         pytest.param(lambda: _on_policy_update(PPO, {"feature_extractor_kwargs": {
             "hidden_sizes": [16, 16], "activation": "tanh"}}, {"entropy_coef": 0.02}), id="shared-tanh"),
+        pytest.param(lambda: _on_policy_update(PPO, {**TWIN_TANH, **NORM}, {"clip_param": 0.1}), id="normalized"),
     ],
     ("A2C", "update"): [
         pytest.param(lambda: _on_policy_update(A2C, {"feature_extractor_kwargs": {
@@ -321,6 +338,7 @@ CASES = {
         pytest.param(lambda: _fused_loss(PPO, TWIN_TANH, {"clip_param": 0.3, "normalize_advantages": False,
                                                           "use_clipped_value_loss": False}), id="unclipped-value"),
         pytest.param(lambda: _fused_loss(PPO, TWIN_TANH, {"kl_coef": 0.5}), id="kl-penalty"),
+        pytest.param(lambda: _fused_loss(PPO, {**TWIN_TANH, **NORM}, {"clip_param": 0.1}), id="normalized"),
         pytest.param(lambda: _fused_loss(PPO, {"recurrent_net": "GRU", "recurrent_net_kwargs": {"hidden_size": 8},
                                                "feature_extractor_kwargs": {"hidden_sizes": [16]}},
                                          {"entropy_coef": 0.01}, recurrent=(4, 8)), id="gru-sequences"),
@@ -334,6 +352,8 @@ CASES = {
         pytest.param(lambda: _off_policy_acting("DDQN", DISCRETE, {"dueling": True}, _epsilon_greedy_draws),
                      id="ddqn-dueling"),
         pytest.param(lambda: _off_policy_acting("SAC", BOX, {}, _squashed_gaussian_draws), id="sac-box"),
+        pytest.param(lambda: _off_policy_acting("SAC", BOX, NORM, _squashed_gaussian_draws), id="sac-normalized"),
+        pytest.param(lambda: _off_policy_acting("DDQN", DISCRETE, NORM, _epsilon_greedy_draws), id="ddqn-normalized"),
         pytest.param(lambda: _off_policy_acting("SAC", DISCRETE, {}, _categorical_draws), id="sac-discrete"),
         pytest.param(lambda: _off_policy_acting("TD3", BOX, {}, _noise_draws), id="td3-gauss"),
         pytest.param(lambda: _off_policy_acting("TD3", BOX, {"noise": "OU", "noise_kwargs": {"sigma": 0.3}},
@@ -370,6 +390,8 @@ CASES = {
                                            [_off_policy_batch(160, s, True, s == 1) for s in range(3)]),
                      id="default-256-units"),
         pytest.param(lambda: _bf16_update(DDQN, DISCRETE), id="bf16", marks=bf16),
+        pytest.param(lambda: _check_update(*_off_policy_pair(DDQN, DISCRETE, NORM, loss="huber"),
+                                           [_off_policy_batch(64, s, True) for s in range(4)]), id="normalized"),
     ],
     ("SAC", "update"): [
         pytest.param(lambda: _check_update(*_off_policy_pair(SAC, BOX, lr_q=3e-3, lr_pi=3e-3, lr_alpha=3e-2),
@@ -386,6 +408,8 @@ CASES = {
                                            [_off_policy_batch(160, s, False, s == 1) for s in range(3)]),
                      id="default-256-units"),
         pytest.param(lambda: _bf16_update(SAC, BOX), id="bf16", marks=bf16),
+        pytest.param(lambda: _check_update(*_off_policy_pair(SAC, BOX, NORM, lr_q=3e-3, lr_pi=3e-3),
+                                           [_off_policy_batch(128, s, False) for s in range(4)]), id="normalized"),
     ],
     ("DDPG", "update"): [
         pytest.param(lambda per=per: _check_update(*_off_policy_pair(DDPG, BOX, lr_q=3e-3, lr_pi=3e-3, max_grad_norm=1.0),
@@ -412,6 +436,8 @@ CASES = {
         pytest.param(lambda: _check_graph(SAC, BOX, weights=True, lr_q=3e-3, lr_pi=3e-3, lr_alpha=3e-2),
                      id="sac-box-per-cuda", marks=cuda),
         pytest.param(lambda: _check_graph(SAC, DISCRETE, lr_q=3e-3), id="sac-discrete-cuda", marks=cuda),
+        pytest.param(lambda: _check_graph(SAC, BOX, NORM, lr_q=3e-3, lr_pi=3e-3), id="sac-normalized-cuda",
+                     marks=cuda),
         pytest.param(lambda: _check_graph(TD3, BOX, {"num_critics": 3}, count=8, weights=True, max_grad_norm=1.0),
                      id="td3-per-cuda", marks=cuda),
         pytest.param(lambda: _check_graph(DDPG, BOX, lr_q=3e-3, lr_pi=3e-3), id="ddpg-cuda", marks=cuda),
@@ -426,6 +452,8 @@ CASES = {
                                            [_off_policy_batch(160, s, False, s == 1) for s in range(3)]),
                      id="default-256-units"),
         pytest.param(lambda: _bf16_update(TD3, BOX), id="bf16", marks=bf16),
+        pytest.param(lambda: _check_update(*_off_policy_pair(TD3, BOX, NORM, lr_q=3e-3, lr_pi=3e-3),
+                                           [_off_policy_batch(64, s, False) for s in range(4)]), id="normalized"),
     ],
 }
 
@@ -466,7 +494,7 @@ def _graph_pair(cls, space, device, actor_kwargs=None, **algo_kwargs):
     else:
         actor_kwargs.setdefault("common_feature_extractor_kwargs", SMALL)
         actor = OffPolicyActor(device, OBS, space, cls.name, **actor_kwargs)
-    fast = cls(device, actor, None, **algo_kwargs)
+    fast = cls(device, _with_statistics(actor), None, **algo_kwargs)
     eager = copy.deepcopy(fast)
     eager._graph_update = False      # decided: never built
     return fast, eager

@@ -35,6 +35,7 @@ from pytorchrl import ACT, DISCOUNT, OBS, OBS2, REW, TD_ERROR, WEIGHT
 from pytorchrl.agent.accel.losses import deterministic, q_learning, sac
 from pytorchrl.agent.accel.networks import (LANE_MIN_WEIGHTS, NumpyEnsemble, activation_grad, bf16_matmul, column,
                                             float2d, matmul, program_of, set_grads, view)
+from pytorchrl.agent.accel.observations import numpy_normalizer
 from pytorchrl.agent.accel.threads import Lanes, ThreadChoice, limit_blas_threads, update_threads
 from pytorchrl.agent.accel.xp import NUMPY
 
@@ -87,6 +88,7 @@ class NumpyOffPolicyActing:
         self.dueling = actor.dueling
         self.num_actions = actor.num_actions
         self.act_dim = actor.act_dim
+        self.normalize = numpy_normalizer(actor)
         self.net = NumpyEnsemble(actor.critics if self.kind is None else actor.policy_net)
         self.layers = self.net.layers(0)
         self.low = self.net.low
@@ -137,7 +139,7 @@ class NumpyOffPolicyActing:
         n = len(obs)
         if not deterministic and float(self.warmup) > 0:
             return self._random_actions(n), {}, state
-        out = self._forward(np.asarray(obs, dtype=np.float32).reshape(n, -1))
+        out = self._forward(self.normalize(np.asarray(obs, dtype=np.float32).reshape(n, -1)))
         if self.kind is None:        # DDQN: epsilon-greedy on the Q-values
             if self.dueling:
                 out = q_learning.dueling_q(NUMPY, out)
@@ -194,6 +196,7 @@ class _NumpyUpdate:
         self.scale = view(actor.scaler.scale)
         self.center = view(actor.scaler.center)
         self.act_dim = actor.act_dim
+        self.normalize = numpy_normalizer(actor)
         self.q_params = self.critics.parameters()
         self.pi_params = self.policy.parameters()
 
@@ -239,6 +242,7 @@ class NumpyDDQNUpdate(_NumpyUpdate):
         self._setup_threads(self.net)
         self.params = self.net.parameters()
         self.dueling = algo.actor.dueling
+        self.normalize = numpy_normalizer(algo.actor)
 
     @classmethod
     def build(cls, algo):
@@ -263,7 +267,7 @@ class NumpyDDQNUpdate(_NumpyUpdate):
     def compute(self, batch):
         """Fill the Q-network's ``.grad`` with the loss gradient of ``batch``; return the statistics."""
         algo = self.algo
-        obs, obs2 = float2d(batch[OBS]), float2d(batch[OBS2])
+        obs, obs2 = self.normalize(float2d(batch[OBS])), self.normalize(float2d(batch[OBS2]))
         act = batch[ACT].numpy().reshape(-1, 1).astype(np.int64, copy=False)
         rew, disc = column(batch[REW]), column(batch[DISCOUNT])
         weights = batch.get(WEIGHT)
@@ -362,7 +366,7 @@ class NumpySACUpdate(_NumpyUpdate):
     def compute(self, batch):
         """Fill every trainable parameter's ``.grad``; return the statistics."""
         algo = self.algo
-        obs, obs2 = float2d(batch[OBS]), float2d(batch[OBS2])
+        obs, obs2 = self.normalize(float2d(batch[OBS])), self.normalize(float2d(batch[OBS2]))
         act = (float2d(batch[ACT]) - self.center) / self.scale
         rew, disc = column(batch[REW]), column(batch[DISCOUNT])
         weights = batch.get(WEIGHT)
@@ -497,7 +501,7 @@ class NumpyTD3Update(_NumpyUpdate):
         """Fill the gradients of the critics (and of the policy on policy steps; None
         otherwise); return the statistics."""
         algo = self.algo
-        obs, obs2 = float2d(batch[OBS]), float2d(batch[OBS2])
+        obs, obs2 = self.normalize(float2d(batch[OBS])), self.normalize(float2d(batch[OBS2]))
         act = (float2d(batch[ACT]) - self.center) / self.scale
         rew, disc = column(batch[REW]), column(batch[DISCOUNT])
         weights = batch.get(WEIGHT)

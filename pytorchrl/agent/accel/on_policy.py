@@ -22,6 +22,7 @@ from pytorchrl import ACT, ADV, LOGP, OBS, RET, VAL
 from pytorchrl.agent.accel.losses.actor_critic import categorical_actor_critic, normalize_advantages
 from pytorchrl.agent.accel.networks import float2d, program_of, set_grads, view
 from pytorchrl.agent.accel.threads import limit_blas_threads
+from pytorchrl.agent.accel.observations import numpy_normalizer
 from pytorchrl.agent.accel.xp import NUMPY, TORCH
 from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
 
@@ -55,6 +56,7 @@ class NumpyPolicy:
 
     def __init__(self, actor, trunk):
         self.trunk = trunk
+        self.normalize = numpy_normalizer(actor)
         self.rng = actor.np_rng
         self.discrete = isinstance(actor.dist, CategoricalHead)
         self.w_pi, self.b_pi = view(actor.dist.linear.weight).T, view(actor.dist.linear.bias)
@@ -80,7 +82,7 @@ class NumpyPolicy:
         return cls(actor, trunk), None
 
     def _features(self, obs):
-        return self.trunk.features(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1))
+        return self.trunk.features(self.normalize(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)))
 
     def value(self, obs):
         """Value estimates (N, 1) of a numpy batch of observations."""
@@ -135,6 +137,7 @@ class NumpyActorCriticUpdate:
         actor = algo.actor
         self.algo = algo
         self.trunk = trunk
+        self.normalize = numpy_normalizer(actor)
         self.w_pi, self.b_pi = view(actor.dist.linear.weight), view(actor.dist.linear.bias)
         self.w_v, self.b_v = view(actor.value_head.weight), view(actor.value_head.bias)
         self.heads = [actor.dist.linear.weight, actor.dist.linear.bias, actor.value_head.weight,
@@ -163,7 +166,7 @@ class NumpyActorCriticUpdate:
     def __call__(self, batch):
         """Fill every parameter's ``.grad`` with the loss gradient of ``batch``; return the statistics."""
         algo = self.algo
-        x = float2d(batch[OBS])
+        x = self.normalize(float2d(batch[OBS]))
         act = batch[ACT].numpy().astype(np.int64, copy=False)
         adv = batch[ADV].numpy()
         if algo.normalize_advantages:

@@ -16,6 +16,7 @@ class NumpyNamespace:
 
     name = "numpy"
     exp = staticmethod(np.exp)
+    sqrt = staticmethod(np.sqrt)
     log = staticmethod(np.log)
     tanh = staticmethod(np.tanh)
     abs = staticmethod(np.abs)
@@ -98,6 +99,7 @@ class TorchNamespace:
 
     name = "torch"
     exp = staticmethod(torch.exp)
+    sqrt = staticmethod(torch.sqrt)
     log = staticmethod(torch.log)
     tanh = staticmethod(torch.tanh)
     abs = staticmethod(torch.abs)

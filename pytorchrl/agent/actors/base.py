@@ -10,6 +10,10 @@ How ``act`` computes is chosen once per actor and device (``build_fast_acting``)
 "acting" fast path its class declares (``pytorchrl.agent.accel``: a numpy program for
 small CPU networks) where it applies, else the torch path ``act_torch``. When a fast path
 does not apply the actor says why, once, in the log.
+
+An actor may normalise its observations (``normalize_observations``): a running mean and
+variance held as buffers (``obs_norm``, an ``ObservationNormalizer``), applied to every
+input of its networks (``normalize``), on every path.
 """
 
 import numpy as np
@@ -17,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from pytorchrl.agent import accel
+from pytorchrl.agent.actors.normalization import DEFAULT_CLIP, ObservationNormalizer, check_normalization
 
 class Actor(nn.Module):
     """Base class of actors: networks that pick actions for a batch of observations.
@@ -35,20 +40,52 @@ class Actor(nn.Module):
         Action space.
     algorithm_name : str
         Name of the algorithm the actor serves.
+    normalize_observations : bool
+        Normalise the observations with running statistics (``ObservationNormalizer``:
+        float entries only; image observations are refused).
+    observation_clip : float
+        Normalised observations are clipped to [-observation_clip, observation_clip].
     """
 
-    def __init__(self, device, input_space, action_space, algorithm_name):
+    def __init__(self, device, input_space, action_space, algorithm_name, normalize_observations=False,
+                 observation_clip=DEFAULT_CLIP):
         super().__init__()
         self.device = torch.device(device)
         self.input_space = input_space
         self.action_space = action_space
         self.algorithm_name = algorithm_name
+        check_normalization(input_space, normalize_observations, observation_clip)
+        self.obs_norm = ObservationNormalizer(input_space, observation_clip) if normalize_observations else None
         self._acting = None
         # Sampling randomness of the numpy acting programs; seeded from torch so that
         # torch.manual_seed governs it, and saved with the actor's state.
         self.np_rng = np.random.default_rng(int(torch.randint(0, 2 ** 31 - 1, ()).item()))
 
     # ------------------------------------------------------------------ protocol
+    def normalize(self, obs):
+        """``obs`` (a tensor batch) as the networks read it: normalised by ``obs_norm``
+        when the actor normalises its observations, else unchanged."""
+        return obs if self.obs_norm is None else self.obs_norm(obs)
+
+    def merge_observation_moments(self, stats):
+        """Add a rollout's observation statistics (``ObservationNormalizer.moments``) to the
+        running ones (the learner's side; see ``pytorchrl.agent.actors.normalization``).
+
+        Parameters
+        ----------
+        stats : dict
+            ``count``, ``mean`` and ``var``.
+
+        Raises
+        ------
+        ValueError
+            The actor does not normalise its observations.
+        """
+        if self.obs_norm is None:
+            raise ValueError(f"{type(self).__name__} does not normalise its observations "
+                             f"(normalize_observations=False): it has no statistics to update")
+        self.obs_norm.merge(stats)
+
     def act(self, obs, state=None, deterministic=False):
         """Pick actions for a batch of observations.
 

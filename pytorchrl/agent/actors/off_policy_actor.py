@@ -40,6 +40,7 @@ from pytorchrl.agent.actors.feature_extractors.ensemble import EnsembleMLP
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.actors.feature_extractors.precision import check_precision
 from pytorchrl.agent.actors.memory_networks import get_memory_network
+from pytorchrl.agent.actors.normalization import check_normalization
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.notices import say_once
 from pytorchrl.agent.spaces import check_action_space, check_observation_space, packed_space
@@ -117,7 +118,7 @@ class _Scaled(nn.Module):
 
 @accelerated(Accelerator("acting", "numpy acting", NumpyOffPolicyActing.build,
                          ("act_torch", "q_values", "q_head", "policy_output", "sample_policy", "deterministic_policy",
-                          "_obs_features", "_random_actions"), fallback="acting in torch"))
+                          "_obs_features", "normalize", "_random_actions"), fallback="acting in torch"))
 class OffPolicyActor(Actor):
     """Networks of an off-policy algorithm (see the module docstring).
 
@@ -180,13 +181,21 @@ class OffPolicyActor(Actor):
         more (SAC's 256: its updates are mostly such products). Needs the default MLP
         (``common_feature_extractor=MLP``); an image extractor takes its own ``precision``
         in ``obs_feature_extractor_kwargs``.
+    normalize_observations : bool
+        Normalise the observations with running statistics held by the actor (``obs_norm``,
+        an ``ObservationNormalizer``: float entries only, a Dict/Tuple's discrete keys and
+        images left as they are; image observations are refused), updated by the learner
+        from the rollouts it receives and sent with the acting weights.
+    observation_clip : float
+        Normalised observations are clipped to [-observation_clip, observation_clip].
     """
 
     def __init__(self, device, input_space, action_space, algorithm_name="DDQN", noise=None, restart_model=None,
                  sequence_overlap=0.5, recurrent_net=None, recurrent_net_kwargs=None, obs_feature_extractor=None,
                  obs_feature_extractor_kwargs=None, act_feature_extractor=None, act_feature_extractor_kwargs=None,
                  common_feature_extractor=MLP, common_feature_extractor_kwargs=None, num_critics=2,
-                 noise_kwargs=None, dueling=False, recurrent_nets=False, precision="fp32"):
+                 noise_kwargs=None, dueling=False, recurrent_nets=False, precision="fp32", normalize_observations=False,
+                 observation_clip=10.0):
         if algorithm_name not in ALGORITHM_NETWORKS:
             raise ValueError(f"OffPolicyActor serves {sorted(ALGORITHM_NETWORKS)}, not {algorithm_name!r}")
         memory_cls = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
@@ -196,7 +205,7 @@ class OffPolicyActor(Actor):
         if noise not in NOISES:
             raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
         precision = _check_mlp_precision(precision, common_feature_extractor)
-        super().__init__(device, input_space, action_space, algorithm_name)
+        super().__init__(device, input_space, action_space, algorithm_name, normalize_observations, observation_clip)
         self.precision = precision
         critic_kind, policy_kind = ALGORITHM_NETWORKS[algorithm_name]
         self.discrete = isinstance(action_space, gym.spaces.Discrete)   # check_off_policy_spaces passed
@@ -263,7 +272,7 @@ class OffPolicyActor(Actor):
                        obs_feature_extractor=None, obs_feature_extractor_kwargs=None, act_feature_extractor=None,
                        act_feature_extractor_kwargs=None, common_feature_extractor=MLP,
                        common_feature_extractor_kwargs=None, num_critics=2, noise_kwargs=None, dueling=False,
-                       recurrent_nets=False, precision="fp32"):
+                       recurrent_nets=False, precision="fp32", normalize_observations=False, observation_clip=10.0):
         """Return a picklable ``factory(device)`` building an OffPolicyActor (parameters as in the class)."""
         # A wrong name, algorithm or precision fails here, not in a worker.
         recurrent_net = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
@@ -271,6 +280,7 @@ class OffPolicyActor(Actor):
         _check_mlp_precision(precision, common_feature_extractor)
         if algorithm_name in ALGORITHM_NETWORKS:
             check_off_policy_spaces(input_space, action_space, algorithm_name)
+        check_normalization(input_space, normalize_observations, observation_clip)
         return ComponentFactory(
             cls, input_space=input_space, action_space=action_space, algorithm_name=algorithm_name, noise=noise,
             restart_model=restart_model, sequence_overlap=sequence_overlap, recurrent_net=recurrent_net,
@@ -280,7 +290,8 @@ class OffPolicyActor(Actor):
             act_feature_extractor_kwargs=dict(act_feature_extractor_kwargs or {}),
             common_feature_extractor=common_feature_extractor,
             common_feature_extractor_kwargs=dict(common_feature_extractor_kwargs or {}), num_critics=num_critics,
-            noise_kwargs=dict(noise_kwargs or {}), dueling=dueling, precision=precision)
+            noise_kwargs=dict(noise_kwargs or {}), dueling=dueling, precision=precision,
+            normalize_observations=normalize_observations, observation_clip=observation_clip)
 
     # ----------------------------------------------------------------- building
     def _obs_net(self, cls, kwargs):
@@ -302,6 +313,7 @@ class OffPolicyActor(Actor):
 
     # ------------------------------------------------------------------ networks
     def _obs_features(self, net, obs):
+        obs = self.normalize(obs)
         return obs.reshape(obs.shape[0], -1).float() if net is None else net(obs)
 
     def q_values(self, obs, action=None, state=None):
@@ -468,13 +480,14 @@ class OffPolicyActor(Actor):
 
     # ------------------------------------------------------------------- weights
     def acting_modules(self):
-        """Names of the submodules collectors act with."""
+        """Names of the submodules collectors act with (and the observation statistics,
+        ``obs_norm``, which ``acting_state_dict`` sends too)."""
         if self.policy_kind is None:
             return ("critic_obs_net", "memory", "critics")
         return ("policy_obs_net", "policy_net")
 
     def acting_state_dict(self):
-        prefixes = tuple(f"{m}." for m in self.acting_modules())
+        prefixes = tuple(f"{m}." for m in self.acting_modules() + ("obs_norm",))
         return {k: v for k, v in self.state_dict().items()
                 if k.startswith(prefixes) or k in ("epsilon", "warmup")}
 

@@ -13,6 +13,7 @@ from pytorchrl.agent.actors.distributions import (BernoulliHead, CategoricalHead
                                                   MultiCategoricalHead)
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, ParallelMLP
 from pytorchrl.agent.actors.memory_networks import get_memory_network
+from pytorchrl.agent.actors.normalization import check_normalization
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.spaces import (ON_POLICY_ACTION_SPACES, PackedBox, check_action_space,
                                     check_observation_space, packed_space)
@@ -50,7 +51,7 @@ def _int_value_refused(actor):
 
 
 @accelerated(Accelerator("acting", "numpy acting", NumpyPolicy.build,
-                         ("act_torch", "get_action", "get_value", "_features"), fallback="acting in torch",
+                         ("act_torch", "get_action", "get_value", "_features", "normalize"), fallback="acting in torch",
                          refuses=_int_value_refused))
 class OnPolicyActor(Actor):
     """Policy and value function for on-policy algorithms.
@@ -100,6 +101,13 @@ class OnPolicyActor(Actor):
         A second value head, of the intrinsic returns (``ivalue_head``, on the value
         features; RND_PPO's), whose estimate ``act`` returns as ``prl.IVAL``. None: only
         for ``algorithm_name`` RND_PPO.
+    normalize_observations : bool
+        Normalise the observations with running statistics held by the actor (``obs_norm``,
+        an ``ObservationNormalizer``: float entries only, a Dict/Tuple's discrete keys and
+        images left as they are; image observations are refused), updated by the learner
+        from the rollouts it receives and sent with the acting weights.
+    observation_clip : float
+        Normalised observations are clipped to [-observation_clip, observation_clip].
     """
 
     ON_POLICY_ALGORITHMS = ("PPO", "A2C", "RND_PPO")
@@ -109,7 +117,7 @@ class OnPolicyActor(Actor):
     def __init__(self, device, input_space, action_space, algorithm_name="PPO", restart_model=None,
                  feature_extractor_network=None, feature_extractor_kwargs=None,
                  shared_policy_value_network=True, ortho_init=True, log_std_init=0.0, recurrent_net=None,
-                 recurrent_net_kwargs=None, int_value=None):
+                 recurrent_net_kwargs=None, int_value=None, normalize_observations=False, observation_clip=10.0):
         if recurrent_net is not None:
             recurrent_net = get_memory_network(recurrent_net)
         if feature_extractor_network is None:
@@ -118,7 +126,7 @@ class OnPolicyActor(Actor):
             raise ValueError(f"OnPolicyActor serves {self.ON_POLICY_ALGORITHMS}, not {algorithm_name!r}")
         self.check_spaces(input_space, action_space, algorithm_name)
         input_space = packed_space(input_space)
-        super().__init__(device, input_space, action_space, algorithm_name)
+        super().__init__(device, input_space, action_space, algorithm_name, normalize_observations, observation_clip)
         self.shared_policy_value_network = shared_policy_value_network
         kwargs = dict(feature_extractor_kwargs or {})
 
@@ -220,25 +228,28 @@ class OnPolicyActor(Actor):
     def create_factory(cls, input_space, action_space, algorithm_name="PPO", restart_model=None,
                        recurrent_net=None, recurrent_net_kwargs=None, feature_extractor_network=None,
                        feature_extractor_kwargs=None, shared_policy_value_network=True, ortho_init=True,
-                       log_std_init=0.0, int_value=None):
+                       log_std_init=0.0, int_value=None, normalize_observations=False, observation_clip=10.0):
         """Return a picklable ``factory(device)`` building an OnPolicyActor (parameters as in the class).
 
         The parameters up to ``shared_policy_value_network`` are in pytorchrl's positional
-        order (its scripts pass them positionally); ``ortho_init``, ``log_std_init`` and
-        ``int_value`` follow.
+        order (its scripts pass them positionally); ``ortho_init``, ``log_std_init``,
+        ``int_value``, ``normalize_observations`` and ``observation_clip`` follow.
         """
         if recurrent_net is not None:
             recurrent_net = get_memory_network(recurrent_net)   # a wrong name fails here, not in a worker
         cls.check_spaces(input_space, action_space, algorithm_name)    # here, not in a worker
+        check_normalization(input_space, normalize_observations, observation_clip)
         return ComponentFactory(cls, input_space=input_space, action_space=action_space,
                                 algorithm_name=algorithm_name, restart_model=restart_model,
                                 feature_extractor_network=feature_extractor_network,
                                 feature_extractor_kwargs=dict(feature_extractor_kwargs or {}),
                                 shared_policy_value_network=shared_policy_value_network,
                                 ortho_init=ortho_init, log_std_init=log_std_init, recurrent_net=recurrent_net,
-                                recurrent_net_kwargs=dict(recurrent_net_kwargs or {}), int_value=int_value)
+                                recurrent_net_kwargs=dict(recurrent_net_kwargs or {}), int_value=int_value,
+                                normalize_observations=normalize_observations, observation_clip=observation_clip)
 
     def _features(self, obs):
+        obs = self.normalize(obs)
         if self.twin_net is not None:
             pf, vf = self.twin_net(obs)
             return pf, vf

@@ -26,7 +26,8 @@ def numpy_update(build, reproduces, actor_reproduces):
     return accel.Accelerator("update", "numpy update", build,
                              ("compute_loss", "loss_tensors", "host_stats", "unpack_batch", "report_td_errors")
                              + tuple(reproduces),
-                             actor_class=OffPolicyActor, actor_reproduces=("_obs_features",) + tuple(actor_reproduces),
+                             actor_class=OffPolicyActor,
+                             actor_reproduces=("_obs_features", "normalize") + tuple(actor_reproduces),
                              fallback="updating in torch")
 
 
@@ -116,6 +117,10 @@ class OffPolicyAlgorithm(Algorithm):
         self.target = copy.deepcopy(actor)
         for p in self.target.parameters():
             p.requires_grad_(False)
+        if actor.obs_norm is not None:
+            # Bootstrapped values must read observations as the online networks do: the
+            # target normalises with the actor's (running) statistics, not a frozen copy.
+            self.target.obs_norm = actor.obs_norm
         self.actor.warmup.fill_(1.0 if self.start_steps > 0 else 0.0)
 
     @property

@@ -40,7 +40,7 @@ def actor_critic_accelerators():
     reproduces = ("compute_loss", "loss_tensors", "policy_loss", "policy_objective")
     return (accel.Accelerator("update", "numpy update", NumpyActorCriticUpdate.build, reproduces + ("host_stats",),
                               actor_class=OnPolicyActor,
-                              actor_reproduces=("logits_and_value", "evaluate_actions", "_features"),
+                              actor_reproduces=("logits_and_value", "evaluate_actions", "_features", "normalize"),
                               fallback="updating in torch", refuses=addons_refused),
             accel.Accelerator("loss", "fused loss", FusedCategoricalLoss.build, reproduces,
                               actor_class=OnPolicyActor, actor_reproduces=("logits_and_value", "evaluate_actions"),

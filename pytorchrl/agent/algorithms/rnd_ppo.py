@@ -45,6 +45,7 @@ from pytorchrl.agent.accel.losses.actor_critic import normalize_advantages, refe
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.algorithms.on_policy import sequence_args
 from pytorchrl.agent.algorithms.ppo import PPO
+from pytorchrl.agent.running_stats import RunningMeanStd
 
 #: Rollout keys of the observation statistics the intrinsic rewards were computed with.
 OBS_MEAN, OBS_STD = "rnd_obs_mean", "rnd_obs_std"
@@ -52,68 +53,6 @@ OBS_MEAN, OBS_STD = "rnd_obs_mean", "rnd_obs_std"
 RND_OBS = "rnd_obs"
 #: Normalised observations are clipped to this range (Burda et al.).
 OBS_CLIP = 5.0
-
-
-class RunningMeanStd:
-    """Mean and variance of a stream of arrays, element-wise over the leading axis
-    (Chan et al.'s parallel update: batches of any size combine exactly).
-
-    Parameters
-    ----------
-    shape : tuple
-        Shape of one element.
-    """
-
-    def __init__(self, shape=()):
-        self.mean = np.zeros(shape, dtype=np.float64)
-        self.var = np.ones(shape, dtype=np.float64)
-        self.count = 0
-
-    def update(self, x):
-        """Add the rows of ``x`` (n, *shape) to the statistics."""
-        x = np.asarray(x, dtype=np.float64)
-        n = x.shape[0]
-        if n == 0:
-            return
-        mean, var = x.mean(axis=0), x.var(axis=0)
-        if self.count == 0:
-            self.mean, self.var, self.count = mean, var, n
-            return
-        total = self.count + n
-        delta = mean - self.mean
-        m2 = self.var * self.count + var * n + delta ** 2 * self.count * n / total
-        self.mean = self.mean + delta * n / total
-        self.var = m2 / total
-        self.count = total
-
-    @property
-    def std(self):
-        """Standard deviation (floored at 1e-8)."""
-        return np.sqrt(np.maximum(self.var, 1e-16))
-
-    def state_dict(self):
-        """``mean``, ``var`` (copies) and ``count``, for checkpoints."""
-        return {"mean": np.array(self.mean), "var": np.array(self.var), "count": int(self.count)}
-
-    def load_state_dict(self, state, name="statistics"):
-        """Restore a ``state_dict`` (its arrays may be tensors, as a checkpoint reads them).
-
-        Parameters
-        ----------
-        state : dict
-            ``mean``, ``var`` and ``count``.
-        name : str
-            What these statistics are, for the error message.
-
-        Raises
-        ------
-        ValueError
-            The saved arrays do not have this one's shape.
-        """
-        mean, var = np.array(state["mean"], dtype=np.float64), np.array(state["var"], dtype=np.float64)
-        if mean.shape != self.mean.shape or var.shape != self.mean.shape:
-            raise ValueError(f"the saved {name} have shape {mean.shape}, this run's {self.mean.shape}")
-        self.mean, self.var, self.count = mean, var, int(state["count"])
 
 
 def rnd_network(network, obs_space, kwargs):

@@ -205,6 +205,11 @@ class Storage(ABC):
         """True when the rollout holds all its steps."""
         return self._rec is not None and self.step >= self._rec[OBS].shape[0] - 1
 
+    def rollout_observations(self):
+        """The observations the actions of the rollout were taken from (steps, N,
+        *obs_shape): a view, without the one the next rollout starts from."""
+        return self._rec[OBS][:self.step]
+
     def next_rollout_obs(self):
         """Observations after the last recorded step (the start of the next rollout), a copy."""
         return self._rec[OBS][self.step].copy()

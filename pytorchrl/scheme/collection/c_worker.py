@@ -280,7 +280,9 @@ class CWorker(Worker):
             not finished (no data, no samples: ask again once the replacement is given). With a weight board:
             ``weight_swaps``, the (step, version) of every version pulled during the rollout
             (``version`` is then the one its first step acted with, the oldest), and
-            ``pulled_bytes``, the size of the weights loaded.
+            ``pulled_bytes``, the size of the weights loaded. ``obs_moments``: the count,
+            mean and variance of the rollout's observations, when the actor normalises them
+            (``ObservationNormalizer.moments``).
         """
         if weights is not None:
             self.set_weights(weights, version)
@@ -315,6 +317,11 @@ class CWorker(Worker):
         finally:
             self._listening_round = None
         col_time, steps, cut = rollout
+        if self.actor.obs_norm is not None:
+            # The learner merges them into its statistics (GWorker.publish); this worker's
+            # actor keeps the learner's.
+            obs = self.storage.rollout_observations()
+            info["obs_moments"] = self.actor.obs_norm.moments(obs.reshape((-1,) + obs.shape[2:]))
         info.update(collected_samples=steps * self.envs_train.num_envs, steps=steps, col_time=col_time,
                     version=self._rollout_version(first_version), episodes=self.envs_train.pop_finished_episodes(),
                     index_worker=self.index_worker, cut=cut)

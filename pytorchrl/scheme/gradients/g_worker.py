@@ -67,6 +67,7 @@ class GWorker(Worker):
         # update round (see ``publish``); optimizer steps are the algorithm's ``updates_applied``.
         self.version = 0
         self._unpublished = False
+        self._pending_moments = []
         self._batches = None
         self._round_info = None
         self._dist = False
@@ -269,7 +270,10 @@ class GWorker(Worker):
         t0 = time.perf_counter()
         episodes, lags, samples, col_time, raw, sent, packed = [], [], 0, 0.0, 0, 0, False
         sources = []   # (gradient worker, collection worker) of each episode
+        moments = []   # the observation statistics of each rollout (normalising actors)
         for data, winfo in rollouts:
+            if "obs_moments" in winfo and not _rollout_lost(winfo):
+                moments.append(winfo["obs_moments"])
             if self._data_path is not None:
                 if data is not None:  # this process's collector: remote ones inserted theirs
                     self._data_path.insert_local(data, winfo["version"])
@@ -294,6 +298,8 @@ class GWorker(Worker):
                     rollout_steps=[w.get("steps") for _, w in rollouts])
         if packed:
             info.update(raw_bytes=raw, sent_bytes=sent)
+        if moments:
+            info["obs_moments"] = moments
         info.update({f"col_{k}": v for k, v in self.col_workers.stats.items()})
         # Restarts of this worker's collectors (or of their environments) since the last
         # round travel up with the round, to be counted and logged by the Learner.
@@ -332,6 +338,18 @@ class GWorker(Worker):
         self._unpublished = True
         return True
 
+    def add_observation_moments(self, moments):
+        """Statistics of collected observations to merge into this worker's actor at the
+        next publication (``publish``); the update worker gives this worker, the owner of
+        the weights, those that every gradient worker's rounds reported.
+
+        Parameters
+        ----------
+        moments : list of dict
+            ``ObservationNormalizer.moments`` of rollouts (``obs_moments`` of a round's info).
+        """
+        self._pending_moments.extend(moments)
+
     def publish(self):
         """Make the optimizer steps taken since the last publication one new weight version
         of this worker's collectors (nothing happens when there were none). Returns the
@@ -341,7 +359,19 @@ class GWorker(Worker):
         ``max_policy_lag`` mean the same for every algorithm: PPO publishes once per
         rollout after ``num_epochs`` x mini-batches steps, DQN once per collection round
         after ``num_updates`` steps.
+
+        The observation statistics given since the last publication
+        (``add_observation_moments``) are merged into the actor's first, and make a new
+        version too.
         """
+        if self._pending_moments:
+            # The rollouts handed over since the last publication enter the observation
+            # statistics now, with a new version: a rollout is trained on with the
+            # statistics it was collected with, and collectors act with the learner's.
+            for stats in self._pending_moments:
+                self.actor.merge_observation_moments(stats)
+            self._pending_moments = []
+            self._unpublished = True
         if self._unpublished:
             self.version += 1
             self._unpublished = False
@@ -591,6 +621,13 @@ def _interface_of(ip):
     return None
 
 
+def _rollout_lost(winfo):
+    """Whether the rollout of a collector's report never reached a storage (lost with a
+    data server, or refused by a closed one): its observations are not counted."""
+    return bool(winfo.get("data_lost")) or winfo.get("replay_outcome") in ("lost", "closed") \
+        or winfo.get("queue_outcome") in ("lost", "closed")
+
+
 def merge_round_infos(first, second):
     """One info for two collection rounds handed to the learner together: counts and
     times added, lists joined, the latest value of everything else."""
@@ -599,7 +636,7 @@ def merge_round_infos(first, second):
                 "sent_bytes"):
         if key in first:
             out[key] = first[key] + second.get(key, 0)
-    for key in ("episodes", "episode_sources", "policy_lags", "rollout_steps", "worker_events"):
+    for key in ("episodes", "episode_sources", "policy_lags", "rollout_steps", "worker_events", "obs_moments"):
         if key in first:
             out[key] = list(first[key]) + list(second.get(key, []))
     if out.get("policy_lags"):

@@ -100,6 +100,10 @@ class UWorker(Worker):
         if collect_only and self.grad_workers._remote_workers:
             raise ValueError("a collection-only scheme has no gradient workers to spread over")
         self.local_worker = self.grad_workers.local_worker()
+        if self.decentralized and self.local_worker.actor.obs_norm is not None:
+            raise ValueError("normalize_observations is not supported with decentralized updates "
+                             "(decentralized_update_execution): each gradient worker owns its weights and the "
+                             "observation statistics would differ between them; use a central update")
         self._in_flight = InFlight()
         self._remote_version_known = True
         self.stats = {"dropped_gradients": 0}
@@ -154,6 +158,12 @@ class UWorker(Worker):
         else:
             infos, t1 = self._step_async()
         t2 = time.perf_counter()
+        for info in infos:
+            # The rounds' observation statistics go to the owner of the weights, merged into
+            # its actor when it publishes its next version.
+            moments = info.pop("obs_moments", None)
+            if moments:
+                self.local_worker.add_observation_moments(moments)
         infos[0]["wait_time"] = t1 - t0
         infos[0]["update_time"] = t2 - t1
         events = self.grad_workers.pop_events()
