@@ -5,11 +5,15 @@ The file I/O itself (atomic writes, plain types, reading without executing code)
 ``pytorchrl.checkpoint``'s; this module decides the content.
 """
 
+import logging
 import time
 
 import torch
 
 from pytorchrl import checkpoint as ckpt
+from pytorchrl.scheme.base.ray_runtime import WorkerError
+
+logger = logging.getLogger("pytorchrl")
 
 
 def save_model(update_worker, path):
@@ -79,7 +83,13 @@ def training_state(learner, extra=None, path="the training state", replay=True):
         "rng": {**ckpt.process_rng_state(), "actor": ckpt.generator_states(local.actor)},
         "extra": extra,
     }
-    collectors = learner.update_worker.collector_state()
+    try:
+        collectors = learner.update_worker.collector_state()
+    except WorkerError as exc:
+        # A checkpoint taken because workers died (a run that stops) is still saved; a run
+        # resumed from it warms its collectors' statistics up again.
+        logger.warning(f"the checkpoint holds no collector state (a resumed run's collectors start afresh): {exc}")
+        collectors = None
     if collectors is not None:
         # What the collectors' algorithm accumulated (RND's statistics): a resumed run's
         # collectors start from it instead of warming up again.

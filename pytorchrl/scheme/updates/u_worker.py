@@ -534,7 +534,11 @@ class UWorker(Worker):
     def collector_state(self):
         """What the collectors' algorithm accumulated (``Algorithm.collector_state``: RND's
         statistics), for checkpoints: that of the local gradient worker's collectors, or,
-        with remote gradient workers, of the first one's that answers."""
+        with remote gradient workers, of the first one's that answers. None, without asking
+        any worker, when the algorithm keeps none (the learner's copy says so): a checkpoint
+        taken while collectors are dead does not depend on them."""
+        if self.local_worker.algo.collector_state() is None:
+            return None
         if not self.grad_workers.remote_workers():
             return self.local_worker.collector_state()
         return self.grad_workers.first_answer("collector_state")
