@@ -181,13 +181,9 @@ class OffPolicyActor(Actor):
         more (SAC's 256: its updates are mostly such products). Needs the default MLP
         (``common_feature_extractor=MLP``); an image extractor takes its own ``precision``
         in ``obs_feature_extractor_kwargs``.
-    normalize_observations : bool
-        Normalise the observations with running statistics held by the actor (``obs_norm``,
-        an ``ObservationNormalizer``: float entries only, a Dict/Tuple's discrete keys and
-        images left as they are; image observations are refused), updated by the learner
-        from the rollouts it receives and sent with the acting weights.
-    observation_clip : float
-        Normalised observations are clipped to [-observation_clip, observation_clip].
+    normalize_observations, observation_clip
+        Observation normalisation, as in ``Actor`` (running statistics held by the actor,
+        updated by the learner and sent with the acting weights).
     """
 
     def __init__(self, device, input_space, action_space, algorithm_name="DDQN", noise=None, restart_model=None,

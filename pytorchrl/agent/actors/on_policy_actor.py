@@ -101,13 +101,9 @@ class OnPolicyActor(Actor):
         A second value head, of the intrinsic returns (``ivalue_head``, on the value
         features; RND_PPO's), whose estimate ``act`` returns as ``prl.IVAL``. None: only
         for ``algorithm_name`` RND_PPO.
-    normalize_observations : bool
-        Normalise the observations with running statistics held by the actor (``obs_norm``,
-        an ``ObservationNormalizer``: float entries only, a Dict/Tuple's discrete keys and
-        images left as they are; image observations are refused), updated by the learner
-        from the rollouts it receives and sent with the acting weights.
-    observation_clip : float
-        Normalised observations are clipped to [-observation_clip, observation_clip].
+    normalize_observations, observation_clip
+        Observation normalisation, as in ``Actor`` (running statistics held by the actor,
+        updated by the learner and sent with the acting weights).
     """
 
     ON_POLICY_ALGORITHMS = ("PPO", "A2C", "RND_PPO")
