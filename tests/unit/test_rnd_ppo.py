@@ -262,9 +262,13 @@ def test_the_example_config_trains_from_the_command_line(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_rnd_ppo_runs_with_ray_collectors(ray_session, tmp_path):
-    learner, infos = _train(_short("scheme.preset=sync-collectors", "scheme.col_workers_resources={num_cpus: 0.25}"))
-    assert learner.scheme.uses_ray and learner.scheme.num_col_workers == 2
+@pytest.mark.parametrize("preset", ["sync-collectors", "async-collectors", "dd-ppo"])
+def test_rnd_ppo_runs_with_ray_collectors(ray_session, tmp_path, preset):
+    """Ray collectors (synchronous, asynchronous) and remote gradient workers (DD-PPO's
+    decentralized updates: the predictor's gradients are all-reduced with the actor's)."""
+    learner, infos = _train(_short(f"scheme.preset={preset}", "scheme.col_workers_resources={num_cpus: 0.25}",
+                                   "scheme.grad_workers_resources={num_cpus: 0.25}"))
+    assert learner.scheme.uses_ray and learner.scheme.num_col_workers >= 1
     assert infos and all(math.isfinite(i["Loss"]) for i in infos)
     assert any(i["IntrinsicReward"] > 0 for i in infos)
 
