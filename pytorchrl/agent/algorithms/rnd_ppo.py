@@ -116,7 +116,7 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
     acting_extras = (LOGP, VAL, IVAL)
     preprocessed_keys = (IREW, OBS_MEAN, OBS_STD)
     server_calls = ("intrinsic_errors", "intrinsic_values")
-    # The warm-up runs once, when a collector's storage is built: a later value would act nowhere.
+    # The warm-up runs once, before a collector's first rollout: a later value would act nowhere.
     fixed_hyperparameters = PPO.fixed_hyperparameters + (
         "intrinsic_rewards_network", "intrinsic_rewards_target_network_kwargs",
         "intrinsic_rewards_predictor_network_kwargs", "pre_normalization_steps", "pre_normalization_length")
