@@ -27,6 +27,7 @@ import inspect
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors import get_feature_extractor
 from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS
+from pytorchrl.agent.actors.normalization import DEFAULT_CLIP
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.algorithms.policy_loss_addons import POLICY_LOSS_ADDONS, BehaviourKL
 from pytorchrl.agent.env import VecEnv
@@ -406,7 +407,7 @@ SECTIONS = {
                                                      "saved with the actor. Not with "
                                                      "scheme.decentralized_update_execution. Fixed when the actor "
                                                      "is built."),
-        "observation_clip": Key("number", 10.0, "Normalised observations are clipped to [-observation_clip, "
+        "observation_clip": Key("number", DEFAULT_CLIP, "Normalised observations are clipped to [-observation_clip, "
                                                 "observation_clip] (with actor.normalize_observations).",
                                 low=0.0, low_inclusive=False),
         "dueling": derived(OffPolicyActor, "dueling"),

@@ -40,7 +40,7 @@ from pytorchrl.agent.actors.feature_extractors.ensemble import EnsembleMLP
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.actors.feature_extractors.precision import check_precision
 from pytorchrl.agent.actors.memory_networks import get_memory_network
-from pytorchrl.agent.actors.normalization import check_normalization
+from pytorchrl.agent.actors.normalization import DEFAULT_CLIP, check_normalization
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.notices import say_once
 from pytorchrl.agent.spaces import check_action_space, check_observation_space, packed_space
@@ -191,7 +191,7 @@ class OffPolicyActor(Actor):
                  obs_feature_extractor_kwargs=None, act_feature_extractor=None, act_feature_extractor_kwargs=None,
                  common_feature_extractor=MLP, common_feature_extractor_kwargs=None, num_critics=2,
                  noise_kwargs=None, dueling=False, recurrent_nets=False, precision="fp32", normalize_observations=False,
-                 observation_clip=10.0):
+                 observation_clip=DEFAULT_CLIP):
         if algorithm_name not in ALGORITHM_NETWORKS:
             raise ValueError(f"OffPolicyActor serves {sorted(ALGORITHM_NETWORKS)}, not {algorithm_name!r}")
         memory_cls = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
@@ -268,7 +268,8 @@ class OffPolicyActor(Actor):
                        obs_feature_extractor=None, obs_feature_extractor_kwargs=None, act_feature_extractor=None,
                        act_feature_extractor_kwargs=None, common_feature_extractor=MLP,
                        common_feature_extractor_kwargs=None, num_critics=2, noise_kwargs=None, dueling=False,
-                       recurrent_nets=False, precision="fp32", normalize_observations=False, observation_clip=10.0):
+                       recurrent_nets=False, precision="fp32", normalize_observations=False,
+                       observation_clip=DEFAULT_CLIP):
         """Return a picklable ``factory(device)`` building an OffPolicyActor (parameters as in the class)."""
         # A wrong name, algorithm or precision fails here, not in a worker.
         recurrent_net = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,

@@ -13,7 +13,7 @@ from pytorchrl.agent.actors.distributions import (BernoulliHead, CategoricalHead
                                                   MultiCategoricalHead)
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, ParallelMLP
 from pytorchrl.agent.actors.memory_networks import get_memory_network
-from pytorchrl.agent.actors.normalization import check_normalization
+from pytorchrl.agent.actors.normalization import DEFAULT_CLIP, check_normalization
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.spaces import (ON_POLICY_ACTION_SPACES, PackedBox, check_action_space,
                                     check_observation_space, packed_space)
@@ -113,7 +113,8 @@ class OnPolicyActor(Actor):
     def __init__(self, device, input_space, action_space, algorithm_name="PPO", restart_model=None,
                  feature_extractor_network=None, feature_extractor_kwargs=None,
                  shared_policy_value_network=True, ortho_init=True, log_std_init=0.0, recurrent_net=None,
-                 recurrent_net_kwargs=None, int_value=None, normalize_observations=False, observation_clip=10.0):
+                 recurrent_net_kwargs=None, int_value=None, normalize_observations=False,
+                 observation_clip=DEFAULT_CLIP):
         if recurrent_net is not None:
             recurrent_net = get_memory_network(recurrent_net)
         if feature_extractor_network is None:
@@ -224,7 +225,7 @@ class OnPolicyActor(Actor):
     def create_factory(cls, input_space, action_space, algorithm_name="PPO", restart_model=None,
                        recurrent_net=None, recurrent_net_kwargs=None, feature_extractor_network=None,
                        feature_extractor_kwargs=None, shared_policy_value_network=True, ortho_init=True,
-                       log_std_init=0.0, int_value=None, normalize_observations=False, observation_clip=10.0):
+                       log_std_init=0.0, int_value=None, normalize_observations=False, observation_clip=DEFAULT_CLIP):
         """Return a picklable ``factory(device)`` building an OnPolicyActor (parameters as in the class).
 
         The parameters up to ``shared_policy_value_network`` are in pytorchrl's positional
