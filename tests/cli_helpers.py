@@ -3,15 +3,22 @@ running ``pytorchrl`` as a separate process, the way a user does. ``with_section
 the configuration tests (tests/unit/test_config.py) too."""
 
 import ast
+import contextlib
 import copy
 import csv
 import glob
+import io
 import os
 import signal
 import subprocess
 import sys
+import types
 
 import yaml
+
+# Named cli, never pytorchrl: the helper below of that name runs the command as a process, and
+# tests/conftest.py marks a test by the names its helpers use.
+from pytorchrl import cli
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
@@ -67,6 +74,24 @@ def pytorchrl(*args, cwd, timeout=180):
     """Run ``python -m pytorchrl.cli ARGS``; returns the CompletedProcess (text output)."""
     return subprocess.run([sys.executable, "-m", "pytorchrl.cli", *map(str, args)], cwd=str(cwd),
                           capture_output=True, text=True, timeout=timeout, env=env())
+
+
+def pytorchrl_in_process(*args, cwd):
+    """Run the ``pytorchrl`` command ARGS in this process (``pytorchrl.cli.main``), from the
+    directory ``cwd``, on the Ray instance this process already holds (the test asks for
+    ``ray_session``). For the command-line runs of Ray layouts whose claim is the command's
+    part (the file, its overrides, the run directory, the metrics): a process and a Ray
+    instance of their own would cost about 5 s of CPU each and prove nothing more; exits and
+    messages as a process are tests/cli/test_cli.py's. Returns an object with ``returncode``,
+    ``stdout`` and ``stderr`` (text), like ``pytorchrl``."""
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    try:
+        os.chdir(str(cwd))
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main([str(a) for a in args])
+    finally:
+        os.chdir(here)
+    return types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def default_sigint():

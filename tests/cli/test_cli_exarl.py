@@ -4,9 +4,10 @@ a test: from the command line here, or trained to a return threshold from the fi
 learning test named in ``LEARNED_ELSEWHERE``; a file in neither list is run by
 ``test_exarl_config_trains``, so that a configuration added there is covered without naming it.
 
-The command-line runs check the command line's part (the file, its overrides, the run
-directory and the metrics each workflow adds), with the smallest budget that has the
-learner update: whether a workflow learns is its learning test's claim."""
+The command-line runs (``pytorchrl train``, in this process on the session's Ray instance)
+check the command line's part (the file, its overrides, the run directory and the metrics
+each workflow adds), with the smallest budget that has the learner update: whether a
+workflow learns is its learning test's claim."""
 
 import csv
 import os
@@ -16,7 +17,7 @@ import yaml
 
 from pytorchrl.config import build_learner, load_config
 
-from cli_helpers import REPO, pytorchrl, source_of_test
+from cli_helpers import REPO, pytorchrl_in_process, source_of_test
 from distributed_fixtures import LayoutProbe
 from learning_helpers import greedy_returns_along_run
 
@@ -44,13 +45,13 @@ LEARNED_ELSEWHERE = {
 STEPS = 1000
 
 
-def train_from_file(tmp_path, name, steps=STEPS, timeout=180, overrides=()):
-    """Train examples/configs/exarl/NAME.yaml for ``steps`` env steps from the command line
-    (with ``overrides``, ``key=value`` strings); checks the exit, steps and updates, and
-    returns the run directory."""
+def train_from_file(tmp_path, name, steps=STEPS, overrides=()):
+    """Train examples/configs/exarl/NAME.yaml for ``steps`` env steps with the ``train``
+    command (in this process, on the session's Ray instance), with ``overrides``
+    (``key=value`` strings); checks the exit, steps and updates, and returns the run directory."""
     run_dir = tmp_path / "run"
-    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), f"learner.target_steps={steps}",
-                     "learner.tensorboard=false", f"run_dir={run_dir}", *overrides, cwd=tmp_path, timeout=timeout)
+    proc = pytorchrl_in_process("train", os.path.join(EXARL, f"{name}.yaml"), f"learner.target_steps={steps}",
+                                "learner.tensorboard=false", f"run_dir={run_dir}", *overrides, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
     assert summary["env_steps"] >= steps and summary["updates"] > 0
@@ -59,12 +60,12 @@ def train_from_file(tmp_path, name, steps=STEPS, timeout=180, overrides=()):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["exarl-a2c-sync", "exarl-a2c-async"])
-def test_exarl_a2c_config_trains_once_per_episode(tmp_path, name):
+def test_exarl_a2c_config_trains_once_per_episode(ray_session, tmp_path, name):
     # (exarl-random: the test below.) With EXARL's outputs: per-step logs and the plot.
     run_dir = tmp_path / "run"
-    proc = pytorchrl("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=1000",
-                     "learner.tensorboard=false", "scheme.col_step_logs=true", "learner.plot_at_end=true",
-                     f"run_dir={run_dir}", cwd=tmp_path)
+    proc = pytorchrl_in_process("train", os.path.join(EXARL, f"{name}.yaml"), "learner.target_steps=1000",
+                                "learner.tensorboard=false", "scheme.col_step_logs=true", "learner.plot_at_end=true",
+                                f"run_dir={run_dir}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
     assert summary["env_steps"] >= 1000
@@ -78,13 +79,13 @@ def test_exarl_a2c_config_trains_once_per_episode(tmp_path, name):
 
 
 @pytest.mark.timeout(300)
-def test_exarl_async_config_trains_with_collector_targets(tmp_path):
+def test_exarl_async_config_trains_with_collector_targets(ray_session, tmp_path):
     train_from_file(tmp_path, "exarl-async")
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["exarl-seed", "exarl-seed-a2c"])
-def test_exarl_seed_configs_train_through_the_inference_server(tmp_path, name):
+def test_exarl_seed_configs_train_through_the_inference_server(ray_session, tmp_path, name):
     run_dir = train_from_file(tmp_path, name)
     # The server's counters reach metrics.csv.
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
@@ -92,10 +93,10 @@ def test_exarl_seed_configs_train_through_the_inference_server(tmp_path, name):
 
 
 @pytest.mark.timeout(300)
-def test_random_writes_its_results_from_the_command_line(tmp_path):
+def test_random_writes_its_results_from_the_command_line(ray_session, tmp_path):
     run_dir = tmp_path / "run"
-    proc = pytorchrl("train", os.path.join(EXARL, "exarl-random.yaml"), "learner.target_episodes=12",
-                     "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
+    proc = pytorchrl_in_process("train", os.path.join(EXARL, "exarl-random.yaml"), "learner.target_episodes=12",
+                                "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = list(csv.DictReader(open(run_dir / "results.csv")))
     # Exactly the budget: two collectors share the next-episode counter.
@@ -110,7 +111,7 @@ def test_random_writes_its_results_from_the_command_line(tmp_path):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", [n for n in CONFIGS if n not in OWN_TESTS and n not in LEARNED_ELSEWHERE])
-def test_exarl_config_trains(tmp_path, name):
+def test_exarl_config_trains(ray_session, tmp_path, name):
     # A replay-server configuration samples once scheme.replay_server.min_size_to_sample
     # transitions are in (drl-actor-model: 1,000): half the budget here, so that it updates.
     server = load_config(os.path.join(EXARL, f"{name}.yaml"))["scheme"]["replay_server"]
@@ -127,7 +128,7 @@ def test_every_exarl_config_is_run_by_a_test():
         assert source_of_test(module, test) and f'"{name}' in source_of_test(module), (name, module, test)
 
 @pytest.mark.timeout(400)
-def test_exarl_rma_config_trains_from_the_command_line(tmp_path):
+def test_exarl_rma_config_trains_from_the_command_line(ray_session, tmp_path):
     # (All six RMA workflows learn in tests/distributed/test_queues.py; here two learners with
     # per-learner queues run from their file, with the queue metrics in metrics.csv.)
     run_dir = train_from_file(tmp_path, "exarl-ml-rma-queue-short", steps=2 * STEPS)

@@ -25,7 +25,8 @@ _HEADER, _BLOCK, _RECORD_HEADER = b":W&B", 32768, 7
 
 
 def read_wandb_records(path):
-    """The ``Record`` protobufs of a ``.wandb`` file, in order."""
+    """The ``Record`` protobufs of a ``.wandb`` file, in order; a record the service has not
+    finished writing ends the list (``read_offline_run`` reads the file again)."""
     from wandb.proto import wandb_internal_pb2
     with open(path, "rb") as f:
         data = f.read()
@@ -39,6 +40,8 @@ def read_wandb_records(path):
         _crc, length, kind = struct.unpack("<IHB", data[offset:offset + _RECORD_HEADER])
         if kind == 0 and length == 0:   # zero padding at the end of the last block
             break
+        if offset + _RECORD_HEADER + length > len(data):
+            break   # the service is still writing this record: read what is whole so far
         piece = data[offset + _RECORD_HEADER:offset + _RECORD_HEADER + length]
         offset += _RECORD_HEADER + length
         pieces = piece if kind in (1, 2) else pieces + piece
