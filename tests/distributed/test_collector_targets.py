@@ -10,7 +10,6 @@ workflow learns CartPole on a real local Ray instance.
 
 import os
 
-import numpy as np
 import pytest
 import torch
 

@@ -22,7 +22,7 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.ray_runtime import ResourceError, WorkerError
 
 from cli_helpers import REPO as ROOT, TESTS
-from distributed_fixtures import (PPO_KWARGS, SMALL, broken_cartpole, factories, make_gym_env, register_for_ray,
+from distributed_fixtures import (PPO_KWARGS, SMALL, broken_cartpole, factories, make_gym_env,
                                  resources_released, slow_cartpole, wait_gone)
 
 SYNC, ASYNC = prl.SYNC, prl.ASYNC
@@ -34,11 +34,8 @@ SYNC, ASYNC = prl.SYNC, prl.ASYNC
 BUDGET = 20_000
 LEARNED = 45.0
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_for_module(ray_session):
-    register_for_ray()
-    return ray_session
+# Every test of this module runs on the session's Ray (tests/distributed/conftest.py).
+pytestmark = pytest.mark.usefixtures("ray_for_module")
 
 
 def _remote_pids(scheme):

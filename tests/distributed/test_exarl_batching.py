@@ -17,7 +17,7 @@ from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.workflows.presets import PRESETS
 
 from cli_helpers import REPO, tiny
-from distributed_fixtures import SMALL, ddqn_factories, register_for_ray
+from distributed_fixtures import SMALL, ddqn_factories
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 
@@ -70,10 +70,6 @@ def test_the_scheme_refuses_an_episode_block_with_synchronous_collection():
 
 
 # ------------------------------------------------------------------------ Ray
-@pytest.fixture(scope="module")
-def ray_for_module(ray_session):
-    register_for_ray()
-    return ray_session
 
 
 def _worker_set(**kwargs):

@@ -15,15 +15,9 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-from distributed_fixtures import SMALL, register_for_ray
+from distributed_fixtures import SMALL
 
 K, EPISODE = 2, 25
-
-
-@pytest.fixture(scope="module")
-def ray_for_module(ray_session):
-    register_for_ray()
-    return ray_session
 
 
 def test_sac_her_with_two_async_ray_collectors(ray_for_module):

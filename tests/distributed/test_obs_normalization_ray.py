@@ -3,7 +3,6 @@ rollout its two remote collectors send, and they act with the learner's statisti
 buffers of their actors are the learner's after every update), never with their own."""
 
 import gymnasium as gym
-import pytest
 import torch
 
 from pytorchrl.agent.actors import OnPolicyActor
@@ -11,15 +10,9 @@ from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-from distributed_fixtures import SMALL, factories, register_for_ray
+from distributed_fixtures import SMALL, factories
 
 VEC, ROLLOUT, COLLECTORS = 4, 16, 2
-
-
-@pytest.fixture(scope="module")
-def ray_for_module(ray_session):
-    register_for_ray()
-    return ray_session
 
 
 def test_remote_collectors_act_with_the_learners_statistics(ray_for_module):

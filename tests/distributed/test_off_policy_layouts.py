@@ -28,7 +28,7 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-from distributed_fixtures import SMALL, register_for_ray
+from distributed_fixtures import SMALL
 
 SYNC, ASYNC = prl.SYNC, prl.ASYNC
 
@@ -48,12 +48,6 @@ DDQN_KW = dict(lr=1e-3, gamma=0.99, polyak=0.0, num_updates=10, update_every=50,
 SAC_KW = dict(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.99, polyak=0.99, num_updates=20, update_every=20,
               start_steps=100, mini_batch_size=32, test_every=10 ** 9, num_test_episodes=1)
 BUDGET = {"DDQN": 800, "SAC": 400}
-
-
-@pytest.fixture(scope="module")
-def ray_for_module(ray_session):
-    register_for_ray()
-    return ray_session
 
 
 def factories(algo, restart_model=None, **overrides):

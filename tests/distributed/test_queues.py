@@ -15,7 +15,7 @@ from pytorchrl.scheme.workflows.queues import (CLOSED, EMPTY, OK, TIMEOUT, Queue
                                                make_queue_server, queue_options)
 
 from cli_helpers import REPO, assert_one_line_error, pytorchrl, tiny, write_config
-from distributed_fixtures import LayoutProbe, factories, register_for_ray
+from distributed_fixtures import LayoutProbe, factories
 from learning_helpers import greedy_returns_along_run
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
@@ -201,10 +201,6 @@ def test_command_line_refuses_queues_with_synchronous_collectors(tmp_path):
 
 
 # ------------------------------------------------------------------------ Ray
-@pytest.fixture(scope="module")
-def ray_for_module(ray_session):
-    register_for_ray()
-    return ray_session
 
 
 def test_prefetch_asks_for_the_next_pop_before_training(ray_for_module):

@@ -23,7 +23,7 @@ from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.workflows.replay_server import ReplayServer, replay_server_options, start_remote
 
 from cli_helpers import assert_one_line_error, pytorchrl, tiny, write_config
-from distributed_fixtures import SMALL, register_for_ray
+from distributed_fixtures import SMALL
 from pytorchrl.config import ConfigError, validate_config
 
 DDQN_KW = dict(lr=1e-3, gamma=0.99, polyak=0.0, update_every=32, mini_batch_size=32, target_update_interval=50,
@@ -184,10 +184,6 @@ def test_command_line_refuses_an_on_policy_replay_server(tmp_path):
 
 
 # ------------------------------------------------------------------------ Ray
-@pytest.fixture(scope="module")
-def ray_for_module(ray_session):
-    register_for_ray()
-    return ray_session
 
 
 def test_remote_server_waits_end_on_events(ray_for_module):

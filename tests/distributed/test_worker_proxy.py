@@ -16,7 +16,7 @@ from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
 from cli_helpers import TESTS, tiny
-from distributed_fixtures import SMALL, factories, register_for_ray, wait_gone
+from distributed_fixtures import SMALL, factories, wait_gone
 from netns_cluster import NetnsCluster
 
 
@@ -36,10 +36,6 @@ def test_layouts_the_proxy_cannot_serve_are_refused(scheme, words):
 
 
 # ------------------------------------------------------------------ local Ray
-@pytest.fixture(scope="module")
-def ray_for_module(ray_session):
-    register_for_ray()
-    return ray_session
 
 
 @pytest.mark.timeout(300)
