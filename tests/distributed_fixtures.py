@@ -28,11 +28,13 @@ PPO_KWARGS = dict(lr=2e-3, num_epochs=10, clip_param=0.2, entropy_coef=0.0, valu
                   max_grad_norm=0.5, mini_batch_size=256, gamma=0.98, test_every=10_000, num_test_episodes=5)
 
 
-def register_for_ray():
-    """Let Ray workers unpickle the functions of this module (and of the calling test
-    module): they are sent by value, since the workers cannot import ``tests``."""
+def register_for_ray(*modules):
+    """Let Ray workers unpickle the functions of this module and of ``modules`` (names of
+    test modules, e.g. the caller's ``__name__``): they are sent by value, since the workers
+    cannot import ``tests``."""
     from ray import cloudpickle
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    for name in (__name__, *modules):
+        cloudpickle.register_pickle_by_value(sys.modules[name])
 
 
 def factories(env_fn=make_gym_env, env_kwargs=None, vec_env_size=8, rollout_size=32, seed=0, **ppo):

@@ -5,7 +5,6 @@ session's Ray instance. The rollouts that reach the gradient worker have the pac
 observations and the action vectors of their space, and the scheme trains on them."""
 
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -38,9 +37,7 @@ class RecordingGAEBuffer(GAEBuffer):
 @pytest.fixture(scope="module")
 def ray_for_module(ray_session):
     """The session's Ray instance, with this module's storage class sent to workers by value."""
-    register_for_ray()
-    from ray import cloudpickle
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    register_for_ray(__name__)
     return ray_session
 
 

@@ -4,7 +4,6 @@ short variant (``exarl-ml-rma-queue-short``: no stealing, the run ends when the 
 is exhausted); and the server's rules that make a finished learner get data: a pop asked
 ahead by a busy learner steps aside while another group is finished."""
 
-import sys
 
 import gymnasium as gym
 import pytest
@@ -59,9 +58,7 @@ def _scheme(preset, delay=0.03, stall_after=None):
 
 @pytest.fixture(scope="module")
 def ray_for_module(ray_session):
-    register_for_ray()
-    from ray import cloudpickle
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    register_for_ray(__name__)
     return ray_session
 
 

@@ -4,7 +4,6 @@
 ExaData), and the agent learns CartPole in the ``exarl-async`` and ``exarl-rma`` layouts."""
 
 import copy
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -159,9 +158,7 @@ def _spaces():
 
 @pytest.fixture(scope="module")
 def ray_for_module(ray_session):
-    register_for_ray()
-    from ray import cloudpickle
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    register_for_ray(__name__)
     return ray_session
 
 
