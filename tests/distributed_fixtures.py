@@ -174,6 +174,12 @@ class LayoutProbe:
         self.timings.observe(infos)
         return infos
 
+    def gradient_workers_reported(self):
+        """How many gradient workers have reported a collection round (every per-worker
+        total): a run shorter than one round of each (a tiny budget on a loaded machine,
+        asynchronous gradients) cannot show their metrics yet."""
+        return sum(1 for totals in self.timings.totals.values() if len(totals) == len(self.timings.KEYS))
+
     def check(self, name, metrics):
         """Assert that the run had preset ``name``'s layout. ``metrics``: the learner's, with
         its scheme metrics (``get_metrics(add_scheme_metrics=True)``)."""

@@ -56,6 +56,26 @@ def _ns_id(path):
     return st.st_dev, st.st_ino
 
 
+_usable = None
+
+
+def netns_clusters_can_run():
+    """Whether a ``NetnsCluster`` can be made here: root, and a kernel that allows ``ip netns
+    add`` (tried once per process, with a namespace deleted at once)."""
+    global _usable
+    if _usable is None:
+        name = f"prl{os.getpid()}probe"
+        _usable = os.geteuid() == 0 and shutil.which("ip") is not None
+        if _usable:
+            try:
+                _usable = _run(["ip", "netns", "add", name], timeout=30, check=False).returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                _usable = False
+            if _usable:
+                _run(["ip", "netns", "delete", name], timeout=30, check=False)
+    return _usable
+
+
 class NetnsCluster:
     """Two Ray nodes started by ``ray start``, each in a network namespace of its own.
 

@@ -1,8 +1,8 @@
 """Named scheme layouts: `scheme.preset` in a configuration, `pytorchrl presets`, and every
 listed preset building its layout and training (Ray ones on the session's shared local Ray
-instance): a tiny budget here, or, for a preset whose example configuration a learning test
-trains, checked there (``LAYOUT_CHECKED_BY``): the layout is built once and checked where
-it is built anyway."""
+instance): a tiny budget here, or, for a preset whose example configuration another test
+trains to a target, checked there (``LAYOUT_CHECKED_BY``): the layout is built once and
+checked where it is built anyway."""
 
 import pytest
 
@@ -30,8 +30,8 @@ def preset_config(name, **sections):
     return with_sections(config, **sections)
 
 
-#: Presets whose layout the learning test of their example configuration checks with a
-#: LayoutProbe (test file, and the test).
+#: Presets whose layout a test that trains their example configuration (a learning test,
+#: or a run that must reach its target) checks with a LayoutProbe (test file, and the test).
 LAYOUT_CHECKED_BY = {
     **{name: ("test_queues", "test_rma_workflow_learns")
        for name in ("exarl-rma", "exarl-rma-window-random", "exarl-rma-window-binned", "exarl-rma-queue-pop-all",
@@ -43,6 +43,10 @@ LAYOUT_CHECKED_BY = {
     "exarl-sync": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
     "exarl-a2c-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
     "exarl-multi-learner-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
+    # (Not learning tests: the replay server killed mid-run, the run reaching its target; the
+    # tiny runs of the agent presets whose example configurations name these scheme presets.)
+    "drl-actor-model": ("test_server_faults", "test_killed_server_is_replaced_and_the_run_reaches_its_target"),
+    **{name: ("test_agent_presets", "test_agent_preset_trains_on_ray") for name in ("a3c", "dd-ppo", "async-collectors")},
 }
 LOCAL = [name for name, p in PRESETS.items() if not p.uses_ray]
 REMOTE = [name for name, p in PRESETS.items() if p.uses_ray and name not in LAYOUT_CHECKED_BY]
@@ -88,12 +92,14 @@ def test_presets_command_lists_names_descriptions_and_values(capsys):
 
 
 def _train(name, steps):
-    """Train the preset's layout for ``steps``; returns the metrics (checks the layout)."""
+    """Train the preset's layout for ``steps`` (and until each of several gradient workers
+    has reported a round); returns the metrics (checks the layout)."""
     config = validate_config(preset_config(name, learner={"target_steps": steps}, env={"test_env": False}))
     learner = build_learner(config)
+    grads = PRESETS[name].scheme["num_grad_workers"]
     try:
         probe = LayoutProbe(learner)
-        while not learner.done():
+        while not learner.done() or (grads > 1 and probe.gradient_workers_reported() < grads):
             probe.observe(learner.step())
         metrics = learner.get_metrics(add_episodes_metrics=True, add_scheme_metrics=True)
         probe.check(name, metrics)
@@ -117,7 +123,8 @@ def test_ray_preset_trains(name, ray_session):
 def test_every_ray_preset_layout_is_checked():
     assert set(LAYOUT_CHECKED_BY) <= {name for name, p in PRESETS.items() if p.uses_ray}
     for name, (module, test) in LAYOUT_CHECKED_BY.items():
-        # The learning test exists, checks its layout, and its file names the preset's file.
-        source = source_of_test(module, test)
-        assert source and "LayoutProbe(" in source and ".check(" in source, (module, test)
+        # The test exists, its file checks layouts (in the test or a helper of the file),
+        # and names the preset.
+        assert source_of_test(module, test), (module, test)
+        assert "LayoutProbe(" in source_of_test(module) and ".check(" in source_of_test(module), module
         assert f'"{name}' in source_of_test(module), (name, module)

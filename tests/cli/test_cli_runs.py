@@ -12,7 +12,7 @@ from pytorchrl import cli
 from pytorchrl.tools.metrics import HotSwapCSV, MetricsCSV
 from pytorchrl.tools.plot import group_runs
 
-from cli_helpers import ROUND, assert_one_line_error, png_size, pytorchrl, read_csv, tiny, write_config
+from cli_helpers import ROUND, assert_one_line_error, png_size, pytorchrl, pytorchrl_in_process, read_csv, tiny, write_config
 
 #: Planned changes whose step the tests check: a step schedule of a storage parameter and
 #: a constant one of an algorithm parameter.
@@ -131,7 +131,7 @@ def test_resume_continues_the_step_count_and_the_curves(trained, tmp_path):
 def test_resume_refuses_what_it_cannot_do(trained, tmp_path, capsys):
     run_dir = tmp_path / "run"
     shutil.copytree(trained[0], run_dir)
-    assert_one_line_error(pytorchrl("resume", run_dir, cwd=tmp_path), "learner.target_steps is 1,000: raise it")
+    assert_one_line_error(pytorchrl_in_process("resume", run_dir, cwd=tmp_path), "learner.target_steps is 1,000: raise it")
     for args, expected in (([run_dir, "actor.hidden_sizes=[8]"], "cannot change actor.hidden_sizes when resuming"),
                            ([run_dir, "env.id=Acrobot-v1"], "cannot change env.id when resuming"),
                            ([tmp_path / "nowhere"], "no such run directory"),

@@ -15,7 +15,7 @@ import yaml
 
 from pytorchrl import cli
 
-from cli_helpers import assert_one_line_error, env, pytorchrl, read_csv, tiny, write_config
+from cli_helpers import assert_one_line_error, env, pytorchrl_in_process, read_csv, tiny, write_config
 
 #: Layout of a ``.wandb`` file: a 7-byte header (":W&B", magic 0xBEE1, version 0), then
 #: LevelDB log records in 32 KiB blocks (the header counts in the first block): a record is
@@ -161,7 +161,7 @@ def test_hot_swaps_and_a_resumed_run_continue_the_same_wandb_run(wandb_env):
     ("learner.wandb.tags=[]", "learner.wandb.tags: expected a non-empty list of strings"),
 ])
 def test_bad_wandb_keys_are_refused_in_one_line(tmp_path, override, expected):
-    result = pytorchrl("train", write_config(tmp_path), override, "--run-dir", tmp_path / "run", cwd=tmp_path)
+    result = pytorchrl_in_process("train", write_config(tmp_path), override, "--run-dir", tmp_path / "run", cwd=tmp_path)
     assert_one_line_error(result, expected)
     assert not (tmp_path / "run").exists()
 

@@ -22,7 +22,7 @@ from pytorchrl.config import ConfigError, build_learner, load_config, validate_c
 from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme.collection.c_worker import CWorker
 
-from cli_helpers import REPO, pytorchrl, tiny, write_config
+from cli_helpers import REPO, pytorchrl_in_process, tiny, write_config
 from distributed_fixtures import LayoutProbe
 from learning_helpers import greedy_returns_along_run
 
@@ -153,7 +153,7 @@ def test_configurations_that_cannot_use_it_are_refused(tmp_path):
             validate_config(config)
     with pytest.raises(ConfigError, match="targets_on_collector"):
         validate_config(load_config(EXARL_ASYNC, ["algorithm.targets_on_collector=2"]))
-    proc = pytorchrl("train", write_config(tmp_path), "algorithm.targets_on_collector=true", cwd=tmp_path)
+    proc = pytorchrl_in_process("train", write_config(tmp_path), "algorithm.targets_on_collector=true", cwd=tmp_path)
     assert proc.returncode == 2 and "targets_on_collector" in proc.stderr and "Traceback" not in proc.stderr
 
 

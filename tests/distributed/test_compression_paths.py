@@ -19,7 +19,7 @@ from pytorchrl.scheme.base.checks import ineffective_options
 from pytorchrl.scheme.transport import pack
 from pytorchrl.scheme.workflows.replay_server import ReplayServer
 
-from cli_helpers import REPO, assert_one_line_error, pytorchrl, tiny, write_config
+from cli_helpers import REPO, assert_one_line_error, pytorchrl_in_process, tiny, write_config
 from distributed_fixtures import factories
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
@@ -56,7 +56,7 @@ def test_the_configuration_refuses_options_without_effect(scheme, key, words):
 
 
 def test_the_command_line_refuses_in_one_line(tmp_path):
-    result = pytorchrl("train", write_config(tmp_path, tiny(scheme={"col_compress_data": True})), cwd=tmp_path)
+    result = pytorchrl_in_process("train", write_config(tmp_path, tiny(scheme={"col_compress_data": True})), cwd=tmp_path)
     assert_one_line_error(result, "scheme.col_compress_data: true has no effect with scheme.num_col_workers: 1")
 
 

@@ -27,7 +27,7 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.workflows.inference_server import InferenceServer, inference_server_options
 
-from cli_helpers import REPO, pytorchrl, tiny
+from cli_helpers import REPO, pytorchrl_in_process, tiny
 from distributed_fixtures import LayoutProbe
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
@@ -311,8 +311,8 @@ def test_configuration_refusals():
 
 
 def test_command_line_refusal_exits_2(tmp_path):
-    proc = pytorchrl("train", os.path.join(EXARL, "exarl-seed.yaml"), "algorithm.targets_on_collector=true",
-                     f"run_dir={tmp_path / 'run'}", cwd=tmp_path)
+    proc = pytorchrl_in_process("train", os.path.join(EXARL, "exarl-seed.yaml"), "algorithm.targets_on_collector=true",
+                                f"run_dir={tmp_path / 'run'}", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "algorithm.targets_on_collector" in proc.stderr and "col_policy: server" in proc.stderr
 

@@ -18,46 +18,9 @@ from netns_cluster import NetnsCluster
 
 pytestmark = [pytest.mark.timeout(240)]
 
-#: Collection rounds of the run; each gathers one rollout (VEC_ENV x ROLLOUT steps) from
-#: every collection worker (synchronous collection, no preemption), which PPO then trains on
-#: for several learner steps (epochs x mini-batches).
-ROUNDS, VEC_ENV, ROLLOUT, COLLECTORS = 3, 8, 32, 2
-TARGET = ROUNDS * COLLECTORS * VEC_ENV * ROLLOUT
-
-# The driver: PPO on CartPole with two remote collection workers of 1 CPU each on a cluster
-# whose two nodes have 1 CPU each, so Ray can only place one collector on each node. It
-# prints the facts as one JSON line; the test judges them.
-_DRIVER = textwrap.dedent("""
-    import json, os, sys
-    sys.path.insert(0, {tests!r})
-    import ray, torch
-    from pytorchrl.learner import Learner
-    from pytorchrl.scheme import Scheme
-    from distributed_fixtures import factories, register_for_ray
-
-    register_for_ray()
-    torch.manual_seed(0)
-    scheme = Scheme(**factories(vec_env_size={vec_env}, rollout_size={rollout}), num_col_workers={collectors},
-                    col_workers_resources={{"num_cpus": 1}})
-    try:
-        # Joined through RAY_ADDRESS by the scheme itself (ensure_ray), not by this script.
-        nodes = [{{"node_id": n["NodeID"], "ip": n["NodeManagerAddress"], "alive": n["Alive"],
-                  "custom": sorted(k for k in n["Resources"] if k in ("node_a", "node_b"))}} for n in ray.nodes()]
-        # Which network namespace each worker process is in, read from the kernel while it runs.
-        workers = [{{"node_id": node, "pid": pid, "netns": os.stat(f"/proc/{{pid}}/ns/net").st_ino}}
-                   for node, pid in scheme.process_info()]
-        learner = Learner(scheme, target_steps={target})
-        while not learner.done():
-            learner.step()
-        facts = dict(nodes=nodes, workers=workers, updates=learner.num_updates,
-                     env_steps=learner.num_samples_collected, episodes=learner.num_episodes,
-                     driver_netns=os.stat("/proc/self/ns/net").st_ino)
-    finally:
-        scheme.stop()
-    # A joined cluster is left running by the scheme.
-    facts["ray_still_initialized"] = ray.is_initialized()
-    print("FACTS " + json.dumps(facts), flush=True)
-""")
+#: Environments per collection worker and steps per environment in one rollout; the
+#: learner steps (synchronous collection rounds) before node B is lost.
+VEC_ENV, ROLLOUT, COLLECTORS, ROUNDS = 8, 32, 2, 3
 
 
 def _facts(stdout):
@@ -66,51 +29,19 @@ def _facts(stdout):
     return json.loads(lines[0][len("FACTS "):])
 
 
-def test_ppo_run_spread_over_two_ray_nodes():
-    with NetnsCluster(num_cpus=1) as cluster:
-        script = _DRIVER.format(tests=TESTS, vec_env=VEC_ENV, rollout=ROLLOUT, collectors=COLLECTORS, target=TARGET)
-        proc = cluster.run_driver(script, timeout=180)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-        facts = _facts(proc.stdout)
-        inodes = cluster.netns_inodes()
-        pids = cluster.pids()
-    # Leaving the cluster killed its processes (checked by pid inside) and deleted the namespaces.
-    assert not any(os.path.exists(f"/run/netns/{ns}") for ns in (cluster.ns_a, cluster.ns_b))
-    assert pids and not [p for p in pids if os.path.exists(f"/proc/{p}/ns/net")]
-
-    # The cluster: the two nodes made by ray start, at their veth addresses.
-    nodes = {n["node_id"]: n for n in facts["nodes"]}
-    assert all(n["alive"] for n in nodes.values()), nodes
-    assert sorted(n["ip"] for n in nodes.values()) == sorted([cluster.ip_a, cluster.ip_b])
-    assert facts["driver_netns"] == inodes["a"], "the driver did not run on node A"
-
-    # One collection worker on each node, as Ray reports it (node ids) and as the kernel
-    # does (the network namespace of each worker's process).
-    workers = facts["workers"]
-    assert len(workers) == COLLECTORS, workers
-    assert sorted(nodes[w["node_id"]]["custom"][0] for w in workers) == ["node_a", "node_b"], (workers, nodes)
-    for w in workers:
-        expected = inodes["a"] if nodes[w["node_id"]]["custom"] == ["node_a"] else inodes["b"]
-        assert w["netns"] == expected, f"worker {w} does not run in the namespace of its node"
-    assert len({w["pid"] for w in workers}) == COLLECTORS
-
-    # A real run: every round brought one rollout of each collector, and the policy trained on them.
-    assert facts["env_steps"] == TARGET
-    assert facts["updates"] >= ROUNDS
-    assert facts["episodes"] > 0
-    assert facts["ray_still_initialized"], "the scheme shut down a cluster it had joined"
-
-
 # ------------------------------------------------------------------ losing node B
 #: Ray declares a node dead after 3 missed health checks 0.5 s apart (about 1.5 s) instead
 #: of its default of about 15 s.
 FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
 
-# A driver whose run loses node B. It holds one CPU of node A with a placeholder actor while
-# the scheme starts (so that one worker of each pair goes to node B), frees it, trains a few
-# updates, prints READY with where each worker runs and waits for a line on stdin: the test
-# kills node B meanwhile. Then it trains to the target and prints the facts as one JSON line
-# (or the one-line error that ended the run).
+# A driver whose run loses node B. With ``hold_a_cpu`` it holds one CPU of node A with a
+# placeholder actor while the scheme starts (so that one worker of each pair goes to node
+# B), and frees it; without, the nodes have 1 CPU each and the scheme joins the cluster
+# through RAY_ADDRESS by itself (ensure_ray), as a user's run does. It trains ROUNDS
+# updates, prints READY with where everything runs (the nodes as Ray reports them, each
+# worker's node and the network namespace of its process, read from the kernel) and waits
+# for a line on stdin: the test kills node B meanwhile. Then it trains to the target and
+# prints the facts as one JSON line (or the one-line error that ended the run).
 _NODE_LOSS_DRIVER = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, {tests!r})
@@ -122,10 +53,10 @@ _NODE_LOSS_DRIVER = textwrap.dedent("""
 
     register_for_ray()
     torch.manual_seed(0)
-    ray.init()
     layout = {layout!r}
     hold = None
     if {hold_a_cpu}:
+        ray.init()
         Hold = type("Hold", (), {{"ping": lambda self: 1}})
         hold = ray.remote(num_cpus=1, resources={{"node_a": 0.001}})(Hold).remote()
         ray.get(hold.ping.remote())
@@ -142,9 +73,16 @@ _NODE_LOSS_DRIVER = textwrap.dedent("""
     try:
         if hold is not None:
             ray.kill(hold)
-        for _ in range(3):
+        for _ in range({rounds}):
             learner.step()
-        print("READY " + json.dumps(placement()), flush=True)
+        nodes = [{{"node_id": n["NodeID"], "ip": n["NodeManagerAddress"], "alive": n["Alive"],
+                  "custom": sorted(k for k in n["Resources"] if k in ("node_a", "node_b"))}} for n in ray.nodes()]
+        workers = [{{"node_id": node, "pid": pid, "netns": os.stat(f"/proc/{{pid}}/ns/net").st_ino}}
+                   for node, pid in scheme.process_info()]
+        print("READY " + json.dumps(dict(placement=placement(), nodes=nodes, workers=workers,
+                                         driver_netns=os.stat("/proc/self/ns/net").st_ino,
+                                         updates=learner.num_updates, env_steps=learner.num_samples_collected,
+                                         episodes=learner.num_episodes)), flush=True)
         sys.stdin.readline()   # node B is killed meanwhile
         error = None
         try:
@@ -161,15 +99,18 @@ _NODE_LOSS_DRIVER = textwrap.dedent("""
                 facts["identical_weights"] = all(torch.equal(w0[k], w1[k]) for k in w0)
     finally:
         scheme.stop()
+    # A joined cluster is left running by the scheme.
+    facts["ray_still_initialized"] = ray.is_initialized()
     print("FACTS " + json.dumps(facts), flush=True)
 """)
 
 
 def _lose_node_b(cluster, layout, hold_a_cpu, target):
-    """Run the node-loss driver on ``cluster``; kill node B once it is READY. Returns the
-    placement printed with READY (node of each remote worker) and the facts."""
+    """Run the node-loss driver on ``cluster``; kill node B once it is READY. Returns what
+    the driver printed with READY (``placement``: the node of each remote worker, and
+    where everything ran: see ``_assert_spread_over_both_nodes``) and the facts."""
     script = _NODE_LOSS_DRIVER.format(tests=TESTS, layout=layout, hold_a_cpu=hold_a_cpu, vec_env=VEC_ENV,
-                                      rollout=ROLLOUT, target=target)
+                                      rollout=ROLLOUT, target=target, rounds=ROUNDS)
     proc = cluster.start_driver(script)
     seen = []
     for line in proc.stdout:           # blocks on the driver's output, line by line
@@ -179,13 +120,46 @@ def _lose_node_b(cluster, layout, hold_a_cpu, target):
     else:
         out = cluster.finish_driver(proc)
         pytest.fail("the driver ended before it was ready:\n" + "".join(seen)[-3000:] + out[-3000:])
-    placement = json.loads(line[len("READY "):])
+    ready = json.loads(line[len("READY "):])
+    ready["netns_inodes"] = cluster.netns_inodes()
     cluster.kill_node_b()
     proc.stdin.write("go\n")
     proc.stdin.flush()
     out = cluster.finish_driver(proc, timeout=180)
     assert proc.returncode == 0, "".join(seen)[-3000:] + out[-6000:]
-    return placement, _facts(out)
+    ready["cluster_pids"] = cluster.pids()
+    return ready, _facts(out)
+
+
+def _assert_spread_over_both_nodes(cluster, ready, rounds_of_two_collectors=True):
+    """The run before node B was lost: the two nodes made by ``ray start``, at their veth
+    addresses; the driver on node A; one worker on each node, as Ray reports it (node ids)
+    and as the kernel does (the network namespace of each worker's process); a real run
+    (trained on; with ``rounds_of_two_collectors``: whole synchronous rounds of one rollout of
+    each of the two collection workers)."""
+    nodes = {n["node_id"]: n for n in ready["nodes"]}
+    assert all(n["alive"] for n in nodes.values()), nodes
+    assert sorted(n["ip"] for n in nodes.values()) == sorted([cluster.ip_a, cluster.ip_b])
+    inodes = ready["netns_inodes"]
+    assert ready["driver_netns"] == inodes["a"], "the driver did not run on node A"
+    workers = ready["workers"]
+    assert len(workers) == 2 and len({w["pid"] for w in workers}) == 2, workers
+    assert sorted(nodes[w["node_id"]]["custom"][0] for w in workers) == ["node_a", "node_b"], (workers, nodes)
+    for w in workers:
+        expected = inodes["a"] if nodes[w["node_id"]]["custom"] == ["node_a"] else inodes["b"]
+        assert w["netns"] == expected, f"worker {w} does not run in the namespace of its node"
+    assert sorted(ready["placement"]) == ["a", "b"], ready["placement"]
+    if rounds_of_two_collectors:    # whole rounds (the learner may train on one while the next is out)
+        assert ready["env_steps"] > 0 and ready["env_steps"] % (2 * VEC_ENV * ROLLOUT) == 0, ready
+    assert ready["updates"] >= ROUNDS and ready["episodes"] > 0
+
+
+def _assert_left(cluster, ready):
+    """Leaving the cluster killed its processes (checked by pid inside) and deleted the
+    namespaces."""
+    assert not any(os.path.exists(f"/run/netns/{ns}") for ns in (cluster.ns_a, cluster.ns_b))
+    pids = ready["cluster_pids"]
+    assert pids and not [p for p in pids if os.path.exists(f"/proc/{p}/ns/net")]
 
 
 @pytest.mark.parametrize("layout", ["collectors", "dd-ppo"])
@@ -196,8 +170,10 @@ def test_run_survives_the_loss_of_node_b(layout):
     weights)."""
     target = 8 * COLLECTORS * VEC_ENV * ROLLOUT
     with NetnsCluster(num_cpus=1, num_cpus_a=2, system_config=FAST_HEALTH_CHECKS) as cluster:
-        placement, facts = _lose_node_b(cluster, layout, hold_a_cpu=True, target=target)
-    assert sorted(placement) == ["a", "b"], placement
+        ready, facts = _lose_node_b(cluster, layout, hold_a_cpu=True, target=target)
+    _assert_left(cluster, ready)
+    _assert_spread_over_both_nodes(cluster, ready, rounds_of_two_collectors=layout == "collectors")
+    placement = ready["placement"]
     assert facts["error"] is None, facts
     assert facts["env_steps"] >= target
     worker = "collection worker" if layout == "collectors" else "gradient worker"
@@ -210,13 +186,18 @@ def test_run_survives_the_loss_of_node_b(layout):
         assert facts["identical_weights"]
 
 
-def test_run_that_no_longer_fits_ends_with_one_line():
-    """Both nodes have 1 CPU, each runs one of two collection workers of 1 CPU: once node B
-    is lost the cluster cannot hold two, and the run ends with one line saying so (at once,
-    or once the replacement's start times out) instead of waiting for ever."""
+def test_ppo_run_spread_over_two_ray_nodes_ends_with_one_line_when_it_no_longer_fits():
+    """Both nodes have 1 CPU, so Ray can only place one of the two collection workers of 1
+    CPU on each; the driver runs on node A, and the scheme joins the cluster through
+    RAY_ADDRESS and leaves it running when it stops. Once node B is lost the cluster cannot
+    hold two, and the run ends with one line saying so (at once, or once the replacement's
+    start times out) instead of waiting for ever."""
     with NetnsCluster(num_cpus=1, system_config=FAST_HEALTH_CHECKS) as cluster:
-        placement, facts = _lose_node_b(cluster, "collectors", hold_a_cpu=False, target=10 ** 6)
-    assert sorted(placement) == ["a", "b"], placement
+        ready, facts = _lose_node_b(cluster, "collectors", hold_a_cpu=False, target=10 ** 6)
+    _assert_left(cluster, ready)
+    _assert_spread_over_both_nodes(cluster, ready)
+    assert facts["ray_still_initialized"], "the scheme shut down a cluster it had joined"
+    placement = ready["placement"]
     error = facts["error"]
     assert error and "\n" not in error, facts
     lost = placement.index("b") + 1

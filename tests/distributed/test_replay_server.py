@@ -22,7 +22,7 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.workflows.replay_server import ReplayServer, replay_server_options, start_remote
 
-from cli_helpers import assert_one_line_error, pytorchrl, tiny, write_config
+from cli_helpers import assert_one_line_error, pytorchrl_in_process, tiny, write_config
 from distributed_fixtures import SMALL
 from pytorchrl.config import ConfigError, validate_config
 
@@ -180,7 +180,7 @@ def test_a_resolved_replay_configuration_validates_again():
 
 def test_command_line_refuses_an_on_policy_replay_server(tmp_path):
     path = write_config(tmp_path, tiny(scheme={"preset": "drl-actor-model"}))
-    assert_one_line_error(pytorchrl("train", path, cwd=tmp_path), "scheme.data_path: replay_server is for off-policy")
+    assert_one_line_error(pytorchrl_in_process("train", path, cwd=tmp_path), "scheme.data_path: replay_server is for off-policy")
 
 
 # ------------------------------------------------------------------------ Ray

@@ -34,7 +34,7 @@ from pytorchrl.scheme.workflows.rate_limiter import OK
 from pytorchrl.scheme.workflows.replay_server import ReplayDataPath
 
 from cli_helpers import REPO
-from distributed_fixtures import register_for_ray
+from distributed_fixtures import LayoutProbe, register_for_ray
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 #: Env steps of a run that must survive its server's death; the server dies at a third.
@@ -67,14 +67,14 @@ def learner_for(example, *overrides):
     return learner
 
 
-def run_killing(learner, kind, at=KILL_AT):
+def run_killing(learner, kind, at=KILL_AT, on_infos=lambda infos: None):
     """Train ``learner`` to the end, killing its scheme's server of ``kind`` (``"replay"``,
     ``"inference"``, ``"queue"``) once ``at`` env steps are collected; returns the handle
-    killed."""
+    killed. ``on_infos`` sees the infos of every step (a ``LayoutProbe.observe``)."""
     import ray
     killed = None
     while not learner.done():
-        learner.step()
+        on_infos(learner.step())
         if killed is None and learner.num_samples_collected >= at:
             killed = getattr(learner.scheme, f"{kind}_server")
             ray.kill(killed, no_restart=True)
@@ -134,18 +134,22 @@ def queue_server_checks(m, stats):
     ("drl-actor-model", "replay", "replaced, empty", ["scheme.replay_server.min_size_to_sample=500"],
      replay_server_checks),
     ("exarl-seed", "inference", "replaced, with the current weights", [], inference_server_checks),
-    ("exarl-rma", "queue", "replaced, empty", [], queue_server_checks),
-], ids=["replay", "inference", "queue"])
+], ids=["replay", "inference"])
 def test_killed_server_is_replaced_and_the_run_reaches_its_target(example, kind, done, overrides, checks):
     """The server of ``example`` killed a third of the way: the run reaches its target, the
-    restart is one line and counted, and the scheme names the new server's process."""
+    restart is one line and counted, and the scheme names the new server's process. (The
+    queue server's: ``test_an_episode_budget_ends_with_every_counted_episode_trained_on``.)
+    The run had its preset's layout (the example's ``scheme.preset``, checked here rather
+    than by a tiny run of the preset: tests/cli/test_cli_presets.py)."""
     torch.manual_seed(0)
     learner = learner_for(example, *overrides)
     try:
-        killed = run_killing(learner, kind)
+        probe = LayoutProbe(learner)
+        killed = run_killing(learner, kind, on_infos=probe.observe)
         m = learner.get_metrics(add_scheme_metrics=True)
         stats = getattr(learner.scheme, f"{kind}_stats")()
         assert_replaced(learner.scheme, kind, killed)
+        probe.check(example, m)
     finally:
         learner.stop()
     assert learner.num_samples_collected >= TARGET
@@ -377,7 +381,8 @@ def test_a_rollout_paused_mid_way_goes_on_where_it_stopped():
 @pytest.mark.usefixtures("ray_servers")
 @pytest.mark.parametrize("example", ["exarl-rma", "exarl-ml-rma-queue"])
 def test_an_episode_budget_ends_with_every_counted_episode_trained_on(example):
-    """learner.target_episodes with the queue server killed: the episodes it took with it
+    """learner.target_episodes with the queue server killed: it is replaced (one line,
+    counted, its process named; ``queue_server_checks``), the episodes it took with it
     (Queues/LostEpisodes) are run again, and the run ends once the budget's episodes are
     trained on: every episode finished is either trained on or counted lost. With several
     gradient workers (exarl-ml-rma-queue: stealing) each learns what the others popped of
@@ -386,13 +391,16 @@ def test_an_episode_budget_ends_with_every_counted_episode_trained_on(example):
     budget = 60
     learner = learner_for(example, f"learner.target_episodes={budget}", "learner.target_steps=1000000")
     try:
-        run_killing(learner, "queue", at=600)
+        killed = run_killing(learner, "queue", at=600)
         m = learner.get_metrics(add_scheme_metrics=True, add_episodes_metrics=True)
+        stats = learner.scheme.queue_stats()
+        assert_replaced(learner.scheme, "queue", killed)
     finally:
         learner.stop()
     assert learner.budget_spent
     assert_one_restart(learner, "queue server", "replaced, empty")
     assert m["Episodes/Episodes"] - m["Queues/LostEpisodes"] == budget, m
+    queue_server_checks(m, stats)
 
 
 def test_queue_ledger_counts_what_a_dead_generation_held():

@@ -28,7 +28,7 @@ from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.transport import weights_to_wire
 from pytorchrl.scheme.workflows.weight_board import BoardPublisher, WeightBoard, start_remote_board
 
-from cli_helpers import REPO, pytorchrl, tiny, write_config
+from cli_helpers import REPO, pytorchrl_in_process, tiny, write_config
 from distributed_fixtures import LayoutProbe
 from distributed_fixtures import ddqn_factories as shared_ddqn_factories
 from learning_helpers import greedy_returns_along_run
@@ -168,7 +168,7 @@ def test_layouts_and_algorithms_that_cannot_pull_are_refused(caplog, tmp_path):
     for scheme, sections, message in cases:
         with pytest.raises(ConfigError, match=message):
             validate_config(config(scheme, sections))
-    proc = pytorchrl("train", write_config(tmp_path, config(*cases[1][:2])), cwd=tmp_path)
+    proc = pytorchrl_in_process("train", write_config(tmp_path, config(*cases[1][:2])), cwd=tmp_path)
     assert proc.returncode == 2 and "on-policy" in proc.stderr and "Traceback" not in proc.stderr
     # The Scheme refuses before anything starts, and warns about options without effect.
     with pytest.raises(ValueError, match="col_weights='pull': pulled weights need asynchronous collection"):

@@ -80,6 +80,7 @@ def test_a_finished_learner_steals_from_the_slowed_group_and_every_rollout_is_co
     # The fast group finished first; its learner then popped rollouts of the slow group's queues.
     assert stats["stolen_pops"] > 0 and stats["stolen_rollouts"] >= stats["stolen_pops"], stats
     assert metrics["Queues/StolenPops"] == stats["stolen_pops"]
+    assert metrics["Queues/PoppedRollouts"] == stats["popped_rollouts"]
     # All data consumed: every rollout put was popped, nothing is left, no group is active.
     assert stats["held"] == 0 and stats["puts"] == stats["popped_rollouts"] and stats["active_groups"] == 0, stats
     if budget == "steps":

@@ -89,8 +89,9 @@ def _assert_params(worker_params, expected):
 
 
 # -------------------------------------------------------------- collection workers
-@pytest.mark.parametrize("how", ["ray.kill", "SIGKILL"])
-@pytest.mark.parametrize("col", [SYNC, ASYNC], ids=["sync", "async"])
+# The two ways to die and the two ways to collect are independent (the cause is read where
+# the death is met, the recovery follows the communication): each is run once.
+@pytest.mark.parametrize("col,how", [(SYNC, "ray.kill"), (ASYNC, "SIGKILL")], ids=["sync-ray.kill", "async-SIGKILL"])
 def test_killed_collector_is_replaced(col, how):
     """A collector killed between two updates is replaced: the run reaches its target, the
     restart is counted and logged, and the replacement holds the current weights and version

@@ -1,7 +1,7 @@
 """DistributedReinforcementLearning.jl's WorkerProxy (``Scheme(col_worker_proxy=True)``): one
 proxy per node receives each weight version once for its node's collectors and gathers their
 rollouts into one message. Measured on two real Ray nodes (network namespaces, see
-``netns_cluster.py``): the bytes node B receives per weight publication with 4 collectors
+``netns_cluster.py``): the bytes node B receives per weight publication with 3 collectors
 on it, with and without the proxy. Also on a local Ray: what the proxy does, a collector
 killed in a proxied round, and the layouts it is refused in."""
 
@@ -69,9 +69,9 @@ def test_a_proxy_per_node_gets_each_version_once_and_survives_a_collector_killed
 
 
 # ------------------------------------------------------------- two real nodes
-COLLECTORS, ROUNDS, WARMUP = 4, 12, 3
+COLLECTORS, ROUNDS, WARMUP = 3, 12, 3
 
-# The driver: PPO on CartPole, 4 remote collectors all on node B (a custom resource), an
+# The driver: PPO on CartPole, 3 remote collectors all on node B (a custom resource), an
 # actor of about 70 KB (MLP 128x128: small enough to ride inside the requests), one update
 # and one weight publication per round. For each setting it counts the bytes node B's veth
 # receives over ROUNDS rounds (after WARMUP), read from the kernel (``ip -s``), and prints
@@ -128,12 +128,12 @@ def test_the_proxy_brings_each_weight_version_to_a_node_once():
     assert len(lines) == 1, proc.stdout[-3000:]
     facts = json.loads(lines[0][len("FACTS "):])
     direct, proxied = facts["False"], facts["True"]
-    print("bytes received by node B per weight publication, 4 collectors:", facts)
+    print("bytes received by node B per weight publication, 3 collectors:", facts)
     for f in (direct, proxied):
         assert f["nodes"] == 1 and f["updates"] == ROUNDS    # all collectors on node B; one publication a round
         assert 50_000 < f["weight_bytes"] < 100 * 1024          # sent inside the requests
     assert proxied["proxies"] == 1
     weights = direct["weight_bytes"]
-    # Without the proxy each of the 4 collectors receives its own copy; with it the node gets one.
-    assert direct["rx_per_round"] > 3.5 * weights, facts
+    # Without the proxy each of the 3 collectors receives its own copy; with it the node gets one.
+    assert direct["rx_per_round"] > 2.5 * weights, facts
     assert proxied["rx_per_round"] < 1.5 * weights, facts

@@ -14,7 +14,7 @@ import pytorchrl as prl
 from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.algorithms import A2C
 
-from cli_helpers import assert_one_line_error, pytorchrl, tiny, write_config
+from cli_helpers import assert_one_line_error, pytorchrl_in_process, tiny, write_config
 
 OBS, ACTIONS = gym.spaces.Box(-1, 1, (5,)), gym.spaces.Discrete(3)
 SHARED = {"feature_extractor_kwargs": {"hidden_sizes": [16], "activation": "tanh"}}
@@ -108,9 +108,9 @@ def test_policy_loss_addons_other_than_addons_are_refused(tmp_path):
     for empty in ([], ()):
         assert A2C("cpu", _actor(SHARED), None, policy_loss_addons=empty).policy_loss_addons == []
     config = tiny(algorithm={"name": "A2C", "policy_loss_addons": ["AttractionKL"]})
-    result = pytorchrl("train", write_config(tmp_path, config), cwd=tmp_path)
+    result = pytorchrl_in_process("train", write_config(tmp_path, config), cwd=tmp_path)
     assert_one_line_error(result, "algorithm.policy_loss_addons.0: expected a mapping of keys, got 'AttractionKL'")
     config = tiny(algorithm={"name": "A2C", "lr_v": 1e-3, "lr_pi": 5e-4},
                   learner={"target_steps": 64, "log_every": 0.1})
-    result = pytorchrl("train", write_config(tmp_path, config), "learner.tensorboard=false", cwd=tmp_path)
+    result = pytorchrl_in_process("train", write_config(tmp_path, config), "learner.tensorboard=false", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -15,7 +15,8 @@ from pytorchrl.config.loader import resolve_agent_preset
 from pytorchrl.config.build import build_actor_factory, build_env_factories
 from pytorchrl.config.schema import FEATURE_EXTRACTORS
 
-from cli_helpers import REPO, assert_one_line_error, pytorchrl, tiny, train_checking_float32
+from cli_helpers import REPO, assert_one_line_error, pytorchrl_in_process, tiny, train_checking_float32
+from distributed_fixtures import LayoutProbe
 
 EXAMPLES = os.path.join(REPO, "examples", "configs")
 
@@ -137,7 +138,7 @@ def test_an_unknown_agent_preset_is_one_clear_error(tmp_path):
     assert "(did you mean 'PPO-Atari'?)" in message
     with pytest.raises(KeyError, match="unknown agent preset 'x'; valid: A2C, PPO, "):
         get_agent_preset("x")
-    result = pytorchrl("train", _example(AGENT_PRESETS["A2C"]), "preset=Impala", cwd=tmp_path)
+    result = pytorchrl_in_process("train", _example(AGENT_PRESETS["A2C"]), "preset=Impala", cwd=tmp_path)
     assert_one_line_error(result, "preset: expected one of")
 
 
@@ -171,21 +172,30 @@ def test_agent_preset_trains(name):
 
 @pytest.mark.parametrize("name", ON_RAY)
 def test_agent_preset_trains_on_ray(name, ray_session):
-    _train_tiny(name)
+    # The layout of the example's scheme preset ("a3c", "dd-ppo", "async-collectors") is
+    # checked here, where it is built anyway, instead of by a tiny run of that preset
+    # (LAYOUT_CHECKED_BY of tests/cli/test_cli_presets.py).
+    _train_tiny(name, check_layout=True)
 
 
-def _train_tiny(name):
-    """The example configuration with a tiny budget on the command line's overrides."""
+def _train_tiny(name, check_layout=False):
+    """The example configuration with a tiny budget on the command line's overrides. With
+    ``check_layout`` a LayoutProbe checks that the run had the layout of the configuration's
+    scheme preset (the run goes on until each of several gradient workers reported a round)."""
     agent = AGENT_PRESETS[name]
     _needs(agent)
     config = load_config(_example(agent), TINY_RUNS[name] + ["env.test_env=false"])
     learner = build_learner(config)
+    grads = config["scheme"]["num_grad_workers"] if check_layout else 1
     try:
+        probe = LayoutProbe(learner)
         before = {k: v.clone() for k, v in learner.update_worker.get_weights().items()}
-        while not learner.done():
-            learner.step()
+        while not learner.done() or (grads > 1 and probe.gradient_workers_reported() < grads):
+            probe.observe(learner.step())
         metrics = learner.get_metrics(add_scheme_metrics=True)
         after = learner.update_worker.get_weights()
+        if check_layout:
+            probe.check(config["scheme"]["preset"], metrics)
     finally:
         learner.stop()
     assert metrics["Scheme/EnvSteps"] >= config["learner"]["target_steps"]
@@ -225,7 +235,7 @@ def test_atari_family_ids_and_options(tmp_path):
             validate_config(tiny(env=env))
         assert str(info.value).startswith(f"config error: {expected}"), str(info.value)
     # On the command line: one line, exit status 2.
-    result = pytorchrl("train", _example(AGENT_PRESETS["PPO-Atari"]), "env.id=CartPole-v1", cwd=tmp_path)
+    result = pytorchrl_in_process("train", _example(AGENT_PRESETS["PPO-Atari"]), "env.id=CartPole-v1", cwd=tmp_path)
     assert_one_line_error(result, "env.id: 'CartPole-v1' is not an environment of the atari family")
 
 

@@ -7,7 +7,6 @@ import copy
 import logging
 
 import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
@@ -25,7 +24,7 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker, no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 
-from cli_helpers import TINY, pytorchrl, with_sections, write_config
+from cli_helpers import TINY, pytorchrl_in_process, with_sections, write_config
 
 
 def cartpole(vec_env_size=2):
@@ -156,8 +155,8 @@ def test_scheme_warns_once_per_option_it_ignores(caplog):
 
 
 def test_cli_refuses_an_option_the_layout_never_uses(tmp_path):
-    result = pytorchrl("train", write_config(tmp_path), "scheme.max_grad_lag=2", "--run-dir", tmp_path / "run",
-                       cwd=tmp_path)
+    result = pytorchrl_in_process("train", write_config(tmp_path), "scheme.max_grad_lag=2", "--run-dir", tmp_path / "run",
+                                  cwd=tmp_path)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(

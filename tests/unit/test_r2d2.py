@@ -16,7 +16,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import pytorchrl as prl
 from pytorchrl import cli
@@ -34,7 +33,7 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.tools.evaluate import run_episodes
 
-from cli_helpers import assert_one_line_error, pytorchrl, write_config
+from cli_helpers import assert_one_line_error, pytorchrl_in_process, write_config
 
 #: Episodes of this many steps (time limit): episode ends at known steps of the stream.
 EPISODE = 5
@@ -553,5 +552,5 @@ def test_evaluation_carries_the_memory_through_each_episode():
 
 def test_a_config_mistake_on_the_command_line_is_one_line(tmp_path):
     path = write_config(tmp_path, {**R2D2_YAML, "storage": {"name": "ReplayBuffer", "size": 100}})
-    assert_one_line_error(pytorchrl("train", path, "--dry-run", cwd=tmp_path),
-                          "storage.name: a recurrent DDQN (actor.recurrent_net) learns from sequences")
+    assert_one_line_error(pytorchrl_in_process("train", path, "--dry-run", cwd=tmp_path),
+                                     "storage.name: a recurrent DDQN (actor.recurrent_net) learns from sequences")
