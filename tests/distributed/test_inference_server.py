@@ -29,6 +29,7 @@ from pytorchrl.scheme.workflows.inference_server import InferenceServer, inferen
 
 from cli_helpers import REPO, pytorchrl_in_process, tiny
 from distributed_fixtures import LayoutProbe
+from learning_helpers import greedy_returns_along_run
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 
@@ -327,13 +328,10 @@ def test_seed_dqn_learns_cartpole_and_batches_across_collectors(ray_session):
     learner = build_learner(config)
     try:
         probe = LayoutProbe(learner)
-        returns, next_eval = [], 3000
-        while not learner.done():
-            probe.observe(learner.step())
-            if learner.num_samples_collected >= next_eval:
-                next_eval += 1000
-                returns.append(learner.evaluate(5))
-        returns.append(learner.evaluate(10))
+        # Measured: a greedy return of 123 at 1,500 steps, 100-182 from there to 5,000 (seed
+        # 0). The run ends at the bar.
+        returns = greedy_returns_along_run(learner, first=1500, every=500, episodes=5, stop_at=60,
+                                           on_infos=probe.observe)
         stats = learner.scheme.inference_stats()
         metrics = learner.get_metrics(add_scheme_metrics=True)
         probe.check("exarl-seed", metrics)
@@ -354,17 +352,18 @@ def test_seed_a2c_learns_cartpole_from_whole_episodes(ray_session):
     learner = build_learner(config)
     try:
         probe = LayoutProbe(learner)
-        while not learner.done():
-            probe.observe(learner.step())
+        # Measured (seed 0): greedy returns 9-30 up to 2,500 steps, then 26-260 (112 at 3,000).
+        # The run ends at the bar.
+        returns = greedy_returns_along_run(learner, first=1000, every=500, episodes=5, stop_at=60,
+                                           on_infos=probe.observe)
         metrics = learner.get_metrics(add_episodes_metrics=True, add_scheme_metrics=True)
         probe.check("exarl-seed-a2c", metrics)
         stats = learner.scheme.inference_stats()
-        final = learner.evaluate(10)
     finally:
         learner.stop()
-    print("exarl-seed-a2c", metrics["Episodes/TrainReward"], final, stats)
+    print("exarl-seed-a2c", learner.num_samples_collected, [round(r) for r in returns], stats)
     # One A2C step per whole episode; every episode's value bootstraps came from the server.
     assert learner.num_updates >= 0.9 * metrics["Episodes/Episodes"]
     assert stats["value_calls"] >= learner.num_updates and stats["mean_batch"] > 1.0
-    # Random CartPole: about 22 an episode.
-    assert max(metrics["Episodes/TrainReward"], final) >= 35.0, (metrics["Episodes/TrainReward"], final)
+    # Random CartPole: about 22 an episode; an untrained greedy policy: about 10.
+    assert max(returns) >= 60.0, returns
