@@ -180,6 +180,13 @@ class LayoutProbe:
         asynchronous gradients) cannot show their metrics yet."""
         return sum(1 for totals in self.timings.totals.values() if len(totals) == len(self.timings.KEYS))
 
+    def train(self):
+        """Step the learner to its budget, observing every step, and on until each of
+        several gradient workers has reported a round (what ``check`` needs to see)."""
+        grads = self.learner.scheme.num_grad_workers
+        while not self.learner.done() or (grads > 1 and self.gradient_workers_reported() < grads):
+            self.observe(self.learner.step())
+
     def check(self, name, metrics):
         """Assert that the run had preset ``name``'s layout. ``metrics``: the learner's, with
         its scheme metrics (``get_metrics(add_scheme_metrics=True)``)."""

@@ -121,7 +121,7 @@ def test_every_exarl_config_is_run_by_a_test():
     assert set(OWN_TESTS) | set(LEARNED_ELSEWHERE) | set(RUN_ELSEWHERE) == set(CONFIGS)
     assert "drl-actor-model" in source_of_test("test_cli_server_faults")     # as a process, too
     for name, (module, test) in {**LEARNED_ELSEWHERE, **RUN_ELSEWHERE}.items():
-        # The learning test exists and its file names the configuration.
+        # The test exists and its file names the configuration.
         assert source_of_test(module, test) and f'"{name}' in source_of_test(module), (name, module, test)
 
 @pytest.mark.timeout(400)

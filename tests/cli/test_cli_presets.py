@@ -96,11 +96,9 @@ def _train(name, steps):
     has reported a round); returns the metrics (checks the layout)."""
     config = validate_config(preset_config(name, learner={"target_steps": steps}, env={"test_env": False}))
     learner = build_learner(config)
-    grads = PRESETS[name].scheme["num_grad_workers"]
     try:
         probe = LayoutProbe(learner)
-        while not learner.done() or (grads > 1 and probe.gradient_workers_reported() < grads):
-            probe.observe(learner.step())
+        probe.train()
         metrics = learner.get_metrics(add_episodes_metrics=True, add_scheme_metrics=True)
         probe.check(name, metrics)
         return metrics, probe.processes

@@ -179,19 +179,18 @@ def test_agent_preset_trains_on_ray(name, ray_session):
 
 
 def _train_tiny(name, check_layout=False):
-    """The example configuration with a tiny budget on the command line's overrides. With
-    ``check_layout`` a LayoutProbe checks that the run had the layout of the configuration's
-    scheme preset (the run goes on until each of several gradient workers reported a round)."""
+    """The example configuration with a tiny budget on the command line's overrides (and on
+    until each of several gradient workers reported a round: ``LayoutProbe.train``). With
+    ``check_layout`` the probe checks that the run had the layout of the configuration's
+    scheme preset."""
     agent = AGENT_PRESETS[name]
     _needs(agent)
     config = load_config(_example(agent), TINY_RUNS[name] + ["env.test_env=false"])
     learner = build_learner(config)
-    grads = config["scheme"]["num_grad_workers"] if check_layout else 1
     try:
         probe = LayoutProbe(learner)
         before = {k: v.clone() for k, v in learner.update_worker.get_weights().items()}
-        while not learner.done() or (grads > 1 and probe.gradient_workers_reported() < grads):
-            probe.observe(learner.step())
+        probe.train()
         metrics = learner.get_metrics(add_scheme_metrics=True)
         after = learner.update_worker.get_weights()
         if check_layout:
