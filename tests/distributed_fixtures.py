@@ -216,15 +216,23 @@ __all__ = ["SMALL", "PPO_KWARGS", "register_for_ray", "factories", "slow_cartpol
            "wait_gone", "LayoutProbe", "prl"]
 
 
-def resources_released(timeout=15.0):
-    """Wait until every CPU of the Ray cluster is free again (the actors of a stopped or
-    failed scheme give theirs back shortly after they die); True if that happened."""
+def free_cpus():
+    """CPUs of the Ray cluster free now: taken before a test builds its scheme, the level
+    ``resources_released`` waits for."""
     import ray
-    total = ray.cluster_resources().get("CPU", 0.0)
+    return ray.available_resources().get("CPU", 0.0)
+
+
+def resources_released(free_before, timeout=15.0):
+    """Wait until the Ray cluster has at least ``free_before`` CPUs free again (what
+    ``free_cpus()`` read before the test built its scheme: the actors of a stopped or failed
+    scheme give theirs back shortly after they die); True if that happened. Relative to the
+    test's start, so that a worker another test left dying does not fail this one."""
+    import ray
     deadline = time.monotonic() + timeout
     while True:
         # Polled: Ray offers no event for resources coming back.
-        if abs(ray.available_resources().get("CPU", 0.0) - total) < 1e-6:
+        if ray.available_resources().get("CPU", 0.0) >= free_before - 1e-6:
             return True
         if time.monotonic() > deadline:
             return False

@@ -15,7 +15,7 @@ from pytorchrl.agent.algorithms.policy_loss_addons import AttractionKL, SavedAct
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-from distributed_fixtures import SMALL, factories, register_for_ray, resources_released, wait_gone
+from distributed_fixtures import SMALL, factories, free_cpus, register_for_ray, resources_released, wait_gone
 
 
 @pytest.mark.parametrize("num_col_workers, num_grad_workers", [(1, 2), (2, 1)],
@@ -32,6 +32,7 @@ def test_attraction_kl_trains_on_ray_workers(ray_session, tmp_path, num_col_work
     addon = AttractionKL([SavedActorFactory(parts["actor_factory"], str(path))], [1.0], loss_term_weight=2.0)
     os.remove(path)
     parts["algo_factory"], _ = PPO.create_factory(num_epochs=2, mini_batch_size=32, policy_loss_addons=[addon])
+    free = free_cpus()
     scheme = Scheme(**parts, num_col_workers=num_col_workers, num_grad_workers=num_grad_workers,
                     col_workers_resources=SMALL, grad_workers_resources=SMALL)
     learner = Learner(scheme, target_steps=4 * 64)
@@ -47,4 +48,4 @@ def test_attraction_kl_trains_on_ray_workers(ray_session, tmp_path, num_col_work
     finally:
         learner.stop()
     assert wait_gone(pids) == []
-    assert resources_released()
+    assert resources_released(free)

@@ -19,7 +19,7 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-from distributed_fixtures import SMALL, factories, register_for_ray, resources_released, wait_gone
+from distributed_fixtures import SMALL, factories, free_cpus, register_for_ray, resources_released, wait_gone
 
 
 class RecordingGAEBuffer(GAEBuffer):
@@ -57,6 +57,7 @@ def test_ppo_with_two_ray_collectors_on_structured_spaces(ray_for_module, env_id
     parts["actor_factory"] = OnPolicyActor.create_factory(obs_space, action_space, "PPO")
     parts["storage_factory"] = RecordingGAEBuffer.create_factory(size=rollout, gae_lambda=0.8)
     RecordingGAEBuffer.received = []
+    free = free_cpus()
     scheme = Scheme(**parts, num_col_workers=2, col_compress_data=True, col_workers_resources=SMALL)
     learner = Learner(scheme, target_steps=4 * 2 * vec_env_size * rollout)
     pids = [pid for _, pid in scheme.process_info()]
@@ -71,7 +72,7 @@ def test_ppo_with_two_ray_collectors_on_structured_spaces(ray_for_module, env_id
     finally:
         learner.stop()
     assert wait_gone(pids) == []
-    assert resources_released()
+    assert resources_released(free)
     assert len(RecordingGAEBuffer.received) >= 4
     for shapes in RecordingGAEBuffer.received:
         steps = shapes[prl.OBS][0][0]

@@ -26,13 +26,17 @@ pytestmark = pytest.mark.timeout(300)
 #: Two gradient workers (1, 2), each with collectors 1 and 2.
 GROUPS = {1: [1, 2], 2: [1, 2]}
 
+#: Seconds a step of a stalled environment takes: its collector's rollout in progress (16
+#: steps) is what stopping the run waits for, so no longer than the stall needs.
+STALL_DELAY = 0.25
+
 
 def group_cartpole(index_grad_worker=0, slow_group=2, delay=0.03, stall_after=None):
     """CartPole whose every step sleeps ``delay`` s in the collectors of gradient worker
     ``slow_group`` only: one group of actors much slower than the other (and, after
-    ``stall_after`` steps of each environment, one second a step: stalled)."""
+    ``stall_after`` steps of each environment, ``STALL_DELAY`` s a step: stalled)."""
     env = gym.make("CartPole-v1")
-    return SleepyStep(env, delay, stall_after) if index_grad_worker == slow_group else env
+    return SleepyStep(env, delay, stall_after, STALL_DELAY) if index_grad_worker == slow_group else env
 
 
 def _scheme(preset, delay=0.03, stall_after=None):
@@ -91,8 +95,9 @@ def test_a_finished_learner_steals_from_the_slowed_group_and_every_rollout_is_co
 
 def test_the_short_variant_never_steals_and_ends_with_the_first_exhausted_group(ray_for_module):
     # The slow group's collectors stall after 100 steps each: its half of the budget (800
-    # steps) would take them more than ten minutes, so however loaded the machine, the fast
-    # group is exhausted first, while the slow group still has rollouts to queue.
+    # steps, 400 per collector) would take them more than 75 s, against about 4 s for the
+    # fast group's half (measured), so however loaded the machine, the fast group is
+    # exhausted first, while the slow group still has rollouts to queue.
     learner = Learner(_scheme("exarl-ml-rma-queue-short", stall_after=100), target_steps=1600)
     try:
         stats, _ = _run(learner)

@@ -25,7 +25,7 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.faults import FaultPolicy, WorkerFailure
 
 from cli_helpers import REPO as ROOT, TESTS
-from distributed_fixtures import (PPO_KWARGS, SMALL, broken_cartpole, factories, register_for_ray,
+from distributed_fixtures import (PPO_KWARGS, SMALL, broken_cartpole, factories, free_cpus, register_for_ray,
                                   resources_released, wait_gone)
 from fault_envs import crashing_cartpole
 from fault_envs import register_for_ray as register_fault_envs_for_ray
@@ -99,6 +99,7 @@ def test_killed_collector_is_replaced(col, how):
     included: the replacement acts with the new network)."""
     import ray
     torch.manual_seed(0)
+    free = free_cpus()
     scheme = Scheme(**factories(), num_col_workers=2, col_workers_communication=col, col_workers_resources=SMALL,
                     col_requests_in_flight=2 if col == ASYNC else 1, worker_restart_delay_s=0)
     learner = Learner(scheme, target_steps=TARGET)
@@ -153,7 +154,7 @@ def test_killed_collector_is_replaced(col, how):
         assert new_pid != old_pid and wait_gone([old_pid]) == []
     finally:
         learner.stop()
-    assert resources_released()
+    assert resources_released(free)
 
 
 def test_env_that_takes_its_process_down_is_replaced(tmp_path):
@@ -184,6 +185,7 @@ def test_restart_limit_ends_the_run_with_one_line():
     max_worker_restarts=1 the first death is a restart, the second ends the run."""
     torch.manual_seed(0)
     f = factories(env_fn=crashing_cartpole, env_kwargs={"crash_at": 40})
+    free = free_cpus()
     scheme = Scheme(**f, num_col_workers=2, col_workers_resources=SMALL, max_worker_restarts=1,
                     worker_restart_delay_s=0)
     learner = Learner(scheme, target_steps=10 ** 6)
@@ -201,7 +203,7 @@ def test_restart_limit_ends_the_run_with_one_line():
     assert "\n" not in msg and len(msg) < 400, msg
     assert len(lines) == 1 and lines[0].endswith("replaced (restart 1 of 1)")
     assert wait_gone(pids) == []
-    assert resources_released()
+    assert resources_released(free)
 
 
 def test_two_collectors_killed_at_once_are_both_replaced():
@@ -233,6 +235,7 @@ def test_gradient_worker_layout_replaces_collectors_and_gradient_workers():
     update worker with its own new collectors; all hold the hot-swapped parameters."""
     import ray
     torch.manual_seed(0)
+    free = free_cpus()
     scheme = Scheme(**factories(), num_col_workers=2, col_workers_resources=SMALL, num_grad_workers=2,
                     grad_workers_resources=SMALL, worker_restart_delay_s=0)
     learner = Learner(scheme, target_steps=TARGET)
@@ -260,7 +263,7 @@ def test_gradient_worker_layout_replaces_collectors_and_gradient_workers():
         assert learner.num_samples_collected >= TARGET
     finally:
         learner.stop()
-    assert resources_released()
+    assert resources_released(free)
 
 
 def test_async_gradient_worker_killed_is_replaced():
