@@ -451,7 +451,7 @@ _OWN_RAY_SCRIPT = textwrap.dedent("""
     # A second scheme on the same instance: stopping the first must not take Ray down.
     other = Scheme(**factories(), num_grad_workers=2, grad_workers_resources=SMALL)
     workers += [pid for _, pid in other.process_info()]
-    with Learner(scheme, target_steps=3000) as learner:
+    with Learner(scheme, target_steps=1000) as learner:
         while not learner.done():
             learner.step()
     assert ray.is_initialized(), "stopping one scheme shut down the Ray instance of another"

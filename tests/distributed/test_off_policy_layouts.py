@@ -171,11 +171,14 @@ def test_off_policy_layout(ray_for_module, algo, layout):
             if layout.get("decentralized_update_execution"):
                 # Every gradient worker steps its own optimizer on all-reduced gradients:
                 # the same actor weights everywhere, and the learner's copy is the first's.
-                # (Learner networks: test_decentralized_gradient_workers_share_learner_networks.)
                 assert versions == [uw.version] * 2
                 actor_only = [{k: v for k, v in w.items() if not k.startswith("algo.")} for w in weights]
                 assert identical(actor_only) == []
                 assert identical([local.get_weights(), weights[0]]) == []
+                if algo == "SAC":
+                    # Target critics and the entropy coefficient too (DDQN with Polyak
+                    # targets: test_decentralized_gradient_workers_share_learner_networks).
+                    assert identical(weights) == []
             elif layout["grad_workers_communication"] == SYNC:
                 # Both computed their last gradients on the same weights.
                 assert versions[0] == versions[1] == uw.version - 1
@@ -186,15 +189,14 @@ def test_off_policy_layout(ray_for_module, algo, layout):
         learner.stop()
 
 
-@pytest.mark.parametrize("algo,overrides", [("SAC", {}), ("DDQN", {"polyak": 0.99, "target_update_interval": 1})],
-                         ids=["SAC", "DDQN-polyak"])
-def test_decentralized_gradient_workers_share_learner_networks(ray_for_module, algo, overrides):
-    """DD-PPO style: target networks and SAC's entropy coefficient are the same on every
-    gradient worker (each worker computes its TD targets with them)."""
+def test_decentralized_gradient_workers_share_learner_networks(ray_for_module):
+    """DD-PPO style: target networks are the same on every gradient worker (each worker
+    computes its TD targets with them), also when they follow with Polyak averaging. (SAC's
+    target critics and entropy coefficient: test_off_policy_layout[2-grad-decentralized-SAC].)"""
     import ray
     torch.manual_seed(0)
-    scheme = build_scheme(algo, LAYOUTS[4][1], **overrides)
-    learner = Learner(scheme, target_steps=BUDGET[algo] // 2)
+    scheme = build_scheme("DDQN", LAYOUTS[4][1], polyak=0.99, target_update_interval=1)
+    learner = Learner(scheme, target_steps=BUDGET["DDQN"] // 2)
     try:
         run(learner)
         weights = ray.get([h.get_weights.remote() for h in remote_gradient_workers(scheme)])
