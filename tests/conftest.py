@@ -260,20 +260,16 @@ def ray_session():
         ray.shutdown()
 
 
-def _warn_of_actors_left(ray, timeout=15.0):
+def _warn_of_actors_left(ray):
     """Name the actors still holding CPUs once every test is done: each test checks what its
     own scheme gave back (``resources_released``), so a worker that outlived its test
     shows here."""
-    import time
     import warnings
     from ray._private.state import actors   # (the public state API needs the dashboard)
-    deadline = time.monotonic() + timeout
-    while ray.available_resources().get("CPU", 0.0) < ray.cluster_resources().get("CPU", 0.0) - 1e-6:
-        if time.monotonic() > deadline:
-            alive = sorted(a["ActorClassName"] for a in actors().values() if a["State"] != "DEAD")
-            warnings.warn(f"actors left alive by the session's tests, holding CPUs: {alive}")
-            return
-        time.sleep(0.1)
+    from distributed_fixtures import resources_released
+    if not resources_released(ray.cluster_resources().get("CPU", 0.0)):
+        alive = sorted(a["ActorClassName"] for a in actors().values() if a["State"] != "DEAD")
+        warnings.warn(f"actors left alive by the session's tests, holding CPUs: {alive}")
 
 
 # -------------------------------------------------------------------------- seeds
