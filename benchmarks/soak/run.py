@@ -19,9 +19,12 @@ Layouts (``--layout``):
 Every layout runs in a local Ray instance started here with ``ray.init(num_cpus=2)``.
 
 Run:
-1. Calibration: the Learner steps for ``--calibrate`` seconds (default 30, at most 15% of
-   the run); the target is then set to (env steps/s so far) x the planned duration, so the
-   run lasts about ``--minutes`` (``learner.target_steps``), plus the time the kills cost.
+1. Calibration: once the Learner has applied its first update (on the replay-server
+   path, after the server's warm-up, which collects without training and is several times
+   faster than training), it steps for ``--calibrate`` seconds (default 30, at most 15% of
+   the run); the target is then set to the env steps so far plus (env steps/s over those
+   seconds) x the rest of the planned duration, so the run lasts about ``--minutes``
+   (``learner.target_steps``), plus the time the kills cost.
    If it has not reached the target after ``--max-overrun`` (2) x the planned duration, it
    stops and reports the target missed.
 2. Kills: at every multiple of ``--kill-every`` seconds after the start of training, the
@@ -413,6 +416,7 @@ def soak(args, log=print):
     learner.on_worker_event = events.append
     metrics, restarts_seen = {}, 0
     target, calib = None, {}
+    trained_from = None   # (seconds, env steps) at the first update: calibration starts
     t0 = time.perf_counter()
     sampler = TreeRSS(args.sample_every, t0, progress=lambda: {"steps": int(learner.num_samples_collected)})
     next_kill, next_metrics, next_print, error = args.kill_every, METRICS_EVERY_S, 30.0, None
@@ -422,12 +426,13 @@ def soak(args, log=print):
             sampler.start()
             while True:
                 now = time.perf_counter() - t0
-                if target is None and now >= args.calibrate:
-                    rate = learner.num_samples_collected / now
-                    target = max(int(learner.num_samples_collected) + 1, int(round(rate * args.duration_s)))
+                if target is None and trained_from is not None and now >= trained_from[0] + args.calibrate:
+                    steps_now = int(learner.num_samples_collected)
+                    rate = (steps_now - trained_from[1]) / (now - trained_from[0])
+                    target = max(steps_now + 1, int(round(steps_now + rate * max(0.0, args.duration_s - now))))
                     learner.target_steps = target
-                    calib = {"calibration_s": round(now, 2), "calibration_steps": int(learner.num_samples_collected),
-                             "calibration_env_steps_per_s": round(rate, 1)}
+                    calib = {"calibration_from_s": round(trained_from[0], 2), "calibration_s": round(now, 2),
+                             "calibration_steps": steps_now, "calibration_env_steps_per_s": round(rate, 1)}
                     log(f"  t={now:6.1f} s  calibrated: {rate:,.0f} env steps/s -> target {target:,} steps")
                 if learner.done() or now >= args.deadline_s:
                     break
@@ -454,6 +459,8 @@ def soak(args, log=print):
                         next_kill = args.kill_every * (math.floor(now / args.kill_every) + 1)
                 learner.step()
                 t = time.perf_counter() - t0
+                if trained_from is None and learner.num_updates > 0:
+                    trained_from = (t, int(learner.num_samples_collected))
                 if t - progress[-1][0] >= PROGRESS_EVERY_S:
                     progress.append((t, int(learner.num_samples_collected)))
                 restarts = learner.worker_restarts + learner.server_restarts
@@ -566,8 +573,8 @@ def render(rec, meta):
         kills = ", ".join(f"{k:g} s ({kind})" for k, kind in zip(rec["kill_times_s"], rec["killed_kinds"]))
     replaced = [r for r in rec["replaced_after_s"] if r is not None]
     rows = [
-        ["target steps", f"{fmt(rec['target_steps'])} (calibrated over the first "
-                         f"{fmt(rec.get('calibration_s'), 1)} s "
+        ["target steps", f"{fmt(rec['target_steps'])} (calibrated from "
+                         f"{fmt(rec.get('calibration_from_s', 0.0), 1)} s to {fmt(rec.get('calibration_s'), 1)} s "
                          f"at {fmt(rec.get('calibration_env_steps_per_s'))} env steps/s)"],
         ["env steps reached",
          f"{fmt(rec['env_steps'])}: target {'**reached**' if rec['target_reached'] else '**MISSED**'}"],

@@ -20,6 +20,7 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
+from pytorchrl.scheme.workflows import replay_server
 from pytorchrl.scheme.workflows.replay_server import ReplayServer, replay_server_options, start_remote
 
 from cli_helpers import assert_one_line_error, pytorchrl_in_process, tiny, write_config
@@ -216,6 +217,50 @@ def test_remote_server_waits_end_on_events(ray_for_module):
         assert ray.get(starved, timeout=60) == ("closed", None)
     finally:
         ray.kill(server)
+
+
+def test_a_waiting_sample_keeps_remote_collectors_inserting(ray_for_module, monkeypatch):
+    """Below ``min_size_to_sample`` only inserts can admit a sample, and a remote collector
+    inserts again only once its report is read (its next request): the gradient worker
+    asks one sample and, while it waits, reads every report as it comes. Here each
+    collector request is an insert call of a real CartPole rollout, the next one sent when
+    ``collect`` reads the last; the poll is long, so a data path that read reports only
+    between sample calls would need one call per rollout."""
+    ray = ray_for_module
+    monkeypatch.setattr(replay_server, "SAMPLE_POLL_S", 20.0)
+    f = factories()
+    worker = collector(f)
+    rollouts, size = [], 0
+    while size < LIMITER["min_size_to_sample"]:
+        rollouts.append(worker.collect_data()[0])
+        size += int(rollouts[-1][prl.REW].shape[0])
+    server = start_remote(f["algo_factory"], f["actor_factory"], f["storage_factory"],
+                          replay_server_options({**LIMITER, "num_cpus": 0.25}))
+    in_flight, left = [server.insert.remote(rollouts[0], 0, None)], list(rollouts[1:])
+    reads = []
+
+    def collect(block):
+        assert not block
+        if not ray.wait(in_flight, timeout=0)[0]:
+            return False
+        reads.append(ray.get(in_flight.pop()))
+        if left:
+            in_flight.append(server.insert.remote(left.pop(0), 0, None))
+        return True
+
+    try:
+        path = replay_server.ReplayDataPath(server, lambda: 32, torch.device("cpu"))
+        asked = []
+        submit = path.client.submit
+        path.client.submit = lambda method, *args: (asked.append(method), submit(method, *args))[1]
+        batch = path.next_batch(collect, lambda: list(in_flight))
+        stats = ray.get(server.stats.remote())
+    finally:
+        ray.kill(server)
+    assert batch[prl.OBS].shape == (32, 4)
+    # The last insert's report may come after the sample it admitted.
+    assert asked == ["sample"] and reads == ["ok"] * len(reads) and len(reads) >= len(rollouts) - 1
+    assert stats["inserts"] == size and stats["samples"] == 32
 
 
 def ray_scheme(storage_factory=None, **limiter):

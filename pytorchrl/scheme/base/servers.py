@@ -123,10 +123,19 @@ class ServerClient:
         """
         if not self.remote:
             return getattr(self.server, method)(*args)
+        return self.get(self.submit(method, *args))
+
+    def submit(self, method, *args):
+        """Ask the remote server for ``server.method(*args)`` without waiting: its Ray
+        reference (read with ``get``).
+
+        Raises
+        ------
+        ServerLost
+            The server's process is gone (found when the call is submitted).
+        """
         try:
-            return self.get(getattr(self.server, method).remote(*args))
-        except ServerLost:
-            raise
+            return getattr(self.server, method).remote(*args)
         except Exception as exc:  # noqa: BLE001 - a dead actor may fail the submission itself
             if worker_died(exc):
                 raise self.lost(exc) from None

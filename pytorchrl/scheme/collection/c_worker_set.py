@@ -713,6 +713,13 @@ class CWorkerSet(WorkerSet):
                 return [(data, winfo)]
             self.stats["dropped_rollouts"] += 1
 
+    def requests_out(self):
+        """Asynchronous collection: the Ray references of the rollout requests in flight (the
+        first call sends the requests), for a caller that waits on them together with calls
+        of its own (``ray.wait``) and then reads what is ready with ``collect(False)``."""
+        self._start_requests()
+        return list(self._in_flight)
+
     def _any_ready(self):
         """Whether a rollout request in flight has finished, or a report is stashed (the
         first call sends the requests)."""

@@ -188,7 +188,7 @@ class GWorker(Worker):
 
     def _next_batch(self, wait_for_data=True):
         if self._data_path is not None:
-            return self._data_path.next_batch(self._collect_round)
+            return self._data_path.next_batch(self._collect_round, self.col_workers.requests_out)
         if self._queue_path is not None:
             # Before every mini-batch: each collector gets its next request as soon as its
             # rollout is queued, so the queue's bound, not this worker's training, holds it back.

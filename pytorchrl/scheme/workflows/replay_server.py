@@ -31,8 +31,9 @@ DATA_PATHS = ("direct", "replay_server", "queues")
 REPLAY_SERVER_DEFAULTS = {"min_size_to_sample": 1000, "samples_per_insert": 8.0, "error_buffer": 2000.0,
                           "num_cpus": 0.25}
 
-#: Seconds a gradient worker waits for one sample before it looks at its collectors'
-#: reports again (env steps must reach the learner while it waits).
+#: Seconds one sample call of a gradient worker with remote collectors may wait in the
+#: server; meanwhile the worker reads each collector report as it comes (see
+#: ``ReplayDataPath.next_batch``), so this bounds only how long a refused call lives.
 SAMPLE_POLL_S = 0.5
 
 #: Threads of the remote server: every collector and gradient worker may wait in it at
@@ -368,16 +369,21 @@ class ReplayDataPath(ServerPath):
             self.counts.setdefault(key, 0)
         self._pending = None   # (data, version) of a local rollout the server has not admitted yet
         self._sampled_from = generation   # generation of the server the last mini-batch came from
+        self._sample_call = None   # Ray reference of a sample asked of a remote server, not read yet
 
-    def next_batch(self, collect):
+    def next_batch(self, collect, reports=lambda: []):
         """The next mini-batch.
 
         Parameters
         ----------
         collect : callable
             ``collect(block)`` gathers the collectors' reports (with remote collectors,
-            whose rollouts went to the server) or one round of rollouts (local collector:
-            returned for ``insert_local``); ``block=False`` only takes what is ready.
+            whose rollouts went to the server; returns whether one was ready) or one round
+            of rollouts (local collector: returned for ``insert_local``); ``block=False``
+            only takes what is ready.
+        reports : callable
+            Remote collectors: ``reports()`` -> the Ray references of their rollout
+            requests in flight, waited on together with the sample call.
 
         Raises
         ------
@@ -386,28 +392,75 @@ class ReplayDataPath(ServerPath):
         ServerLost
             The server died and this process cannot replace it (see ``recover``).
         """
+        if not self.local_collection:
+            return self._next_remote_batch(collect, reports)
         b = int(self.batch_size())
         while True:
-            if not self.local_collection:
-                collect(False)
             try:
-                outcome, batch = self.client.call("sample", b, 0 if self.local_collection else SAMPLE_POLL_S)
+                outcome, batch = self.client.call("sample", b, 0)
             except ServerLost as lost:
                 self.counts["lost_samples"] += 1
                 self.recover(lost)
                 continue
             if outcome == OK:
-                self._sampled_from = self.client.generation
-                return self._to_device(batch)
+                return self._sampled(batch)
             if outcome == CLOSED:
-                raise RuntimeError("the replay server is closed: the scheme is stopping")
-            if self.local_collection:
-                # The refusal lets the next insert through: the local collector's round,
-                # or the one still waiting (another gradient worker sampled in between).
-                if self._pending is None:
-                    collect(True)
-                else:
-                    self._insert_pending()
+                raise _closed()
+            # The refusal lets the next insert through: the local collector's round, or the
+            # one still waiting (another gradient worker sampled in between).
+            if self._pending is None:
+                collect(True)
+            else:
+                self._insert_pending()
+
+    def _next_remote_batch(self, collect, reports):
+        """``next_batch`` with remote collectors: the sample is asked without waiting for
+        it, and every collector report that comes while it waits is read at once (each
+        collector goes back to work with its next request). Waiting in the sample alone
+        would leave the collectors idle until it answered: below ``min_size_to_sample``
+        nothing but their inserts can admit it, and each of them needs a request first."""
+        import ray
+        while True:
+            self._read_ready(collect)
+            if self._sample_call is None:
+                try:
+                    self._sample_call = self.client.submit("sample", int(self.batch_size()), SAMPLE_POLL_S)
+                except ServerLost as lost:
+                    self.counts["lost_samples"] += 1
+                    self.recover(lost)
+                    continue
+            ready, _ = ray.wait([self._sample_call] + list(reports()), num_returns=1)
+            if ready[0] != self._sample_call and not self.client.ready(self._sample_call, wait=False):
+                continue   # a collector's report came first
+            ref, self._sample_call = self._sample_call, None
+            try:
+                outcome, batch = self.client.get(ref)
+            except ServerLost as lost:
+                self.counts["lost_samples"] += 1
+                self.recover(lost)
+                continue
+            if outcome == OK:
+                return self._sampled(batch)
+            if outcome == CLOSED:
+                raise _closed()
+
+    @staticmethod
+    def _read_ready(collect):
+        # Bounded: a report that keeps coming back ready (a failing collector being
+        # replaced) must not keep the sample from being read.
+        for _ in range(64):
+            if not collect(False):
+                return
+
+    def set_server(self, server, generation):
+        super().set_server(server, generation)
+        # A sample asked of the dead server is never read: its failure would name the
+        # replacement's generation.
+        self._sample_call = None
+
+    def _sampled(self, batch):
+        self._sampled_from = self.client.generation
+        return self._to_device(batch)
 
     def insert_local(self, data, version):
         """Insert a rollout of this process's collector. A refused sample precedes it, so
@@ -425,7 +478,7 @@ class ReplayDataPath(ServerPath):
             self.recover(lost)
             return
         if outcome == CLOSED:
-            raise RuntimeError("the replay server is closed: the scheme is stopping")
+            raise _closed()
         if outcome == OK:
             self._pending = None
 
@@ -449,6 +502,10 @@ class ReplayDataPath(ServerPath):
         if self.device.type == "cpu":
             return batch
         return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _closed():
+    return RuntimeError("the replay server is closed: the scheme is stopping")
 
 
 class sampling_paused:
