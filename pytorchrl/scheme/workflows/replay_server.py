@@ -396,16 +396,11 @@ class ReplayDataPath(ServerPath):
             return self._next_remote_batch(collect, reports)
         b = int(self.batch_size())
         while True:
-            try:
-                outcome, batch = self.client.call("sample", b, 0)
-            except ServerLost as lost:
-                self.counts["lost_samples"] += 1
-                self.recover(lost)
+            batch = self._served(lambda: self.client.call("sample", b, 0))
+            if batch is _LOST:
                 continue
-            if outcome == OK:
-                return self._sampled(batch)
-            if outcome == CLOSED:
-                raise _closed()
+            if batch is not None:
+                return batch
             # The refusal lets the next insert through: the local collector's round, or the
             # one still waiting (another gradient worker sampled in between).
             if self._pending is None:
@@ -433,16 +428,23 @@ class ReplayDataPath(ServerPath):
             if ready[0] != self._sample_call and not self.client.ready(self._sample_call, wait=False):
                 continue   # a collector's report came first
             ref, self._sample_call = self._sample_call, None
-            try:
-                outcome, batch = self.client.get(ref)
-            except ServerLost as lost:
-                self.counts["lost_samples"] += 1
-                self.recover(lost)
-                continue
-            if outcome == OK:
-                return self._sampled(batch)
-            if outcome == CLOSED:
-                raise _closed()
+            batch = self._served(lambda: self.client.get(ref))
+            if batch is not None and batch is not _LOST:
+                return batch
+
+    def _served(self, sample):
+        """What ``sample()`` (a sample call's ``(outcome, batch)``) gave: the mini-batch,
+        None when refused, or ``_LOST`` when the server died (replaced by ``recover``,
+        or the loss raised)."""
+        try:
+            outcome, batch = sample()
+        except ServerLost as lost:
+            self.counts["lost_samples"] += 1
+            self.recover(lost)
+            return _LOST
+        if outcome == CLOSED:
+            raise _closed()
+        return self._sampled(batch) if outcome == OK else None
 
     @staticmethod
     def _read_ready(collect):
@@ -502,6 +504,10 @@ class ReplayDataPath(ServerPath):
         if self.device.type == "cpu":
             return batch
         return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+#: ``ReplayDataPath._served`` of a sample call whose server died.
+_LOST = object()
 
 
 def _closed():
