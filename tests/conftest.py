@@ -29,6 +29,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import time
 import types
 
 import numpy as np
@@ -268,6 +269,44 @@ def ray_session():
     if started and ray.is_initialized():
         _warn_of_actors_left(ray)
         ray.shutdown()
+
+
+def _live_actors():
+    """Ids and class names of the actors of this process's Ray instance not dead yet; None
+    when this process has not started Ray (Ray is never imported here for a test that does
+    not use it)."""
+    if "ray" not in sys.modules:
+        return None
+    import ray
+    if not ray.is_initialized():
+        return None
+    from ray._private.state import actors   # (the public state API needs the dashboard)
+    return {aid: a["ActorClassName"] for aid, a in actors().items() if a["State"] != "DEAD"}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    item._actors_before_call = _live_actors()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Warn, naming the test, when actors it started are still alive once its fixtures are
+    finalised (Ray is given 15 s to end them): a later test would find their CPUs taken."""
+    yield
+    before = getattr(item, "_actors_before_call", None)
+    if before is None:
+        return
+    deadline = time.monotonic() + 15.0
+    while True:
+        left = {aid: name for aid, name in (_live_actors() or {}).items() if aid not in before}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if left:
+        import warnings
+        warnings.warn(f"{item.nodeid} left actors alive: {sorted(left.values())}")
 
 
 def _warn_of_actors_left(ray):
