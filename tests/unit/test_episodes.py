@@ -159,9 +159,15 @@ def test_an_episode_budget_is_shared_by_gradient_workers(ray_here):
         per_worker = [sum(1 for r in learner.episode_records if r["grad_worker"] == g) for g in (1, 2)]
         assert per_worker == [6, 5]
         assert learner.budget_spent and sum(1 for i in infos if i.get("budget_spent")) == 1
-    with pytest.raises(ValueError, match="needs a central update"):
-        Learner(build(A2C, num_grad_workers=2, grad_workers_resources={"num_cpus": 0.25},
-                      decentralized_update_execution=True), target_steps=100, target_episodes=5).stop()
+    # The Learner refuses the scheme it is given, which stays the caller's to stop (its
+    # gradient workers would hold their CPUs for the rest of the session).
+    scheme = build(A2C, num_grad_workers=2, grad_workers_resources={"num_cpus": 0.25},
+                   decentralized_update_execution=True)
+    try:
+        with pytest.raises(ValueError, match="needs a central update"):
+            Learner(scheme, target_steps=100, target_episodes=5)
+    finally:
+        scheme.stop()
 
 
 def test_the_cutoff_ends_a_run_whose_returns_stopped_changing():
