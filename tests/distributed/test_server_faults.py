@@ -110,7 +110,11 @@ def replay_server_checks(m, stats):
     """The replacement started empty (no checkpoint) and its rate limiter over: it holds only
     what was inserted after the death, sampled from once past its minimum size; the inserts
     and samples that met the dead server are counted."""
-    assert 500 <= stats["inserts"] <= TARGET - KILL_AT and stats["samples"] > 0
+    # At most what was collected after the kill: the learner's count at the end less its
+    # count at the kill, plus the rollouts inserted but not reported yet when the run
+    # stopped (collectors insert before they report; one request in flight each, 32
+    # transitions, and at most 2 collectors).
+    assert 500 <= stats["inserts"] <= m["Scheme/EnvSteps"] - KILL_AT + 2 * 32 and stats["samples"] > 0
     for key in ("Replay/LostInserts", "Replay/LostSamples", "Replay/DroppedPriorities"):
         assert m[key] >= 0, key
     # A lost insert is a whole rollout of one environment: 32 transitions.
