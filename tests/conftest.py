@@ -29,7 +29,6 @@ import re
 import subprocess
 import sys
 import sysconfig
-import time
 import types
 
 import numpy as np
@@ -298,15 +297,13 @@ def pytest_runtest_teardown(item, nextitem):
     before = getattr(item, "_actors_before_call", None)
     if before is None:
         return
-    deadline = time.monotonic() + 15.0
-    while True:
-        left = {aid: name for aid, name in (_live_actors() or {}).items() if aid not in before}
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    if left:
+    from distributed_fixtures import wait_until
+
+    def left():
+        return sorted(name for aid, name in (_live_actors() or {}).items() if aid not in before)
+    if not wait_until(lambda: not left(), timeout=15.0, every=0.2):
         import warnings
-        warnings.warn(f"{item.nodeid} left actors alive: {sorted(left.values())}")
+        warnings.warn(f"{item.nodeid} left actors alive: {left()}")
 
 
 def _warn_of_actors_left(ray):
@@ -314,10 +311,9 @@ def _warn_of_actors_left(ray):
     own scheme gave back (``resources_released``), so a worker that outlived its test
     shows here."""
     import warnings
-    from ray._private.state import actors   # (the public state API needs the dashboard)
     from distributed_fixtures import resources_released
     if not resources_released(ray.cluster_resources().get("CPU", 0.0)):
-        alive = sorted(a["ActorClassName"] for a in actors().values() if a["State"] != "DEAD")
+        alive = sorted((_live_actors() or {}).values())
         warnings.warn(f"actors left alive by the session's tests, holding CPUs: {alive}")
 
 

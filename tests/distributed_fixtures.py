@@ -229,11 +229,16 @@ def resources_released(free_before, timeout=15.0):
     scheme give theirs back shortly after they die); True if that happened. Relative to the
     test's start, so that a worker another test left dying does not fail this one."""
     import ray
+    # Polled: Ray offers no event for resources coming back.
+    return wait_until(lambda: ray.available_resources().get("CPU", 0.0) >= free_before - 1e-6, timeout)
+
+
+def wait_until(condition, timeout=15.0, every=0.05):
+    """Call ``condition()`` every ``every`` s until it is true or ``timeout`` s have passed;
+    returns its last value."""
     deadline = time.monotonic() + timeout
     while True:
-        # Polled: Ray offers no event for resources coming back.
-        if ray.available_resources().get("CPU", 0.0) >= free_before - 1e-6:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(every)

@@ -421,8 +421,7 @@ class ReplayDataPath(ServerPath):
                 try:
                     self._sample_call = self.client.submit("sample", int(self.batch_size()), SAMPLE_POLL_S)
                 except ServerLost as lost:
-                    self.counts["lost_samples"] += 1
-                    self.recover(lost)
+                    self._lost(lost)
                     continue
             ready, _ = ray.wait([self._sample_call] + list(reports()), num_returns=1)
             if ready[0] != self._sample_call and not self.client.ready(self._sample_call, wait=False):
@@ -439,12 +438,17 @@ class ReplayDataPath(ServerPath):
         try:
             outcome, batch = sample()
         except ServerLost as lost:
-            self.counts["lost_samples"] += 1
-            self.recover(lost)
+            self._lost(lost)
             return _LOST
         if outcome == CLOSED:
             raise _closed()
         return self._sampled(batch) if outcome == OK else None
+
+    def _lost(self, lost):
+        """A sample asked of a server that died: counted, and the server replaced (or the
+        loss raised: see ``recover``)."""
+        self.counts["lost_samples"] += 1
+        self.recover(lost)
 
     @staticmethod
     def _read_ready(collect):
