@@ -4,30 +4,17 @@ The package-level names are the constants shared by every layer: the two communi
 modes of a scheme level and the keys under which rollouts travel between workers.
 """
 
-import gc as _gc
 import importlib as _importlib
+
+from pytorchrl.gc_pause import gc_paused as _gc_paused
 
 __version__ = "0.2.0"
 
-
-def _import_torch():
-    """Import torch (and numpy with it) with Python's cyclic garbage collector paused.
-
-    The import leaves about 160,000 objects for the collector to track and frees none of
-    them in cycles, so the collections it triggers on the way only walk them: 0.10-0.14
-    CPU-s of the 1.0-1.2 a process spends importing this library (measured). Every Ray worker and every command-line run
-    pays that once, and a scheme starts several, so ``import pytorchrl`` does it here,
-    before any of its modules imports torch. The collector's state is put back as found."""
-    enabled = _gc.isenabled()
-    _gc.disable()
-    try:
-        _importlib.import_module("torch")
-    finally:
-        if enabled:
-            _gc.enable()
-
-
-_import_torch()
+# torch is imported here, before any module of the library imports it, with the garbage
+# collector paused: a tenth of the import's CPU time, paid by every process that imports
+# the library (pytorchrl/gc_pause.py).
+with _gc_paused():
+    _importlib.import_module("torch")
 
 # Communication modes of a scheme level (collection or gradients).
 SYNC = "synchronous"

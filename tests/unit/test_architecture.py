@@ -113,7 +113,7 @@ def test_the_checker_finds_a_circle():
 
 #: Layers, lowest first: a module imports its own layer's modules and lower ones only.
 LAYERS = [
-    ("pytorchrl", "pytorchrl.checkpoint", "pytorchrl.schedules"),
+    ("pytorchrl", "pytorchrl.checkpoint", "pytorchrl.schedules", "pytorchrl.gc_pause"),
     ("pytorchrl.agent", "pytorchrl.envs"),
     ("pytorchrl.scheme",),
     ("pytorchrl.learner", "pytorchrl.learner_metrics", "pytorchrl.learner_checkpoint", "pytorchrl.learner_control"),

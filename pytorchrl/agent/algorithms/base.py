@@ -12,6 +12,7 @@ from pytorchrl.agent.accel.adam import NumpyAdam
 from pytorchrl.agent.accel.cuda_graph import graph_accelerator
 from pytorchrl.agent.accel.private_torch import all_finite, foreach_mul_, foreach_norms
 from pytorchrl.agent.factory import ComponentFactory, documented_kind, documented_parameters
+from pytorchrl.gc_pause import gc_paused
 
 
 @accel.accelerated(graph_accelerator())
@@ -703,10 +704,13 @@ def make_adam(params, lr, eps=1e-8):
         Adam's epsilon.
     """
     params = list(params)
-    try:
-        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
+    # A process's first torch.optim optimizer imports torch._dynamo (about 1.2 CPU-s, a
+    # third of it the garbage collector walking torch's objects: paused here).
+    with gc_paused():
+        try:
+            return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+        except (RuntimeError, TypeError):
+            return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
 
 
 def grad_norm(grads):

@@ -1,0 +1,62 @@
+"""The garbage collector paused around the library's large imports (pytorchrl/gc_pause.py)
+is put back as it was found, and the optimizer built under the pause is torch's."""
+
+import gc
+
+import pytest
+import torch
+
+from pytorchrl.agent.algorithms.base import make_adam
+from pytorchrl.gc_pause import gc_paused
+
+
+@pytest.fixture
+def collector_state():
+    enabled = gc.isenabled()
+    yield
+    (gc.enable if enabled else gc.disable)()
+
+
+def test_the_collector_is_paused_inside_and_enabled_again_after(collector_state):
+    gc.enable()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():                   # nested: the outer pause holds after the inner one
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_by_the_caller_stays_disabled(collector_state):
+    gc.disable()
+    with gc_paused():
+        pass
+    assert not gc.isenabled()
+
+
+def test_an_error_inside_still_puts_the_collector_back(collector_state):
+    gc.enable()
+    with pytest.raises(ValueError):
+        with gc_paused():
+            raise ValueError("inside")
+    assert gc.isenabled()
+
+
+def test_make_adam_builds_torchs_adam_and_leaves_the_collector_on(collector_state):
+    gc.enable()
+    net = torch.nn.Linear(3, 2)
+    opt = make_adam(net.parameters(), lr=1e-2, eps=1e-6)
+    assert isinstance(opt, torch.optim.Adam) and gc.isenabled()
+    assert opt.param_groups[0]["lr"] == 1e-2 and opt.param_groups[0]["eps"] == 1e-6
+    before = net.weight.detach().clone()
+    net(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    assert not torch.equal(before, net.weight)
+
+
+def test_importing_the_library_leaves_the_collector_on():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import gc, pytorchrl, sys; print(gc.isenabled(), 'torch' in sys.modules)"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
