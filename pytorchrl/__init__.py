@@ -4,17 +4,14 @@ The package-level names are the constants shared by every layer: the two communi
 modes of a scheme level and the keys under which rollouts travel between workers.
 """
 
-import importlib as _importlib
-
-from pytorchrl.gc_pause import gc_paused as _gc_paused
+from pytorchrl.gc_pause import import_and_freeze as _import_and_freeze
 
 __version__ = "0.2.0"
 
 # torch is imported here, before any module of the library imports it, with the garbage
-# collector paused: a tenth of the import's CPU time, paid by every process that imports
-# the library (pytorchrl/gc_pause.py).
-with _gc_paused():
-    _importlib.import_module("torch")
+# collector paused, and its objects are then frozen out of later collections: CPU time
+# that every process importing the library pays (pytorchrl/gc_pause.py).
+_import_and_freeze("torch")
 
 # Communication modes of a scheme level (collection or gradients).
 SYNC = "synchronous"

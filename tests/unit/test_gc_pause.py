@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pytorchrl.agent.algorithms.base import make_adam
-from pytorchrl.gc_pause import gc_paused
+from pytorchrl.gc_pause import gc_paused, import_and_freeze
 
 
 @pytest.fixture
@@ -54,9 +54,18 @@ def test_make_adam_builds_torchs_adam_and_leaves_the_collector_on(collector_stat
     assert not torch.equal(before, net.weight)
 
 
-def test_importing_the_library_leaves_the_collector_on():
+def test_import_and_freeze_moves_what_exists_out_of_later_collections(collector_state):
+    frozen = gc.get_freeze_count()
+    kept = [[] for _ in range(100)]           # tracked containers that exist before the call
+    module = import_and_freeze("json")
+    assert module.dumps([1]) == "[1]" and gc.isenabled()
+    assert gc.get_freeze_count() >= frozen + len(kept)
+    # (Frozen objects are still freed when their last reference goes: only cycles stay.)
+
+
+def test_importing_the_library_imports_torch_frozen_and_leaves_the_collector_on():
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-c", "import gc, pytorchrl, sys; print(gc.isenabled(), 'torch' in sys.modules)"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
+    code = "import gc, sys, pytorchrl; print(gc.isenabled(), 'torch' in sys.modules, gc.get_freeze_count() > 100000)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "True", "True"], out.stderr[-2000:]
