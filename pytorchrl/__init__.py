@@ -4,14 +4,15 @@ The package-level names are the constants shared by every layer: the two communi
 modes of a scheme level and the keys under which rollouts travel between workers.
 """
 
-from pytorchrl.gc_pause import import_and_freeze as _import_and_freeze
+from pytorchrl.gc_pause import freeze_torch_on_import as _freeze_torch_on_import
 
 __version__ = "0.2.0"
 
-# torch is imported here, before any module of the library imports it, with the garbage
-# collector paused, and its objects are then frozen out of later collections: CPU time
-# that every process importing the library pays (pytorchrl/gc_pause.py).
-_import_and_freeze("torch")
+# Whichever module imports torch first imports it with the garbage collector paused, and
+# its objects are then frozen out of later collections: CPU time that every process using
+# torch pays. A process that never needs torch (a data server) never imports it
+# (pytorchrl/gc_pause.py).
+_freeze_torch_on_import()
 
 # Communication modes of a scheme level (collection or gradients).
 SYNC = "synchronous"

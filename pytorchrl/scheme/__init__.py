@@ -1,6 +1,18 @@
-"""Scheme layer: workers and their composition into training layouts."""
+"""Scheme layer: workers and their composition into training layouts.
+
+``Scheme`` is imported on first use (``from pytorchrl.scheme import Scheme``), not with the
+package: a Ray process that only holds a data server (``pytorchrl.scheme.workflows.queues``)
+imports this package too, and must not pay for torch and every worker module
+(pytorchrl/gc_pause.py).
+"""
 
 from pytorchrl.scheme.base.ray_runtime import ResourceError, WorkerError
-from pytorchrl.scheme.scheme import Scheme
 
 __all__ = ["Scheme", "ResourceError", "WorkerError"]
+
+
+def __getattr__(name):
+    if name == "Scheme":
+        from pytorchrl.scheme.scheme import Scheme
+        return Scheme
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,13 +14,26 @@ Compression modes:
   is not worth the time, and 37-100x on Atari frames: see ANCHORS.md).
 """
 
+import sys
 import warnings
 
 import lz4.frame
 import numpy as np
-import torch
 
 AUTO_MIN_BYTES = 64 * 1024
+
+
+def is_tensor(value):
+    """Whether ``value`` (any object) is a torch tensor, without importing torch: a process
+    that has not imported it (a queue server) holds none, since unpickling a tensor imports
+    torch first."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _from_numpy(arr):
+    import torch
+    return torch.from_numpy(arr)
 
 
 class Packed:
@@ -75,7 +88,7 @@ def pack(data, compress=False):
         raise ValueError(f"compress must be True, False or 'auto', got {compress!r}")
     items, raw, sent = {}, 0, 0
     for key, value in data.items():
-        if isinstance(value, torch.Tensor):
+        if is_tensor(value):
             value = value.detach().cpu().numpy()
         if isinstance(value, np.ndarray):
             # ascontiguousarray makes 0-d arrays 1-d: keep the shape (a scalar parameter's gradient).
@@ -109,7 +122,7 @@ def unpack(packed, to_torch=True):
         else:
             out[key] = payload
             continue
-        out[key] = torch.from_numpy(arr) if to_torch else arr
+        out[key] = _from_numpy(arr) if to_torch else arr
     return out
 
 
@@ -118,7 +131,7 @@ def payload_bytes(data):
     counts them uncompressed: what a rollout handed over without packing weighs."""
     total = 0
     for value in data.values():
-        if isinstance(value, torch.Tensor):
+        if is_tensor(value):
             total += value.numel() * value.element_size()
         elif isinstance(value, np.ndarray):
             total += value.nbytes
@@ -140,7 +153,7 @@ def weights_to_wire(state_dict):
     """
     out = {}
     for key, value in state_dict.items():
-        if isinstance(value, torch.Tensor):
+        if is_tensor(value):
             value = value.detach().cpu()
             try:
                 value = value.numpy()
@@ -161,7 +174,7 @@ def weights_from_wire(weights):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         for key, value in weights.items():
-            out[key] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+            out[key] = _from_numpy(value) if isinstance(value, np.ndarray) else value
     return out
 
 

@@ -289,6 +289,10 @@ def test_rma_workflow_learns(ray_for_module, name):
         metrics = learner.get_metrics(add_scheme_metrics=True)
         stats = learner.scheme.queue_stats()
         probe.check(name, metrics)
+        # The queue server holds packed numpy rollouts: its process never loads torch.
+        _, pid = ray_for_module.get(learner.scheme.queue_server.process_info.remote())
+        with open(f"/proc/{pid}/maps") as maps:
+            assert "libtorch" not in maps.read()
     finally:
         learner.stop()
     assert max(returns) >= bar, returns

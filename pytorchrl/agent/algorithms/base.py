@@ -705,7 +705,7 @@ def make_adam(params, lr, eps=1e-8):
     """
     params = list(params)
     # A process's first torch.optim optimizer imports torch._dynamo: 0.73-0.86 CPU-s after
-    # ``import pytorchrl`` froze torch's objects, 0.65 with the collector paused (measured).
+    # torch's objects were frozen at its import, 0.65 with the collector paused (measured).
     with gc_paused():
         try:
             return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)

@@ -34,6 +34,17 @@ _users = 0
 RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "object_store_memory", "resources")
 
 
+def process_info():
+    """(node id, process id) of this process (node None outside Ray): where a worker or a data server
+    runs."""
+    try:
+        import ray
+        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # Ray missing or not in a Ray process: a local worker
+        node = None
+    return node, os.getpid()
+
+
 def require_ray():
     """Import and return the ``ray`` module, with a clear message if it is missing."""
     try:

@@ -233,7 +233,7 @@ class ServerProcess:
 
     def process_info(self):
         """(node id, process id) of the process this server lives in."""
-        from pytorchrl.scheme.base.worker import process_info
+        from pytorchrl.scheme.base.ray_runtime import process_info
         return process_info()
 
 

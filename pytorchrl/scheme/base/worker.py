@@ -6,6 +6,8 @@ import random
 import numpy as np
 import torch
 
+from pytorchrl.scheme.base.ray_runtime import process_info
+
 
 #: Environment variable giving the torch threads of every collection and gradient worker.
 TORCH_THREADS_ENV = "PYTORCHRL_TORCH_THREADS"
@@ -121,11 +123,3 @@ class Worker:
         return process_info()
 
 
-def process_info():
-    """(node id, process id) of this process (node None outside Ray)."""
-    try:
-        import ray
-        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-    except Exception:  # Ray missing or not in a Ray process: a local worker
-        node = None
-    return node, os.getpid()

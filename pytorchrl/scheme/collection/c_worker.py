@@ -330,8 +330,11 @@ class CWorker(Worker):
             self._weight_swaps, self._pulled_bytes = [], 0
         if replay_server is not None or queue_server is not None:
             # Compressed here and unpacked by the replay server when inserted, or by the
-            # gradient worker when popped: the queue holds what was sent.
-            payload = pack(data, self.compress_data_to_send) if self.compress_data_to_send else data
+            # gradient worker when popped: the queue holds what was sent. A queue's rollout
+            # is always packed (numpy arrays): the queue server then never unpickles a
+            # tensor, so its process does without torch (pytorchrl/gc_pause.py).
+            payload = (pack(data, self.compress_data_to_send) if self.compress_data_to_send or queue_server is not None
+                       else data)
             if replay_server is not None:
                 # (Waits as long as the server's rate limiter says.)
                 outcome, lost = call_or_lost(replay_server, "insert", (payload, info["version"]), "replay",

@@ -47,11 +47,10 @@ import time
 from collections import deque
 
 import numpy as np
-import torch
 
 from pytorchrl.scheme.base.checks import check_int, check_non_negative, merge_options
 from pytorchrl.scheme.base.servers import ServerLost, ServerPath, ServerProcess
-from pytorchrl.scheme.transport import Packed
+from pytorchrl.scheme.transport import Packed, is_tensor
 
 #: Options of ``Scheme(queues=...)`` (``scheme.queues``) and their defaults.
 QUEUE_DEFAULTS = {"size": 4, "pop": "one", "prefetch": True, "selection": "binned", "steal": False,
@@ -177,7 +176,7 @@ def _nbytes(data):
         return data.sent_bytes
     total = 0
     for v in (data or {}).values():
-        if isinstance(v, torch.Tensor):
+        if is_tensor(v):
             total += v.element_size() * v.nelement()
         elif isinstance(v, np.ndarray):
             total += v.nbytes
