@@ -18,8 +18,9 @@ when torch is imported, and later become garbage in a cycle, are not reclaimed.
 
 ``import pytorchrl`` does not import torch itself: it installs ``freeze_torch_on_import``,
 so that whichever module of the process imports torch first does so paused and frozen.
-A process that never needs torch (a queue server, a weight board, a worker proxy: data
-servers of numpy arrays) then never pays its import, about 1 CPU-s and 250 MB each.
+A process that never needs torch (the queue server, the weight board: data servers of
+numpy arrays) then never pays its import: a queue server's process starts in 0.43-0.47
+CPU-s and 98 MB instead of 1.28-1.41 CPU-s and 285 MB (measured).
 """
 
 import contextlib
