@@ -19,8 +19,8 @@ when torch is imported, and later become garbage in a cycle, are not reclaimed.
 ``import pytorchrl`` does not import torch itself: it installs ``freeze_torch_on_import``,
 so that whichever module of the process imports torch first does so paused and frozen.
 A process that never needs torch (the queue server, the weight board: data servers of
-numpy arrays) then never pays its import: a queue server's process starts in 0.43-0.47
-CPU-s and 98 MB instead of 1.28-1.41 CPU-s and 285 MB (measured).
+numpy arrays) then never pays its import: a queue server's process starts and answers in
+about 0.5 CPU-s and 100 MB instead of 1.5 CPU-s and 285 MB (benchmarks/server_startup).
 """
 
 import contextlib

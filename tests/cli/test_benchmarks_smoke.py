@@ -616,3 +616,19 @@ def test_workflows_benchmark_discovers_every_exarl_config_and_reports_them():
     table = mod.render([record, {"workflow": "exarl-random", "error": "exit 2"}], args)
     assert "| exarl-sync | 1,000 | 400 | 4.5 (900 steps) | 160.0 | – | 1.00 | – | 0 | – | 3.0 / 3.5 |" in table
     assert "| exarl-random | failed: exit 2 |" in table
+
+
+@pytest.mark.timeout(300)
+def test_server_startup_measures_servers_that_do_without_torch(bench_ray):
+    mod = _load_bench("server_startup/run.py")
+    args = mod.parse_args(["--quick"])
+    assert (args.repeats, args.servers) == (1, 1)
+    weights = mod._board_weights()
+    records = [dict(mod.measure(kind, args, weights), **{"pass": 0}) for kind in mod.KINDS]
+    for rec in records:
+        # A process of its own that started and answered (Ray's worker start alone is most
+        # of a CPU-second's half), without loading torch.
+        assert 0.1 < rec["cpu_s"] < 60 and rec["rss_mb"] > 10 and rec["torch_loaded"] is False, rec
+    summary = mod.summarize(records)
+    table = mod.render(summary, records, {"servers": 1, "repeats": 1})
+    assert "| queue server | 1 |" in table and "| weight board | 1 |" in table and "| yes |" not in table

@@ -22,6 +22,8 @@ import threading
 
 import numpy as np
 
+from pytorchrl.scheme.base.servers import ServerProcess
+
 #: Values of ``Scheme(col_weights=...)`` and ``scheme.col_weights``.
 WEIGHT_MODES = ("push", "pull")
 
@@ -114,7 +116,7 @@ class PullRefused(ValueError):
     that follow "pulled weights"."""
 
 
-class WeightBoard:
+class WeightBoard(ServerProcess):
     """The newest weight version, published once and read by every collector.
 
     Thread-safe: run as a threaded Ray actor (``start_remote_board``) or, in one process,
