@@ -36,6 +36,25 @@ def test_a_float_into_an_integer_option_that_is_none_is_refused_at_once():
     assert sac.target_entropy == -1.0 and isinstance(sac.target_entropy, float)
 
 
+def test_each_class_reads_its_own_hyperparameter_names_once():
+    # A subclass read after its parent (RND_PPO after PPO) has its own names, not the
+    # parent's: the names are kept per class, in the class itself.
+    from pytorchrl.agent.algorithms import PPO, RND_PPO
+    ppo, rnd = PPO.hyperparameter_names(), RND_PPO.hyperparameter_names()
+    assert set(ppo) < set(rnd) and "int_adv_coeff" in rnd and "int_adv_coeff" not in ppo
+    assert PPO.hyperparameter_names() == ppo and ppo is not PPO.hyperparameter_names()   # a copy each time
+    ppo.append("not_a_name")
+    assert "not_a_name" not in PPO.hyperparameter_names()
+    # A hot swap checked on a built algorithm sees the same names.
+    actor = OnPolicyActor("cpu", gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), "PPO")
+    algo = PPO("cpu", actor)
+    assert list(algo.hyperparameters) == PPO.hyperparameter_names()
+    algo.update_algorithm_parameter("clip_param", 0.1)
+    assert algo.clip_param == 0.1
+    with pytest.raises(ValueError, match="not_a_name"):
+        algo.update_algorithm_parameter("not_a_name", 1)
+
+
 def _sac_actor():
     from pytorchrl.agent.actors import OffPolicyActor
     return OffPolicyActor("cpu", gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)), "SAC",
