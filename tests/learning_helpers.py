@@ -8,6 +8,8 @@ import os
 
 import torch
 
+from pytorchrl.config import build_learner, load_config
+
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.on_policy_actor import default_feature_extractor
 from pytorchrl.agent.algorithms import PPO
@@ -220,3 +222,44 @@ def check_memory_is_needed(make_learner, budget, threshold, what, on_infos=lambd
     assert memory_best > threshold, f"recurrent {what} reached only {memory_best:.1f} in {memory_steps} steps"
     assert plain_steps >= budget and plain_best < threshold, \
         f"feed-forward {what} reached {plain_best:.1f}: the task no longer needs memory"
+
+
+def config_curve(config_path, seed, overrides=(), every=10_000, stop_at=None, final_episodes=10):
+    """Train the configuration file ``config_path`` (as ``pytorchrl train`` reads it, with
+    ``seed`` and ``overrides``) in this process, without run directory.
+
+    Parameters
+    ----------
+    config_path : str
+        A YAML file (``examples/configs/...``).
+    seed : int
+        Its ``seed``.
+    overrides : sequence of str
+        ``key=value`` overrides, as on the command line.
+    every : int
+        Env steps between two readings of the mean training return (each the mean over
+        the episodes that ended since the last).
+    stop_at : float or None
+        End the run once a reading reaches this return (None: train to the budget).
+    final_episodes : int
+        Episodes of the deterministic evaluation at the end (0: none).
+
+    Returns
+    -------
+    dict
+        ``train`` (the readings, in order), ``final`` (the final evaluation, or None) and
+        ``steps`` (env steps collected).
+    """
+    config = load_config(config_path, [f"seed={seed}", "learner.tensorboard=false", *overrides])
+    learner = build_learner(config)
+    readings, next_reading = [], every
+    try:
+        while not learner.done() and (stop_at is None or max(readings, default=float("-inf")) < stop_at):
+            learner.step()
+            if learner.num_samples_collected >= next_reading:
+                readings.append(train_reward(learner))
+                next_reading += every
+        final = learner.evaluate(final_episodes) if final_episodes else None
+        return {"train": readings, "final": final, "steps": learner.num_samples_collected}
+    finally:
+        learner.stop()

@@ -3,16 +3,16 @@
 Each test stops as soon as its goal is met and fails only when its step budget runs out.
 Seeds are fixed (environments and torch) so that a run is reproducible on one machine;
 the budgets leave a wide margin over the steps these configurations usually need
-(PPO ~22-33k of 50k, A2C ~15-20k of 60k), so that numerically different but correct
-implementations pass too.
+(PPO ~22-33k of 50k), so that numerically different but correct implementations pass too.
 """
+
+import os
 
 import pytest
 
-from pytorchrl.agent.algorithms import A2C
-from pytorchrl.agent.storages import VanillaOnPolicyBuffer
+from learning_helpers import assert_ppo_solves_cartpole, config_curve
 
-from learning_helpers import assert_ppo_solves_cartpole, cartpole_learner, train_until
+from cli_helpers import REPO
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
 
@@ -21,12 +21,18 @@ def test_ppo_solves_cartpole():
     assert_ppo_solves_cartpole("CartPole-v1", budget=50_000)
 
 
-def test_a2c_improves_over_random():
-    budget = 60_000
-    algo_factory, name = A2C.create_factory(lr=1e-3, gamma=0.99, entropy_coef=0.0, value_loss_coef=0.5,
-                                            max_grad_norm=0.5, test_every=10**9)
-    learner = cartpole_learner(algo_factory, name, VanillaOnPolicyBuffer.create_factory(size=8), budget)
-    try:
-        train_until(learner, 100.0, "A2C")      # a random policy averages ~22
-    finally:
-        learner.stop()
+def test_a2c_learns_cartpole_with_the_zoo_settings():
+    """The shipped examples/configs/a2c_cartpole.yaml (rl-zoo's A2C settings: 8 envs x 5
+    steps, lr 7e-4 decayed to 0, 200k steps): the mean training return passes 450 within
+    the budget on at least 2 of seeds 0-2.
+
+    Measured (benchmarks/zoo, benchmarks/RESULTS.md "Learning: our zoo table"): this
+    configuration reaches 450 after 140-160k steps on seeds 0-2 and a deterministic
+    return of 500 at the end on 7 of seeds 0-7. With A2C's two optimizers clipped apart
+    (38e2b0c) its best readings were 402, 375 and 332 (0 of 8 seeds at 500): this is the
+    gate that catches such a change."""
+    config = os.path.join(REPO, "examples", "configs", "a2c_cartpole.yaml")
+    runs = {seed: config_curve(config, seed, every=10_000, stop_at=450.0, final_episodes=0) for seed in (0, 1, 2)}
+    best = {seed: max(run["train"]) for seed, run in runs.items()}
+    print(f"A2C CartPole, best mean training return by seed: {best}")
+    assert sum(b >= 450.0 for b in best.values()) >= 2, {s: r["train"] for s, r in runs.items()}

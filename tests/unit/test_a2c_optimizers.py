@@ -18,8 +18,8 @@ from cli_helpers import assert_one_line_error, pytorchrl_in_process, tiny, write
 
 OBS, ACTIONS = gym.spaces.Box(-1, 1, (5,)), gym.spaces.Discrete(3)
 SHARED = {"feature_extractor_kwargs": {"hidden_sizes": [16], "activation": "tanh"}}
-TWIN = {"feature_extractor_kwargs": {"hidden_sizes": [16], "activation": "tanh"},
-        "shared_policy_value_network": False}
+SEPARATE = {"feature_extractor_kwargs": {"hidden_sizes": [16], "activation": "tanh"},
+            "shared_policy_value_network": False}
 
 
 def _actor(kwargs):
@@ -52,7 +52,7 @@ def test_create_factory_takes_pytorchrl_names_and_builds_two_optimizers():
     assert len(groups["policy"]) + len(groups["value"]) == len(list(algo.actor.parameters()))
 
 
-@pytest.mark.parametrize("actor_kwargs", [SHARED, TWIN], ids=["shared", "twin"])
+@pytest.mark.parametrize("actor_kwargs", [SHARED, SEPARATE], ids=["shared", "separate"])
 def test_each_optimizer_steps_its_parameters_at_its_own_rate(actor_kwargs):
     # Adam's first step moves every parameter with a gradient by its learning rate (almost
     # exactly: the update is lr * g / (|g| + eps), eps 1e-5).
@@ -61,7 +61,9 @@ def test_each_optimizer_steps_its_parameters_at_its_own_rate(actor_kwargs):
     _update(algo, 0)
     for n, p in algo.actor.named_parameters():
         step = (p.detach() - before[n]).abs().max().item()
-        expected = 1e-2 if n.startswith("value_head") else 1e-4
+        # The value network (its own extractor when the actor has separate ones) is the
+        # value optimizer's, as pytorchrl's v_optimizer over value_net1.
+        expected = 1e-2 if n.startswith(("value_head", "value_net")) else 1e-4
         assert step == pytest.approx(expected, rel=0.05), n
 
 
@@ -87,7 +89,7 @@ def test_hot_swaps_set_one_rate_or_both():
 
 
 def test_numpy_update_of_two_optimizers_is_the_torch_one():
-    fast = A2C("cpu", _actor(TWIN), None, lr_v=3e-3, lr_pi=1e-3, entropy_coef=0.01, max_grad_norm=0.3)
+    fast = A2C("cpu", _actor(SEPARATE), None, lr_v=3e-3, lr_pi=1e-3, entropy_coef=0.01, max_grad_norm=0.3)
     ref = A2C("cpu", copy.deepcopy(fast.actor), None, lr_v=3e-3, lr_pi=1e-3, entropy_coef=0.01,
               max_grad_norm=0.3, numpy_update=False)
     assert fast.update_engine is not None and ref.update_engine is None
@@ -114,3 +116,52 @@ def test_policy_loss_addons_other_than_addons_are_refused(tmp_path):
                   learner={"target_steps": 64, "log_every": 0.1})
     result = pytorchrl_in_process("train", write_config(tmp_path, config), "learner.tensorboard=false", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_separate_networks_are_one_per_optimizer_as_pytorchrl():
+    # pytorchrl: pi_optimizer over policy_net (its extractor and head), v_optimizer over
+    # value_net1 (its own extractor and head).
+    algo = A2C("cpu", _actor(SEPARATE), None)
+    actor = algo.actor
+    assert actor.twin_net is None and type(actor.policy_net).__name__ == type(actor.value_net).__name__ == "MLP"
+    groups = {name: {id(p) for p in params} for name, params in algo.parameter_groups().items()}
+    assert groups["policy"] == {id(p) for m in (actor.policy_net, actor.dist) for p in m.parameters()}
+    assert groups["value"] == {id(p) for m in (actor.value_net, actor.value_head) for p in m.parameters()}
+    assert algo.update_engine is not None     # the numpy update serves the two networks
+    # A PPO actor keeps its twin (one stacked network, one optimizer).
+    assert OnPolicyActor("cpu", OBS, ACTIONS, "PPO", **SEPARATE).twin_net is not None
+    with pytest.raises(ValueError, match="build the actor with algorithm_name='A2C'"):
+        A2C("cpu", OnPolicyActor("cpu", OBS, ACTIONS, "PPO", **SEPARATE), None).parameter_groups()
+
+
+def test_one_clip_bounds_the_gradients_of_both_optimizers_together():
+    # pytorchrl's nn.utils.clip_grad_norm_(actor.parameters(), max_grad_norm): one global
+    # norm. Clipping each optimizer's group on its own lost A2C's learning (0 of 8 seeds
+    # reached 500 on CartPole, against 5 of 8 before the split).
+    algo = A2C("cpu", _actor(SEPARATE), None, max_grad_norm=0.05)
+    algo.compute_gradients(_batch(0), return_grads=False)
+    grads = {name: [p.grad.clone() for p in params] for name, params in algo.parameter_groups().items()}
+    norms = {name: float(torch.sqrt(sum((g * g).sum() for g in gs))) for name, gs in grads.items()}
+    total = (norms["policy"] ** 2 + norms["value"] ** 2) ** 0.5
+    assert min(norms.values()) > 0.05     # each group above the bound: separate clips would scale both to it
+    clipped = []
+    for opt in algo.optimizers.values():     # what apply_gradients clips, read before the step
+        step = opt.step
+        opt.step = lambda step=step, opt=opt: (clipped.append([p.grad.clone() for p in opt.params]), step())[1]
+    assert algo.apply_gradients()
+    scale = 0.05 / (total + 1e-6)
+    for name, after in zip(algo.optimizers, clipped):
+        for g0, g1 in zip(grads[name], after):
+            torch.testing.assert_close(g1, g0 * scale)
+
+
+def test_a_twin_network_saved_before_the_split_loads_into_the_two_networks():
+    # An A2C actor with separate MLPs held one ParallelMLP (twin_net.*) before: its saved
+    # weights load into the two networks, which then compute the same policy and value.
+    torch.manual_seed(0)
+    old = OnPolicyActor("cpu", OBS, ACTIONS, "PPO", **SEPARATE)       # the twin layout
+    new = _actor(SEPARATE)
+    new.load_state_dict(old.state_dict())
+    obs = torch.rand(6, 5)
+    for a, b in zip(old.logits_and_value(obs), new.logits_and_value(obs)):
+        torch.testing.assert_close(a, b)

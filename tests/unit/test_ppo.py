@@ -131,8 +131,9 @@ def test_a2c_loss_by_hand():
     loss, info = algo.compute_loss(batch)
     expected_pi = -float((logp.squeeze(1) * torch.tensor(ADVS)).mean())
     assert info["PolicyLoss"] == pytest.approx(expected_pi, abs=1e-5)
-    # RET = VAL + ADV and VAL is the current value: value loss = 0.5 * mean(A^2)
-    assert info["ValueLoss"] == pytest.approx(0.5 * np.mean(np.square(ADVS)), abs=1e-5)
+    # RET = VAL + ADV and VAL is the current value: A2C's value loss is pytorchrl's (and
+    # Stable-Baselines3's) mean squared error, mean(A^2), not PPO's half of it.
+    assert info["ValueLoss"] == pytest.approx(np.mean(np.square(ADVS)), abs=1e-5)
     assert float(loss.detach()) == pytest.approx(expected_pi + 0.5 * info["ValueLoss"], abs=1e-5)
     assert "ClipFraction" not in info
 

@@ -113,19 +113,36 @@ def test_packing_round_trip_with_images_channels_first():
     np.testing.assert_array_equal(parts[1][0], obs[1])
 
 
-def test_dict_net_reads_images_with_a_cnn_and_vectors_with_an_mlp():
+def test_dict_net_reads_the_vector_keys_with_one_mlp_and_each_image_with_a_cnn():
     net = DictNet(packed_space(IMAGE_DICT), hidden_sizes=[16], image_kwargs={"hidden_size": 32})
-    kinds = [type(n) for n in net.nets]
-    assert kinds == [CNN, MLP, MLP]           # camera, gear, speed (a Dict keeps its keys sorted)
-    assert net.num_outputs == 32 + 16 + 16
+    assert type(net.mlp) is MLP and [type(n) for n in net.cnns] == [CNN]
+    # gear (a Discrete: 1 value) and speed (3) in one vector: the MLP's input.
+    assert net.mlp.net[1].in_features == 4 and not net.vector_only
+    assert net.num_outputs == 16 + 32
     packing = net.packing
     batch = np.stack([packing.pack(IMAGE_DICT.sample()) for _ in range(3)])
-    assert net(torch.as_tensor(batch)).shape == (3, 64)
-    # Every key's network sees that key only: changing one key changes that key's features only.
+    assert net(torch.as_tensor(batch)).shape == (3, 48)
+    # The MLP sees the vector keys only: changing the image changes the CNN's features only.
     changed = batch.copy()
-    changed[:, packing.entries[2].start:packing.entries[2].stop] += 1.0      # speed
+    changed[:, packing.entries[0].start:packing.entries[0].stop] += 1.0      # camera
     a, b = net(torch.as_tensor(batch)).detach(), net(torch.as_tensor(changed)).detach()
-    assert torch.equal(a[:, :48], b[:, :48]) and not torch.equal(a[:, 48:], b[:, 48:])
+    assert torch.equal(a[:, :16], b[:, :16]) and not torch.equal(a[:, 16:], b[:, 16:])
+    # The MLP reads gear then speed, in the packing order.
+    vector = torch.as_tensor(batch)[:, [packing.entries[1].start] + list(range(packing.entries[2].start,
+                                                                                 packing.entries[2].stop))]
+    torch.testing.assert_close(a[:, :16], net.mlp(vector).detach())
+
+
+def test_dict_net_of_vector_keys_is_one_mlp_over_the_packed_vector_as_the_flat_form():
+    space = gym.spaces.Dict({"position": gym.spaces.Box(-1, 1, (2,)), "velocity": gym.spaces.Box(-1, 1, (2,))})
+    torch.manual_seed(0)
+    net = DictNet(packed_space(space), hidden_sizes=[8, 8])
+    assert net.vector_only and len(net.cnns) == 0 and net.num_outputs == 8
+    torch.manual_seed(0)
+    flat = MLP(gym.spaces.Box(-1, 1, (4,)), hidden_sizes=[8, 8], activation="tanh")
+    obs = torch.randn(5, 4)
+    # The same network as the flat form's MLP, weight for weight.
+    torch.testing.assert_close(net(obs), flat(obs))
 
 
 def _collector(env_id, storage_factory, algorithm_name="PPO", compress=False, **actor_kwargs):
@@ -263,9 +280,22 @@ def test_dict_feature_extractor_is_refused_for_off_policy_algorithms(tmp_path, c
 
 
 # ------------------------------------------------------------------ fast paths
+def test_dict_observations_of_vectors_take_the_numpy_fast_paths(caplog):
+    forget_notices()
+    torch.manual_seed(0)
+    with caplog.at_level(logging.INFO, logger="pytorchrl"):
+        worker, _ = _collector("DictCartPole-v1", GAEBuffer.create_factory(size=16),
+                               shared_policy_value_network=False)
+        data, _ = worker.collect_data()
+        assert worker.algo.update_engine is not None and worker.actor._acting != worker.actor._torch_acting
+    assert not [r for r in caplog.records if "not used" in r.getMessage()]
+    obs, act = data[prl.OBS].reshape(32, -1), data[prl.ACT].reshape(32, -1)
+    logp, _, _ = worker.actor.evaluate_actions(obs, act)
+    torch.testing.assert_close(logp, data[prl.LOGP].reshape(32, 1), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("env_id,reason", [
     ("MultiDiscreteCartPole-v1", "policy head MultiCategoricalHead for the action space MultiDiscrete([2 3])"),
-    ("DictCartPole-v1", "network DictNet"),
 ])
 def test_fast_paths_step_aside_for_these_spaces_and_say_so_once(env_id, reason, caplog):
     forget_notices()

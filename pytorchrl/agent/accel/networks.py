@@ -10,6 +10,8 @@ torch parameters, so it is always current (optimizer steps, target updates and
 - ``NumpyChain``: ``MLP`` (linear layers and activations over the flattened input);
 - ``NumpyTwin``: ``ParallelMLP`` with two copies (the separate policy and value MLPs of
   an actor-critic);
+- ``NumpyPair``: two separate ``MLP`` (the policy and value networks of an actor whose
+  algorithm trains them with one optimizer each: A2C);
 - ``NumpyEnsemble``: ``EnsembleMLP`` (the critics and policies of the off-policy actors),
   with the bfloat16 products of its ``precision="bf16"`` layers.
 
@@ -21,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from pytorchrl.agent.accel.private_torch import relu_backward
+from pytorchrl.agent.actors.feature_extractors.dict_net import DictNet
 from pytorchrl.agent.actors.feature_extractors.ensemble import EnsembleMLP
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP, ParallelMLP, Tanh
 
@@ -145,7 +148,11 @@ class NumpyChain:
     def backward(self, cache, d_pf, d_vf):
         """Gradients of ``self.params`` (in order) from the gradients w.r.t. the policy and
         value features (both flow into the one network)."""
-        d = d_pf + d_vf
+        return self.backward_output(cache, d_pf + d_vf)
+
+    def backward_output(self, cache, d):
+        """Gradients of ``self.params`` (in order) from ``d``, the gradient w.r.t. the
+        network's output (``forward``'s ``cache``)."""
         grads = [None] * len(self.params)
         for i in range(len(self.program) - 1, -1, -1):
             w_t, _, kind = self.program[i]
@@ -155,6 +162,56 @@ class NumpyChain:
             if i:
                 d = dz @ w_t.T
         return grads
+
+
+class NumpyPair:
+    """Separate policy and value ``MLP`` networks (two ``NumpyChain``), each trained by
+    its own optimizer (A2C's, whose groups need parameters of their own where the twin
+    stacks both copies in one tensor).
+
+    Parameters
+    ----------
+    policy_net, value_net : MLP
+        The two networks (checked by ``pair_of``).
+    """
+
+    def __init__(self, policy_net, value_net):
+        self.policy, self.value = NumpyChain(policy_net), NumpyChain(value_net)
+        self.params = self.policy.params + self.value.params
+
+    def features(self, x, cache=None):
+        """(policy features, value features) of ``x``; with ``cache``, what ``backward`` needs."""
+        if cache is None:
+            return self.policy.forward(x), self.value.forward(x)
+        cache.extend([[], []])
+        return self.policy.forward(x, cache[-2]), self.value.forward(x, cache[-1])
+
+    def backward(self, cache, d_pf, d_vf):
+        """Gradients of ``self.params`` (in order) from the gradients w.r.t. the features."""
+        return self.policy.backward_output(cache[-2], d_pf) + self.value.backward_output(cache[-1], d_vf)
+
+
+def as_mlp(net):
+    """The ``MLP`` that ``net`` computes: itself, or the MLP of a ``DictNet`` whose keys are
+    all vectors (it reads the packed vector as it is); None for any other network."""
+    if type(net) is MLP:
+        return net
+    if type(net) is DictNet and net.vector_only:
+        return net.mlp
+    return None
+
+
+def pair_of(policy_net, value_net):
+    """``(NumpyPair, None)`` for two separate networks that numpy computes exactly as
+    ``MLP`` (``as_mlp``), else ``(None, reason)``."""
+    nets = [as_mlp(net) for net in (policy_net, value_net)]
+    if None in nets:
+        return None, "separate policy and value extractors other than MLPs"
+    for net in nets:
+        reason = NumpyChain.reason(net)
+        if reason:
+            return None, reason
+    return NumpyPair(*nets), None
 
 
 class NumpyTwin:
@@ -320,7 +377,8 @@ _PROGRAMS = {MLP: NumpyChain, ParallelMLP: NumpyTwin, EnsembleMLP: NumpyEnsemble
 def program_of(net):
     """``(program, None)`` for a network numpy computes exactly (an ``MLP``, a two-copy
     ``ParallelMLP`` or an ``EnsembleMLP`` of exactly those classes, with ReLU or tanh
-    activations), else ``(None, reason)``."""
+    activations; a ``DictNet`` of vector keys only, as its MLP), else ``(None, reason)``."""
+    net = as_mlp(net) or net
     cls = _PROGRAMS.get(type(net))
     if cls is None:
         return None, f"network {type(net).__name__} (numpy runs the library's MLPs)"
@@ -345,6 +403,6 @@ def set_grads(params, arrays):
         p.grad = torch.from_numpy(np.ascontiguousarray(g, dtype=np.float32).reshape(p.shape))
 
 
-__all__ = ["NumpyChain", "NumpyTwin", "NumpyEnsemble", "program_of", "matmul", "bf16_matmul", "activate",
+__all__ = ["NumpyChain", "NumpyPair", "NumpyTwin", "pair_of", "as_mlp", "NumpyEnsemble", "program_of", "matmul", "bf16_matmul", "activate",
            "activation_grad", "add_bias", "view", "float2d", "column", "set_grads", "KINDS", "LANE_MIN_WEIGHTS",
            "TORCH_MIN_SIZE"]

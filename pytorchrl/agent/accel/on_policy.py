@@ -20,7 +20,7 @@ import torch
 
 from pytorchrl import ACT, ADV, LOGP, OBS, RET, VAL
 from pytorchrl.agent.accel.losses.actor_critic import categorical_actor_critic, normalize_advantages
-from pytorchrl.agent.accel.networks import float2d, program_of, set_grads, view
+from pytorchrl.agent.accel.networks import float2d, pair_of, program_of, set_grads, view
 from pytorchrl.agent.accel.threads import limit_blas_threads
 from pytorchrl.agent.accel.observations import numpy_normalizer
 from pytorchrl.agent.accel.xp import NUMPY, TORCH
@@ -30,14 +30,14 @@ _HALF_LOG_2PI = 0.5 * np.log(2 * np.pi)
 
 
 def _trunk(actor):
-    """``(program, None)`` of an on-policy actor's feature networks (a shared ``MLP`` or a
-    policy/value ``ParallelMLP``), or ``(None, reason)``."""
+    """``(program, None)`` of an on-policy actor's feature networks (a shared ``MLP``, a
+    policy/value ``ParallelMLP`` or two separate ``MLP``), or ``(None, reason)``."""
     if getattr(actor, "memory", None) is not None:
         return None, "recurrent actor (numpy runs feed-forward networks)"
     if actor.twin_net is not None:
         return program_of(actor.twin_net)
     if actor.value_net is not None:
-        return None, "separate policy and value extractors other than the MLP twins"
+        return pair_of(actor.policy_net, actor.value_net)
     return program_of(actor.policy_net)
 
 
@@ -179,7 +179,7 @@ class NumpyActorCriticUpdate:
         _, info, g_logits, g_value = categorical_actor_critic(
             NUMPY, logits, value, act, batch[LOGP].numpy(), adv, batch[RET].numpy(),
             batch[VAL].numpy() if vclip is not None else None, algo.policy_objective, vclip,
-            algo.value_loss_coef, algo.entropy_coef)
+            algo.value_loss_coef, algo.entropy_coef, algo.value_loss_scale)
         grads = [g_logits.T @ pf, g_logits.sum(0), g_value.T @ vf, g_value.sum(0)]
         grads += self.trunk.backward(cache, g_logits @ self.w_pi, g_value @ self.w_v)
         set_grads(self.params, grads)
@@ -193,10 +193,10 @@ class _FusedCategoricalLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, value, act, old_logp, adv, ret, old_value, objective, value_clip, value_coef,
-                entropy_coef, keys):
+                entropy_coef, value_scale, keys):
         loss, info, g_logits, g_value = categorical_actor_critic(
             TORCH, logits, value, act, old_logp, adv, ret, old_value, objective, value_clip, value_coef,
-            entropy_coef)
+            entropy_coef, value_scale)
         ctx.save_for_backward(g_logits, g_value)
         stats = [v for k, v in info.items() if k != "Loss"]
         keys.extend(k for k in info if k != "Loss")
@@ -206,7 +206,7 @@ class _FusedCategoricalLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, *unused):
         g_logits, g_value = ctx.saved_tensors
-        return (g_logits * grad_loss, g_value * grad_loss) + (None,) * 10
+        return (g_logits * grad_loss, g_value * grad_loss) + (None,) * 11
 
 
 def fused_categorical_loss(algo, logits, value, batch, adv):
@@ -229,7 +229,8 @@ def fused_categorical_loss(algo, logits, value, batch, adv):
     vclip = algo.value_clip
     out = _FusedCategoricalLoss.apply(logits, value, batch[ACT].long(), batch[LOGP], adv, batch[RET],
                                       batch[VAL] if vclip is not None else None, algo.policy_objective,
-                                      vclip, float(algo.value_loss_coef), float(algo.entropy_coef), keys)
+                                      vclip, float(algo.value_loss_coef), float(algo.entropy_coef),
+                                      float(algo.value_loss_scale), keys)
     loss = out[0]
     info = dict(zip(keys, out[1:]))
     info["Loss"] = loss.detach()

@@ -29,6 +29,27 @@ def _orthogonal_init(module, gain):
             nn.init.zeros_(m.bias)
 
 
+def _twin_to_pair(actor, state_dict, prefix, *unused):
+    """Read the weights of a ``ParallelMLP`` twin (``twin_net.*``, what an A2C actor with
+    separate MLPs held before it had one network each) as those of the two ``MLP``."""
+    twin = prefix + "twin_net."
+    if twin + "first.weight" not in state_dict:
+        return
+    first_w, first_b = state_dict.pop(twin + "first.weight"), state_dict.pop(twin + "first.bias")
+    h0 = first_w.shape[0] // 2
+    layers = 1 + sum(1 for k in state_dict if k.startswith(twin + "weights."))
+    for k, name in enumerate(("policy_net", "value_net")):
+        net = f"{prefix}{name}.net."
+        state_dict[net + "1.weight"] = first_w[k * h0:(k + 1) * h0].clone()
+        state_dict[net + "1.bias"] = first_b[k * h0:(k + 1) * h0].clone()
+        for i in range(layers - 1):
+            # ParallelMLP multiplies h @ w[k]: nn.Linear holds the transpose.
+            state_dict[f"{net}{3 + 2 * i}.weight"] = state_dict[f"{twin}weights.{i}"][k].T.clone()
+            state_dict[f"{net}{3 + 2 * i}.bias"] = state_dict[f"{twin}biases.{i}"][k, 0].clone()
+    for i in range(layers - 1):
+        del state_dict[f"{twin}weights.{i}"], state_dict[f"{twin}biases.{i}"]
+
+
 def default_feature_extractor(input_space):
     """``DictNet`` for packed Dict/Tuple observations, ``CNN`` for image observations
     (uint8 frames (C, H, W)), ``MLP`` otherwise."""
@@ -107,6 +128,9 @@ class OnPolicyActor(Actor):
     """
 
     ON_POLICY_ALGORITHMS = ("PPO", "A2C", "RND_PPO")
+    #: Algorithms with one optimizer for the policy and one for the value function (A2C,
+    #: as pytorchrl's): their separate MLP extractors are two ``MLP``, not one twin.
+    SEPARATE_OPTIMIZER_ALGORITHMS = ("A2C",)
     #: Algorithms that train an intrinsic value head (``int_value=None`` gives them one).
     INT_VALUE_ALGORITHMS = ("RND_PPO",)
 
@@ -127,10 +151,13 @@ class OnPolicyActor(Actor):
         self.shared_policy_value_network = shared_policy_value_network
         kwargs = dict(feature_extractor_kwargs or {})
 
-        # Separate MLPs are computed as one ParallelMLP (same function, half the operators).
+        # Separate MLPs are computed as one ParallelMLP (same function, half the operators),
+        # unless the algorithm trains policy and value with one optimizer each: the twin
+        # holds both copies in each of its tensors, which one optimizer would then own.
         self.twin_net = None
         self.policy_net = self.value_net = None
-        if not shared_policy_value_network and feature_extractor_network is MLP:
+        if (not shared_policy_value_network and feature_extractor_network is MLP
+                and algorithm_name not in self.SEPARATE_OPTIMIZER_ALGORITHMS):
             self.twin_net = ParallelMLP(input_space, copies=2, **kwargs)
             num_features = self.twin_net.num_outputs
         else:
@@ -184,6 +211,9 @@ class OnPolicyActor(Actor):
             _orthogonal_init(self.value_head, 1.0)
             if self.ivalue_head is not None:
                 _orthogonal_init(self.ivalue_head, 1.0)
+
+        if self.value_net is not None and type(self.value_net) is MLP and type(self.policy_net) is MLP:
+            self._register_load_state_dict_pre_hook(_twin_to_pair, with_module=True)
 
         self.to(self.device)
         if self._low is not None:

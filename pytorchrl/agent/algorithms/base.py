@@ -72,6 +72,9 @@ class Algorithm(ABC):
     group_lr = {"actor": "lr"}
     #: Hyperparameters fixed at construction: a hot-swap may only repeat their value.
     fixed_hyperparameters = ()
+    #: Whether ``max_grad_norm`` bounds the norm of every group's gradients taken together
+    #: (one clip over all parameters) instead of each group's on its own.
+    clip_groups_together = False
     #: Whether ``compute_gradients`` returns gradients another process could apply; False
     #: for an algorithm that updates its weights itself (an EXARL agent's ``train``), which
     #: then runs with one gradient worker only.
@@ -580,6 +583,9 @@ class Algorithm(ABC):
                 p.grad = None
             self.skipped_updates += 1
             return False
+        if clip and self.clip_groups_together and groups:
+            total = math.sqrt(sum(norm * norm for _, norm in groups.values()))
+            groups = {name: (grads, total) for name, (grads, _) in groups.items()}
         for name, (grads, total) in groups.items():
             if clip:
                 scale_grads(grads, max_norm / (total + 1e-6))

@@ -224,6 +224,8 @@ class OnPolicyAlgorithm(Algorithm):
 
     #: Range of PPO's value clipping (None: the value loss is not clipped).
     value_clip = None
+    #: The factor of the value loss's mean squared error (``losses.actor_critic.value_loss``).
+    value_loss_scale = 0.5
 
     def loss_tensors(self, batch, fused=True):
         """Return (loss, info dict of 0-d tensors) for one mini-batch (see
@@ -257,7 +259,8 @@ class OnPolicyAlgorithm(Algorithm):
         else:
             logp, entropy, value = self.actor.evaluate_actions(*args, **kwargs)
         return reference_actor_critic(logp, entropy, value, batch[LOGP], adv, batch[RET], batch.get(VAL),
-                                      policy_loss, self.value_clip, self.value_loss_coef, self.entropy_coef)
+                                      policy_loss, self.value_clip, self.value_loss_coef, self.entropy_coef,
+                                      self.value_loss_scale)
 
     def addon_terms(self, actor_dist, batch):
         """The term of every policy-loss add-on on ``batch``, by metric name

@@ -73,9 +73,11 @@ def a2c_policy_loss(xp, logp, old_logp, adv, grad=True):
     return loss, {}, (adv / -logp.shape[0] if grad else None)
 
 
-def value_loss(xp, value, ret, old_value=None, value_clip=None, grad=True):
-    """The value loss ``0.5 mean((v - R)^2)``, or PPO's clipped form
-    ``0.5 mean(max((v - R)^2, (v_c - R)^2))`` with ``v_c = v_old + clip(v - v_old, -c, c)``.
+def value_loss(xp, value, ret, old_value=None, value_clip=None, grad=True, scale=0.5):
+    """The value loss ``s mean((v - R)^2)``, or PPO's clipped form
+    ``s mean(max((v - R)^2, (v_c - R)^2))`` with ``v_c = v_old + clip(v - v_old, -c, c)``;
+    ``s`` is 0.5 (PPO's, as CleanRL and the PPO paper's code write it) or 1 (A2C's, as
+    pytorchrl and Stable-Baselines3 write it: the mean squared error).
 
     Parameters
     ----------
@@ -89,26 +91,28 @@ def value_loss(xp, value, ret, old_value=None, value_clip=None, grad=True):
         The range c of the value change; None: no clipping.
     grad : bool
         Also return the gradient with respect to ``value``.
+    scale : float
+        The factor ``s`` of the mean.
 
     Returns
     -------
     loss : 0-d array
     g_value : array (N, 1) or None
-        (v - R) / N where the unclipped error is the larger one, (v_c - R) / N where the
-        clipped one is and v - v_old lies inside the range, 0 elsewhere.
+        2s (v - R) / N where the unclipped error is the larger one, 2s (v_c - R) / N where
+        the clipped one is and v - v_old lies inside the range, 0 elsewhere.
     """
-    n = value.shape[0]
+    g_scale = 2.0 * scale / value.shape[0]
     diff = value - ret
     if value_clip is None:
-        return 0.5 * (diff * diff).mean(), (diff / n if grad else None)
+        return scale * (diff * diff).mean(), (diff * g_scale if grad else None)
     delta = value - old_value
     diff_c = old_value + xp.clip(delta, -value_clip, value_clip) - ret
-    loss = 0.5 * xp.maximum(diff * diff, diff_c * diff_c).mean()
+    loss = scale * xp.maximum(diff * diff, diff_c * diff_c).mean()
     if not grad:
         return loss, None
     unclipped = diff * diff >= diff_c * diff_c
     inside = (delta >= -value_clip) & (delta <= value_clip)
-    return loss, (xp.where(unclipped, diff, 0.0) + xp.where(~unclipped & inside, diff_c, 0.0)) / n
+    return loss, (xp.where(unclipped, diff, 0.0) + xp.where(~unclipped & inside, diff_c, 0.0)) * g_scale
 
 
 def actor_critic_loss(policy_loss, value_loss_, entropy, value_loss_coef, entropy_coef):
@@ -136,7 +140,7 @@ def categorical_logits_grad(xp, lp, p, entropy, act, g_logp, entropy_coef):
 
 
 def categorical_actor_critic(xp, logits, value, act, old_logp, adv, ret, old_value, policy_objective,
-                             value_clip, value_loss_coef, entropy_coef):
+                             value_clip, value_loss_coef, entropy_coef, value_scale=0.5):
     """The whole actor-critic loss of a categorical policy and its gradients with respect to
     the logits and the value: what the numpy engine and the fused torch loss compute.
 
@@ -161,6 +165,8 @@ def categorical_actor_critic(xp, logits, value, act, old_logp, adv, ret, old_val
         PPO's range of the value change (None: unclipped value loss).
     value_loss_coef, entropy_coef : float
         Weights of the value loss and of the entropy bonus.
+    value_scale : float
+        The factor of the value loss's mean (``value_loss``'s ``scale``).
 
     Returns
     -------
@@ -172,7 +178,7 @@ def categorical_actor_critic(xp, logits, value, act, old_logp, adv, ret, old_val
     """
     lp, p, logp, ent = categorical_log_probs(xp, logits, act)
     pi_loss, stats, g_logp = policy_objective(xp, logp, old_logp, adv, grad=True)
-    v_loss, g_v = value_loss(xp, value, ret, old_value, value_clip)
+    v_loss, g_v = value_loss(xp, value, ret, old_value, value_clip, scale=value_scale)
     entropy = ent.mean()
     loss = actor_critic_loss(pi_loss, v_loss, entropy, value_loss_coef, entropy_coef)
     g_logits = categorical_logits_grad(xp, lp, p, ent, act, g_logp, entropy_coef)
@@ -181,7 +187,7 @@ def categorical_actor_critic(xp, logits, value, act, old_logp, adv, ret, old_val
 
 
 def reference_actor_critic(logp, entropy, value, old_logp, adv, ret, old_value, policy_loss, value_clip,
-                           value_loss_coef, entropy_coef):
+                           value_loss_coef, entropy_coef, value_scale=0.5):
     """The actor-critic loss of any policy in torch, for autograd (the reference path).
 
     Parameters
@@ -192,7 +198,7 @@ def reference_actor_critic(logp, entropy, value, old_logp, adv, ret, old_value, 
         As in ``categorical_actor_critic``.
     policy_loss : callable
         ``policy_loss(logp, old_logp, adv) -> (loss, stats)`` (the algorithm's).
-    value_clip, value_loss_coef, entropy_coef
+    value_clip, value_loss_coef, entropy_coef, value_scale
         As in ``categorical_actor_critic``.
 
     Returns
@@ -201,7 +207,7 @@ def reference_actor_critic(logp, entropy, value, old_logp, adv, ret, old_value, 
     info : dict of 0-d tensors (outside the graph)
     """
     pi_loss, stats = policy_loss(logp, old_logp, adv)
-    v_loss, _ = value_loss(TORCH, value, ret, old_value, value_clip, grad=False)
+    v_loss, _ = value_loss(TORCH, value, ret, old_value, value_clip, grad=False, scale=value_scale)
     entropy = entropy.mean()
     loss = actor_critic_loss(pi_loss, v_loss, entropy, value_loss_coef, entropy_coef)
     info = {"PolicyLoss": pi_loss, "ValueLoss": v_loss, "Entropy": entropy, "Loss": loss, **stats}
