@@ -363,8 +363,9 @@ SECTIONS = {
     },
     "actor": {
         "feature_extractor": Key("str", "auto", "Network applied to observations: mlp, cnn (Nature DQN), "
-                                                "fixup (IMPALA ResNet), dict (one network per key of Dict/Tuple "
-                                                "observations, PPO and A2C); auto: dict for Dict/Tuple "
+                                                "fixup (IMPALA ResNet), dict (Dict/Tuple observations: the "
+                                                "vector keys through one MLP, each image key through a CNN; PPO and "
+                                                "A2C); auto: dict for Dict/Tuple "
                                                 "observations with PPO and A2C, cnn for image observations "
                                                 "(uint8, at least 36x36 pixels), mlp otherwise (flat vectors, "
                                                 "MiniGrid's 7x7 grid).", choices=("auto",) + tuple(FEATURE_EXTRACTORS)),

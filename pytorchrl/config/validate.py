@@ -548,7 +548,7 @@ def _check_families(config, raw):
     if config["learner"]["checkpoint_replay"] and on_policy:
         raise ConfigError("learner.checkpoint_replay", f"{algo} keeps no replay to save (on-policy)")
     if not on_policy and config["actor"]["feature_extractor"] == "dict":
-        raise ConfigError("actor.feature_extractor", f"dict (one network per key) serves PPO and A2C; {algo} "
+        raise ConfigError("actor.feature_extractor", f"dict (the Dict/Tuple observation network) serves PPO and A2C; {algo} "
                                                      f"reads Dict or Tuple observations as one flat vector "
                                                      f"(mlp)")
     if on_policy and config["actor"]["feature_extractor"] == "mlp" and config["actor"]["precision"] != "fp32":

@@ -350,4 +350,4 @@ def test_dict_feature_extractor_is_refused_for_flat_observations(tmp_path, capsy
 def test_keys_lists_the_dict_feature_extractor(capsys):
     assert cli.main(["keys"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("feature_extractor:"))
-    assert "'dict'" in line and "dict (one network per key of Dict/Tuple observations" in line
+    assert "'dict'" in line and "dict (Dict/Tuple observations: the vector keys through one MLP" in line

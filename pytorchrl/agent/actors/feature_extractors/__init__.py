@@ -19,8 +19,8 @@ def get_feature_extractor(name):
     ----------
     name : str or type
         "MLP" (flat observations), "CNN" (Nature-DQN convolutions) or "Fixup" (IMPALA
-        ResNet with Fixup initialisation) or "Dict" (one network per key of Dict/Tuple
-        observations), in any case; a class is returned unchanged.
+        ResNet with Fixup initialisation) or "Dict" (Dict/Tuple observations: the vector
+        keys through one MLP, each image key through a CNN), in any case; a class is returned unchanged.
 
     Returns
     -------
