@@ -1,0 +1,243 @@
+"""Our zoo table: every algorithm we ship trained on rl-baselines3-zoo's tasks with its
+hyperparameters and several seeds, beside the zoo's published figures.
+
+Each row is a configuration file (``examples/configs/zoo/<row>.yaml``, see rows.py) that
+``pytorchrl train`` runs once per seed; the final model is evaluated deterministically, and
+the row reports the mean and the interquartile mean of the seeds' final returns with a 95%
+bootstrap confidence interval (as the rliable package computes them), env steps/s, wall
+time, and a PNG of the learning curve with the published figure marked.
+
+The table is resumable: every finished seed leaves ``result.json`` in its run directory
+(``benchmarks/results/zoo/<row>/seed<S>/``), which later invocations reuse; an interrupted
+seed starts over. The code under test is a snapshot of the working tree's ``pytorchrl/``
+taken when the command starts (``--clean-head``: HEAD exported), so edits made while it
+runs do not mix into a run; each result records its commit.
+
+    python benchmarks/zoo/run.py                      # every row (hours on 2 cores; resumable)
+    python benchmarks/zoo/run.py ppo_cartpole a2c_cartpole --jobs 2
+    python benchmarks/zoo/run.py --report             # the table of what has run, and the curves
+    python benchmarks/zoo/run.py --quick ppo_cartpole # smoke run: 1 seed, 2,000 steps, own folder
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.dirname(HERE)
+for path in (BENCH, HERE):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from harness.paths import REPO, RESULTS_DIR  # noqa: E402
+from harness.provenance import export_head, snapshot_tree  # noqa: E402
+from harness.report import md_table  # noqa: E402
+
+import curves as zoo_curves  # noqa: E402
+from rows import BY_NAME, EXTRA_OF, ROWS  # noqa: E402
+from stats import summarize  # noqa: E402
+
+DEFAULT_OUT = os.path.join(RESULTS_DIR, "zoo")
+CURVES_DIR = os.path.join(HERE, "curves")
+
+
+def missing_modules(row):
+    """The modules of ``row.needs`` that this interpreter cannot import."""
+    return [m for m in row.needs if importlib.util.find_spec(m) is None]
+
+
+def seed_dir(out, row, seed):
+    """The run directory of one seed of a row."""
+    return os.path.join(out, row.name, f"seed{seed}")
+
+
+def read_result(out, row, seed):
+    """The ``result.json`` of a finished seed, or None."""
+    path = os.path.join(seed_dir(out, row, seed), "result.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def run_seed(row, seed, out, code_dir, code, quick):
+    """Train and evaluate one seed of ``row`` in a fresh process (the code in ``code_dir``
+    first on its path, one OpenMP thread); returns its result (``error`` set on failure)."""
+    run_dir = seed_dir(out, row, seed)
+    shutil.rmtree(run_dir, ignore_errors=True)      # an interrupted seed starts over
+    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+    overrides = list(row.overrides)
+    episodes = row.episodes
+    if quick:
+        overrides.append("learner.target_steps=2000")
+        episodes = 2
+    env = dict(os.environ, PYTHONPATH=code_dir, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               RAY_USAGE_STATS_ENABLED="0")
+    cmd = [sys.executable, os.path.join(HERE, "worker.py"), os.path.join(REPO, row.config_path), str(seed), run_dir,
+           str(episodes), *overrides]
+    start = time.time()
+    log_path = run_dir + ".log"
+    with open(log_path, "w") as log:
+        proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    result = read_result(out, row, seed)
+    if proc.returncode != 0 or result is None:
+        with open(log_path) as f:
+            tail = f.read()[-1500:]
+        return {"seed": seed, "error": f"exit {proc.returncode}: {tail}"}
+    result["code"] = code
+    result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    result["process_wall_seconds"] = round(time.time() - start, 1)
+    with open(os.path.join(run_dir, "result.json"), "w") as f:
+        json.dump(result, f)
+    return result
+
+
+def plan(rows, out, seeds_override):
+    """The (row, seed) pairs still to run, cheapest rows first."""
+    todo = []
+    for row in sorted(rows, key=lambda r: r.minutes):
+        for seed in range(seeds_override or row.seeds):
+            if read_result(out, row, seed) is None:
+                todo.append((row, seed))
+    return todo
+
+
+def code_under_test(clean_head):
+    """``(directory holding pytorchrl/, description)`` of the code the runs import."""
+    if clean_head:
+        directory, commit = export_head()
+        return directory, commit
+    directory, facts = snapshot_tree()
+    commit = facts.get("git_commit") or "?"
+    return directory, commit + (f"+{facts['pytorchrl_diff_sha256']}" if facts.get("git_dirty") else "")
+
+
+def verdict(row, stats, by_name_stats):
+    """What the row's IQM says against its published figure, baseline or goal."""
+    if row.baseline:
+        base = by_name_stats.get(row.baseline)
+        if base is None:
+            return f"baseline {row.baseline} not run"
+        better = stats["iqm"] > base["iqm"]
+        return f"{'above' if better else 'not above'} {row.baseline} ({base['iqm']:.1f})"
+    if row.goal is not None:
+        return f"goal {row.goal:g} {'reached' if stats['iqm'] >= row.goal else 'NOT reached'}"
+    pub = row.published
+    if pub is None:
+        return ""
+    budget = stats.get("steps")
+    if budget is not None and budget < 0.99 * pub.steps:
+        return f"budget {budget:,} < published {pub.steps:,}: see note"
+    low = pub.mean - pub.std
+    if stats["iqm"] >= pub.mean:
+        return "above the published mean"
+    if stats["iqm"] >= low:
+        return "within the published spread"
+    return f"BELOW the published spread ({low:.1f})"
+
+
+def report(rows, out, curves_dir=None):
+    """The markdown table of every row with finished seeds, and the curves (PNG) when
+    ``curves_dir`` is given. Returns the markdown."""
+    stats_by_name, lines = {}, []
+    results = {row.name: [r for s in range(max(row.seeds, 10)) if (r := read_result(out, row, s))] for row in rows}
+    for row in rows:
+        if results[row.name]:
+            st = summarize([r["final"] for r in results[row.name]])
+            st["steps"] = statistics.median(r["env_steps"] for r in results[row.name])
+            stats_by_name[row.name] = st
+    table = []
+    for row in rows:
+        res = results[row.name]
+        if not res:
+            continue
+        st = stats_by_name[row.name]
+        pub = row.published
+        published = (f"{pub.mean:g} ± {pub.std:g} @ {pub.steps / 1000:g}k" + (f" ({pub.note})" if pub.note else "")
+                     if pub else "")
+        finals = " ".join(f"{r['final']:.1f}" for r in sorted(res, key=lambda r: r["seed"]))
+        speed = statistics.median(r["steps_per_s"] for r in res if r.get("steps_per_s"))
+        wall = statistics.median(r["train_seconds"] for r in res)
+        codes = sorted({r.get("code", "?") for r in res})
+        table.append([row.name, f"{int(st['steps']):,}", str(st["n"]), finals, f"{st['mean']:.1f}",
+                      f"{st['iqm']:.1f} [{st['ci'][0]:.1f}, {st['ci'][1]:.1f}]", published,
+                      verdict(row, st, stats_by_name), f"{speed:,.0f}", f"{wall:,.0f}", ", ".join(codes)])
+        if curves_dir:
+            os.makedirs(curves_dir, exist_ok=True)
+            seeds_curves = [zoo_curves.training_curve(seed_dir(out, row, r["seed"])) for r in res]
+            reference = None
+            if row.baseline and row.baseline in BY_NAME:
+                base = BY_NAME[row.baseline]
+                reference = (row.baseline, [zoo_curves.training_curve(seed_dir(out, base, s))
+                                            for s in range(base.seeds) if read_result(out, base, s)])
+            published_dict = {"mean": pub.mean, "std": pub.std, "steps": pub.steps, "source": pub.source} \
+                if pub else None
+            zoo_curves.plot_row(os.path.join(curves_dir, f"{row.name}.png"),
+                                f"{row.name}: {row.config_path}", seeds_curves, published_dict, reference)
+    lines.append(md_table(["row", "env steps", "seeds", "final return per seed (deterministic)", "mean",
+                           "IQM [95% CI]", "published", "IQM against it", "env steps/s", "train s/seed", "code"],
+                          table))
+    notes = [f"- `{row.name}`: {row.note}" for row in rows if row.note and results[row.name]]
+    if notes:
+        lines.append("\n" + "\n".join(notes))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("rows", nargs="*", help=f"rows to run (default: all): {', '.join(r.name for r in ROWS)}")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per row (default: each row's own, 3-5)")
+    ap.add_argument("--jobs", type=int, default=2, help="seeds trained at the same time (each on one thread)")
+    ap.add_argument("--out", default=DEFAULT_OUT, help="where the runs go (default benchmarks/results/zoo)")
+    ap.add_argument("--report", action="store_true", help="only print the table of what has run and draw the curves")
+    ap.add_argument("--curves", default=CURVES_DIR, help="folder of the PNG curves (default benchmarks/zoo/curves)")
+    ap.add_argument("--clean-head", action="store_true", help="run HEAD's pytorchrl/ (git archive), not the tree")
+    ap.add_argument("--max-minutes", type=float, default=None, help="skip rows estimated above this per seed")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 seed of 2,000 steps, in OUT/quick")
+    args = ap.parse_args(argv)
+    unknown = [n for n in args.rows if n not in BY_NAME]
+    if unknown:
+        ap.error(f"unknown row(s) {unknown}; rows: {', '.join(r.name for r in ROWS)}")
+    rows = [BY_NAME[n] for n in args.rows] if args.rows else list(ROWS)
+    if args.max_minutes is not None:
+        rows = [r for r in rows if r.minutes <= args.max_minutes]
+    out = os.path.join(args.out, "quick") if args.quick else args.out
+    runnable = []
+    for row in rows:
+        missing = missing_modules(row)
+        if missing:
+            extras = sorted({EXTRA_OF.get(m, m) for m in missing})
+            print(f"skipping {row.name}: needs {', '.join(missing)} (pip install -e \".[{','.join(extras)}]\")",
+                  file=sys.stderr)
+        else:
+            runnable.append(row)
+    if not args.report:
+        todo = plan(runnable, out, 1 if args.quick else args.seeds)
+        if todo:
+            code_dir, code = code_under_test(args.clean_head)
+            print(f"{len(todo)} runs to do ({code}), {args.jobs} at a time; results in {out}", file=sys.stderr)
+            try:
+                with ThreadPoolExecutor(args.jobs) as pool:
+                    futures = {pool.submit(run_seed, row, seed, out, code_dir, code, args.quick): (row, seed)
+                               for row, seed in todo}
+                    for future, (row, seed) in futures.items():
+                        result = future.result()
+                        if "error" in result:
+                            print(f"{row.name} seed {seed}: FAILED {result['error']}", file=sys.stderr)
+                        else:
+                            print(f"{row.name} seed {seed}: final {result['final']:.1f} after "
+                                  f"{result['env_steps']:,} steps in {result['train_seconds']:.0f} s", file=sys.stderr)
+            finally:
+                shutil.rmtree(code_dir, ignore_errors=True)
+    print(report(rows, out, None if args.quick else args.curves))
+
+
+if __name__ == "__main__":
+    main()
