@@ -27,16 +27,16 @@ setup(
     ],
     extras_require={
         # The test suite draws plots, reads TensorBoard files back, writes videos and checks
-        # that no worker process outlives a run (psutil), and steps real Atari games and MuJoCo
-        # tasks (the "atari" and "mujoco" extras), and writes offline Weights & Biases runs (the
-        # "wandb" extra); pytest-xdist runs the suite on two workers. The "minigrid" extra is not
-        # here: minigrid needs pygame-ce, which installs into the same "pygame" package as the
-        # pygame of the video tests; tests/unit/test_minigrid_env.py skips without it.
+        # that no worker process outlives a run (psutil), and steps real Atari games, MuJoCo
+        # tasks and MiniGrid gridworlds (the "atari", "mujoco" and "minigrid" extras), and
+        # writes offline Weights & Biases runs (the "wandb" extra); pytest-xdist runs the suite
+        # on two workers. pygame-ce, not pygame: minigrid needs pygame-ce, which installs into
+        # the same "pygame" package, and gymnasium's classic-control rendering runs on either.
         # (The Ray Tune tests skip without the "tune" extra: Tune's PBT run failed in a whole
         # suite on a fresh clone, see tests/distributed/test_tune.py.)
         "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "psutil>=5", "matplotlib>=3.6", "tensorboard>=2.10",
-                 "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame>=2.1",
-                 "ale-py>=0.9", "mujoco>=3", "wandb>=0.20"],
+                 "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame-ce>=2.4",
+                 "ale-py>=0.9", "mujoco>=3", "wandb>=0.20", "minigrid>=2.3"],
         # pytorchrl.envs.atari: the Arcade Learning Environment; ale-py ships the game ROMs.
         "atari": ["ale-py>=0.9"],
         # pytorchrl.envs.mujoco: gymnasium's MuJoCo v5 tasks (HalfCheetah-v5, ...).
@@ -47,6 +47,9 @@ setup(
         "robotics": ["gymnasium-robotics>=1.4.2", "mujoco>=3,<3.12"],
         # pytorchrl.envs.minigrid: the MiniGrid gridworlds (MiniGrid-Empty-5x5-v0, ...).
         "minigrid": ["minigrid>=2.3"],
+        # Box2D tasks (LunarLander-v3, LunarLanderContinuous-v3, BipedalWalker-v3): rows of
+        # benchmarks/zoo.
+        "box2d": ["box2d>=2.3.10"],
         # learner.wandb: experiment tracking with Weights & Biases (pytorchrl.tools.tracking).
         "wandb": ["wandb>=0.20"],
         "bench": ["psutil>=5"],
@@ -54,11 +57,12 @@ setup(
         # pytorchrl.tune.Trainable: Ray Tune's schedulers (PBT, PB2) perturbing in place.
         "tune": ["ray[tune]>=2.9"],
         "tensorboard": ["tensorboard>=2.10"],        # TensorBoard event files of every run
-        # pytorchrl evaluate --video: GIF (Pillow), MP4 (imageio-ffmpeg), and pygame, which
-        # gymnasium's classic-control environments render with.
-        "video": ["pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame>=2.1"],
+        # pytorchrl evaluate --video: GIF (Pillow), MP4 (imageio-ffmpeg), and pygame (its
+        # pygame-ce edition, which minigrid needs too), which gymnasium's classic-control
+        # environments render with.
+        "video": ["pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame-ce>=2.4"],
         "all": ["matplotlib>=3.6", "tensorboard>=2.10", "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4",
-                "pygame>=2.1"],
+                "pygame-ce>=2.4"],
     },
     entry_points={"console_scripts": ["pytorchrl=pytorchrl.cli:main"]},
 )

@@ -1,4 +1,5 @@
-"""AttractionKL on CartPole: the KL to a saved policy after training PPO with and without it.
+"""AttractionKL or RepulsionKL on CartPole: the KL to a saved policy after training PPO with
+and without the add-on.
 
 For each seed a behaviour policy is saved as a run saves its model (``model.state_dict``): an
 actor of the run's actor section, drawn at random and made decisive and biased to the left
@@ -9,6 +10,7 @@ KL(saved policy || trained policy) over a fixed set of CartPole observations (st
 by uniformly random actions), and the mean training return of the last episodes.
 
     python benchmarks/attraction_kl/run.py              # 3 seeds, 16384 steps, weights 0.5 and 5 (~30 s)
+    python benchmarks/attraction_kl/run.py --addon RepulsionKL --steps 4096 --loss-term-weights 1
     python benchmarks/attraction_kl/run.py --quick      # 1 seed, 1024 steps
 
 tests/learning/test_learning_policy_loss_addons.py runs ``kl_with_and_without`` on one seed.
@@ -98,17 +100,18 @@ def train(config):
         learner.stop()
 
 
-def kl_with_and_without(seed, steps=4096, loss_term_weights=(5.0,), workdir=None):
+def kl_with_and_without(seed, steps=4096, loss_term_weights=(5.0,), workdir=None, addon="AttractionKL"):
     """The measurement of one seed: a dict ``{"kl_start": KL of the untrained policy, None:
     (KL, train return) of the run without the add-on, w: (KL, train return) of the run with
-    AttractionKL of loss_term_weight w, for each of loss_term_weights}``."""
+    the add-on ``addon`` (AttractionKL or RepulsionKL) of loss_term_weight w, for each of
+    loss_term_weights}``."""
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         path = os.path.join(tmp, "model.state_dict")
         behaviour = save_behaviour(path, seed)
         obs = probe_observations()
         out = {}
         for weight in (None, *loss_term_weights):
-            addons = [] if weight is None else [{"name": "AttractionKL", "checkpoints": [path],
+            addons = [] if weight is None else [{"name": addon, "checkpoints": [path],
                                                  "loss_term_weight": weight}]
             config = _config(seed, steps, addons)
             actor, ret = train(config)
@@ -126,6 +129,8 @@ def main():
     ap.add_argument("--steps", type=int, default=16384, help="env steps of each training run")
     ap.add_argument("--loss-term-weights", type=float, nargs="+", default=[0.5, 5.0],
                     help="AttractionKL's loss_term_weight, one run with each")
+    ap.add_argument("--addon", choices=("AttractionKL", "RepulsionKL"), default="AttractionKL",
+                    help="the add-on of the runs with one")
     ap.add_argument("--quick", action="store_true", help="1 seed, 1024 steps")
     args = ap.parse_args()
     if args.quick:
@@ -134,7 +139,7 @@ def main():
     rows = []
     for seed in range(args.seeds):
         t0 = time.perf_counter()
-        r = kl_with_and_without(seed, args.steps, args.loss_term_weights)
+        r = kl_with_and_without(seed, args.steps, args.loss_term_weights, addon=args.addon)
         kl_without, ret_without = r[None]
         for weight in args.loss_term_weights:
             kl, ret = r[weight]
@@ -142,7 +147,7 @@ def main():
                          f"{kl / kl_without:.3f}", f"{ret_without:.1f}", f"{ret:.1f}"])
         print(f"seed {seed}: {r} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     print(f"PPO on CartPole-v1, {args.steps} env steps per run: mean KL(saved policy || policy) over 512 fixed "
-          f"observations, without and with AttractionKL\n")
+          f"observations, without and with {args.addon}\n")
     print(md_table(["seed", "loss_term_weight", "KL untrained", "KL without", "KL with", "with / without",
                     "return without", "return with"], rows))
 

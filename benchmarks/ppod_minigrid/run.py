@@ -12,8 +12,7 @@ env steps at which the mean return of the last 20 training episodes (real episod
 replayed demonstrations are not episodes) first reaches ``--solved`` (0.8 by default), and
 that mean at the end.
 
-Needs the minigrid extra, which the test environment lacks (its pygame-ce clashes with
-pygame): ``python3 -m venv /tmp/ppodvenv && /tmp/ppodvenv/bin/pip install torch==2.13.0 -e ".[minigrid]"``.
+Needs the minigrid extra (installed with the test extras).
 
     python benchmarks/ppod_minigrid/run.py                 # 3 seeds, 100k steps per run
     python benchmarks/ppod_minigrid/run.py --quick         # 1 seed, 20k steps
@@ -22,6 +21,7 @@ pygame): ``python3 -m venv /tmp/ppodvenv && /tmp/ppodvenv/bin/pip install torch=
 import argparse
 import collections
 import copy
+import io
 import os
 import subprocess
 import sys
@@ -38,7 +38,7 @@ from harness.report import md_table  # noqa: E402
 from pytorchrl.config import build_learner, validate_config  # noqa: E402
 from pytorchrl.config.loader import load_yaml  # noqa: E402
 from pytorchrl.tools.evaluate import build_env  # noqa: E402
-from pytorchrl.tools.record_demos import recording_config  # noqa: E402
+from pytorchrl.tools.record_demos import record_demos, recording_config  # noqa: E402
 
 CONFIG = os.path.join(REPO, "examples", "configs", "ppod_minigrid_doorkey.yaml")
 #: MiniGrid's actions the search tries (drop and done never help in DoorKey).
@@ -69,19 +69,32 @@ def shortest_solution(env, seed):
     raise RuntimeError(f"no solution found for seed {seed}")
 
 
-def record_scripted_demos(config_path, out_dir, seeds):
+def record_scripted_demos(config_path, out_dir, seeds, in_process=False):
     """One demonstration per seed of ``seeds`` into ``out_dir``, each recorded by
-    ``pytorchrl record-demos --human`` with the shortest solution typed on its stdin."""
+    ``pytorchrl record-demos --human`` with the shortest solution typed on its stdin
+    (``in_process``: by the function behind it, ``record_demos``, in this process, the keys
+    read from a string)."""
     env = build_env(recording_config(config_path))
     try:
         for seed in seeds:
             keys = "".join(f"{a}\n" for a in shortest_solution(env, seed))
+            if in_process:
+                record_demos(config_path, out_dir, demos=1, human=True, seed=seed, min_return=0.5,
+                             stdin=io.StringIO(keys), stdout=io.StringIO())
+                continue
             subprocess.run([sys.executable, "-m", "pytorchrl.cli", "record-demos", config_path, out_dir, "--human",
                             "--demos", "1", "--seed", str(seed), "--min-return", "0.5"],
                            input=keys, text=True, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            env=dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])))
     finally:
         env.close()
+
+
+def storages(demos_dir):
+    """``(PPO's storage section, PPO+D's)``: the example's ``ppod`` section reading
+    ``demos_dir``, and a ``GAEBuffer`` of the same size and lambda."""
+    ppod = {**load_yaml(CONFIG)["storage"], "initial_human_demos_dir": demos_dir}
+    return {"name": "GAEBuffer", "size": ppod["size"], "gae_lambda": ppod["gae_lambda"]}, ppod
 
 
 def run_config(seed, steps, storage):
@@ -94,13 +107,14 @@ def run_config(seed, steps, storage):
     return validate_config(raw)
 
 
-def train(config, solved):
+def train(config, solved, stop_when_solved=False):
     """Train one configuration; returns (env steps when the mean training return first
-    reached ``solved`` or None, the mean at the end, seconds)."""
+    reached ``solved`` or None, the mean at the end, seconds); ``stop_when_solved`` ends
+    the run there."""
     learner = build_learner(config)
     t0, first = time.perf_counter(), None
     try:
-        while not learner.done():
+        while not learner.done() and not (stop_when_solved and first is not None):
             learner.step()
             ret = learner.get_metrics(add_episodes_metrics=True).get("Episodes/TrainReward")
             if first is None and ret is not None and ret == ret and ret >= solved:
@@ -128,8 +142,7 @@ def main():
         t0 = time.perf_counter()
         record_scripted_demos(CONFIG, demos, range(100, 100 + args.demos))
         print(f"recorded {len(os.listdir(demos))} demonstrations in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        ppod = {**load_yaml(CONFIG)["storage"], "initial_human_demos_dir": demos}
-        gae = {"name": "GAEBuffer", "size": ppod["size"], "gae_lambda": ppod["gae_lambda"]}
+        gae, ppod = storages(demos)
         for seed in range(args.seeds):
             for name, storage in (("PPO", gae), ("PPO+D", ppod)):
                 first, final, seconds = train(run_config(seed, args.steps, storage), args.solved)

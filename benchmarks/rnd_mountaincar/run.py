@@ -34,10 +34,11 @@ RND_KEYS = ("gamma_intrinsic", "ext_adv_coeff", "int_adv_coeff", "predictor_prop
             "intrinsic_rewards_predictor_network_kwargs")
 
 
-def train(algorithm, seed, steps, overrides=()):
-    """One run; returns its row of the table (``overrides``: "key=value" strings of the
-    algorithm section; RND_PPO's own keys reach the RND_PPO runs only)."""
-    from pytorchrl.config import build_learner, load_yaml, validate_config
+def config_of(algorithm, seed, steps, overrides=()):
+    """The validated configuration of one run: the example with ``seed`` and a budget of
+    ``steps``, for RND_PPO or for PPO (RND_PPO's own keys removed); ``overrides``:
+    "key=value" strings of the algorithm section (RND_PPO's own keys reach RND_PPO only)."""
+    from pytorchrl.config import load_yaml, validate_config
     raw = load_yaml(CONFIG)
     raw["seed"] = seed
     for item in overrides:
@@ -47,8 +48,14 @@ def train(algorithm, seed, steps, overrides=()):
     if algorithm == "PPO":
         raw["algorithm"] = {k: v for k, v in raw["algorithm"].items() if k not in RND_KEYS}
         raw["algorithm"]["name"] = "PPO"
+    return validate_config(raw)
+
+
+def train(algorithm, seed, steps, overrides=()):
+    """One run; returns its row of the table (``overrides`` as in ``config_of``)."""
+    from pytorchrl.config import build_learner
     run_dir = tempfile.mkdtemp(prefix=f"rnd-mc-{algorithm}-{seed}-")
-    learner = build_learner(validate_config(raw), log_dir=run_dir)
+    learner = build_learner(config_of(algorithm, seed, steps, overrides), log_dir=run_dir)
     t0 = time.perf_counter()
     try:
         while not learner.done():

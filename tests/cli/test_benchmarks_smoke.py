@@ -632,3 +632,55 @@ def test_server_startup_measures_servers_that_do_without_torch(bench_ray):
     summary = mod.summarize(records)
     table = mod.render(summary, records, {"servers": 1, "repeats": 1})
     assert "| queue server | 1 |" in table and "| weight board | 1 |" in table and "| yes |" not in table
+
+
+# ------------------------------------------------------------------ zoo table
+def _zoo_module(name):
+    path = os.path.join(REPO, "benchmarks", "zoo", f"{name}.py")
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        spec = importlib.util.spec_from_file_location(f"zoo_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(os.path.dirname(path))
+
+
+def test_zoo_iqm_and_interval_are_rliables():
+    stats = _zoo_module("stats")
+    # scipy's trim_mean(x, 0.25): floor(n / 4) values cut from each end.
+    assert stats.iqm([1, 2, 3, 4, 100]) == 3.0
+    assert stats.iqm([5, 1, 2, 3, 4, 100, -50, 6]) == 3.5          # (2 + 3 + 4 + 5) / 4
+    assert stats.iqm([7.0]) == 7.0
+    low, high = stats.bootstrap_ci([1, 2, 3, 4, 100])
+    assert 1 <= low <= 3.0 <= high <= 100
+    assert stats.bootstrap_ci([1, 2, 3, 4, 100]) == (low, high)     # reproducible
+    assert stats.bootstrap_ci([5.0] * 4) == (5.0, 5.0)
+    summary = stats.summarize([500, 500, 480, 500, 100])
+    assert summary["iqm"] == pytest.approx(1480 / 3) and summary["mean"] == 416.0 and summary["n"] == 5
+
+
+def test_zoo_every_row_has_its_configuration_and_it_is_valid():
+    from pytorchrl.config import load_config
+    rows = _zoo_module("rows")
+    for row in rows.ROWS:
+        config = load_config(os.path.join(REPO, row.config_path), list(row.overrides))
+        if row.published is not None and config["learner"]["target_steps"] != row.published.steps:
+            # A row trains for the published budget, or its note says why not.
+            assert "of the zoo's" in row.note, row.name
+    for path in os.listdir(os.path.join(REPO, "examples", "configs", "zoo")):
+        assert path[:-5] in rows.BY_NAME or any(r.config_path.endswith(path) for r in rows.ROWS), path
+
+
+def test_zoo_quick_run_writes_results_the_table_and_resumes(tmp_path):
+    cmd = [sys.executable, os.path.join(REPO, "benchmarks", "zoo", "run.py"), "--quick", "--out", str(tmp_path),
+           "ppo_cartpole"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    result = json.load(open(tmp_path / "quick" / "ppo_cartpole" / "seed0" / "result.json"))
+    assert result["env_steps"] >= 2000 and result["eval_episodes"] == 2 and result["final"] > 0
+    line = [ln for ln in first.stdout.splitlines() if ln.startswith("| ppo_cartpole |")][0]
+    assert f"{result['final']:.1f}" in line and "500 ± 0 @ 100k" in line
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "runs to do" not in again.stderr       # resumed: nothing left to run
