@@ -152,5 +152,26 @@ def main():
                     "return without", "return with"], rows))
 
 
+def zoo_measure(seed, run_dir, quick, addon, steps, weight):
+    """A zoo row of a policy-loss add-on (benchmarks/zoo/worker.py ``--measure``): one seed
+    of ``kl_with_and_without``; the score is KL(saved || trained) with the add-on over the
+    same without it (``quick``: 512 steps)."""
+    steps = 512 if quick else steps
+    measured = kl_with_and_without(seed, steps, (weight,), workdir=run_dir, addon=addon)
+    (kl_without, ret_without), (kl_with, ret_with) = measured[None], measured[weight]
+    return {"final": kl_with / kl_without, "env_steps": steps, "kl_with": kl_with, "kl_without": kl_without,
+            "kl_start": measured["kl_start"], "train_return": ret_with, "train_return_without": ret_without}
+
+
+def zoo_attraction(seed, run_dir, quick):
+    """The zoo row ``ppo_attraction_kl``: AttractionKL of weight 5, 4,096 steps."""
+    return zoo_measure(seed, run_dir, quick, "AttractionKL", 4096, 5.0)
+
+
+def zoo_repulsion(seed, run_dir, quick):
+    """The zoo row ``ppo_repulsion_kl``: RepulsionKL of weight 1, 4,096 steps."""
+    return zoo_measure(seed, run_dir, quick, "RepulsionKL", 4096, 1.0)
+
+
 if __name__ == "__main__":
     main()

@@ -154,5 +154,16 @@ def main():
     print(md_table(["seed", "agent", f"steps to {args.solved}", "final mean return", "seconds"], rows))
 
 
+def zoo_prepare(run_dir, seed):
+    """The zoo row ``ppod_minigrid_doorkey``'s preparation (benchmarks/zoo/worker.py
+    ``--prepare``): the five demonstrations recorded in this process into
+    ``<run_dir>-demos``; returns the override that makes the run read them."""
+    demos = f"{run_dir}-demos"
+    if not os.path.isdir(demos) or len(os.listdir(demos)) < 5:
+        record_scripted_demos(CONFIG, demos, range(100, 105), in_process=True)
+    return [f"storage.initial_human_demos_dir={demos}"]
+
+
 if __name__ == "__main__":
     main()
+

@@ -54,6 +54,14 @@ class Row:
         ``key=value`` overrides of the configuration.
     config : str or None
         Another configuration file (relative to the repository).
+    prepare : str or None
+        ``FILE:FUNCTION`` (FILE relative to benchmarks/) called before each seed's training
+        with its run directory and seed, returning more overrides (recorded demonstrations).
+    measure : str or None
+        ``FILE:FUNCTION`` that measures a seed instead of training the configuration: the
+        score of a row that is not a return (``note`` says what it is).
+    higher_is_better : bool
+        Direction of the score (against the goal and the baseline).
     note : str
         What the table says beside the row.
     """
@@ -67,6 +75,9 @@ class Row:
     needs: tuple = ()
     overrides: tuple = field(default_factory=tuple)
     config: str = None
+    prepare: str = None
+    measure: str = None
+    higher_is_better: bool = True
     note: str = ""
 
     @property
@@ -101,6 +112,26 @@ ROWS = [
     Row("sac_halfcheetah", Published(9535.451, 100.470, 1_000_000, note="HalfCheetah-v3, at 1M steps"),
         minutes=12.0, seeds=3, episodes=5, needs=("mujoco",),
         note="100k of the zoo's 1M steps; at 100k the reference is SB3 side by side"),
+    # Our own agents: each against a baseline or a goal.
+    Row("rnd_ppo_mountaincar", baseline="ppo_mountaincar_300k", minutes=1.0, seeds=3, episodes=10,
+        note="sparse task: the flag or -200; RND-PPO's settings (benchmarks/RESULTS.md, RND-PPO on MountainCar)"),
+    Row("ppo_mountaincar_300k", minutes=0.7, seeds=3, episodes=10, note="the baseline of rnd_ppo_mountaincar"),
+    Row("ppod_minigrid_doorkey", baseline="ppo_minigrid_doorkey", minutes=1.0, seeds=3, episodes=10,
+        needs=("minigrid",), prepare="ppod_minigrid/run.py:zoo_prepare",
+        note="5 demonstrations (shortest solutions of seeds 100-104); return 1 - 0.9 steps / 250, 0 if not solved"),
+    Row("ppo_minigrid_doorkey", minutes=1.0, seeds=3, episodes=10, needs=("minigrid",),
+        note="the baseline of ppod_minigrid_doorkey"),
+    Row("impala_cartpole", goal=475.0, minutes=1.5, seeds=3, episodes=10,
+        note="V-trace, 2 asynchronous Ray collectors: goal 475 (CartPole solved)"),
+    Row("r2d2_cartpole_masked", baseline="dqn_cartpole_masked", minutes=3.0, seeds=3, episodes=10,
+        note="CartPole without velocities (a memory task); R2D2-Lite preset, 30k steps"),
+    Row("dqn_cartpole_masked", minutes=2.0, seeds=3, episodes=10, note="the baseline of r2d2_cartpole_masked"),
+    Row("ppo_attraction_kl", config="examples/configs/ppo_attraction_kl.yaml", goal=0.25, higher_is_better=False,
+        measure="attraction_kl/run.py:zoo_attraction", minutes=0.2, seeds=3,
+        note="score: KL(saved || trained) with AttractionKL (weight 5) / without, 4,096 steps (goal: <= 0.25)"),
+    Row("ppo_repulsion_kl", config="examples/configs/ppo_attraction_kl.yaml", goal=2.0,
+        measure="attraction_kl/run.py:zoo_repulsion", minutes=0.2, seeds=3,
+        note="score: KL(saved || trained) with RepulsionKL (weight 1) / without, 4,096 steps (goal: >= 2)"),
 ]
 
 #: Rows by name.

@@ -80,8 +80,13 @@ def run_seed(row, seed, out, code_dir, code, quick):
         episodes = 2
     env = dict(os.environ, PYTHONPATH=code_dir, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                RAY_USAGE_STATS_ENABLED="0")
-    cmd = [sys.executable, os.path.join(HERE, "worker.py"), os.path.join(REPO, row.config_path), str(seed), run_dir,
-           str(episodes), *overrides]
+    worker = os.path.join(HERE, "worker.py")
+    if row.measure:
+        cmd = [sys.executable, worker, "--measure", row.measure, str(seed), run_dir] + (["--quick"] if quick else [])
+    else:
+        prepare = ["--prepare", row.prepare] if row.prepare else []
+        cmd = [sys.executable, worker, os.path.join(REPO, row.config_path), str(seed), run_dir, str(episodes),
+               *prepare, *overrides]
     start = time.time()
     log_path = run_dir + ".log"
     with open(log_path, "w") as log:
@@ -121,26 +126,31 @@ def code_under_test(clean_head):
 
 def verdict(row, stats, by_name_stats):
     """What the row's IQM says against its published figure, baseline or goal."""
+    sign = 1.0 if row.higher_is_better else -1.0
+    words = []
+    if row.goal is not None:
+        reached = sign * stats["iqm"] >= sign * row.goal
+        words.append(f"goal {'>=' if row.higher_is_better else '<='} {row.goal:g} "
+                     f"{'reached' if reached else 'NOT reached'}")
     if row.baseline:
         base = by_name_stats.get(row.baseline)
         if base is None:
-            return f"baseline {row.baseline} not run"
-        better = stats["iqm"] > base["iqm"]
-        return f"{'above' if better else 'not above'} {row.baseline} ({base['iqm']:.1f})"
-    if row.goal is not None:
-        return f"goal {row.goal:g} {'reached' if stats['iqm'] >= row.goal else 'NOT reached'}"
+            words.append(f"baseline {row.baseline} not run")
+        else:
+            better = sign * stats["iqm"] > sign * base["iqm"]
+            words.append(f"{'better' if better else 'NOT better'} than {row.baseline} ({base['iqm']:.1f})")
     pub = row.published
-    if pub is None:
-        return ""
-    budget = stats.get("steps")
-    if budget is not None and budget < 0.99 * pub.steps:
-        return f"budget {budget:,} < published {pub.steps:,}: see note"
-    low = pub.mean - pub.std
-    if stats["iqm"] >= pub.mean:
-        return "above the published mean"
-    if stats["iqm"] >= low:
-        return "within the published spread"
-    return f"BELOW the published spread ({low:.1f})"
+    if pub is not None:
+        budget = stats.get("steps")
+        if budget is not None and budget < 0.99 * pub.steps:
+            words.append(f"budget {budget:,.0f} < published {pub.steps:,}: see note")
+        elif stats["iqm"] >= pub.mean:
+            words.append("above the published mean")
+        elif stats["iqm"] >= pub.mean - pub.std:
+            words.append("within the published spread")
+        else:
+            words.append(f"BELOW the published spread ({pub.mean - pub.std:.1f})")
+    return "; ".join(words)
 
 
 def report(rows, out, curves_dir=None):
@@ -163,13 +173,14 @@ def report(rows, out, curves_dir=None):
         published = (f"{pub.mean:g} ± {pub.std:g} @ {pub.steps / 1000:g}k" + (f" ({pub.note})" if pub.note else "")
                      if pub else "")
         finals = " ".join(f"{r['final']:.1f}" for r in sorted(res, key=lambda r: r["seed"]))
-        speed = statistics.median(r["steps_per_s"] for r in res if r.get("steps_per_s"))
+        speeds = [r["steps_per_s"] for r in res if r.get("steps_per_s")]
+        speed = f"{statistics.median(speeds):,.0f}" if speeds else ""
         wall = statistics.median(r["train_seconds"] for r in res)
         codes = sorted({r.get("code", "?") for r in res})
         table.append([row.name, f"{int(st['steps']):,}", str(st["n"]), finals, f"{st['mean']:.1f}",
                       f"{st['iqm']:.1f} [{st['ci'][0]:.1f}, {st['ci'][1]:.1f}]", published,
-                      verdict(row, st, stats_by_name), f"{speed:,.0f}", f"{wall:,.0f}", ", ".join(codes)])
-        if curves_dir:
+                      verdict(row, st, stats_by_name), speed, f"{wall:,.0f}", ", ".join(codes)])
+        if curves_dir and not row.measure:
             os.makedirs(curves_dir, exist_ok=True)
             seeds_curves = [zoo_curves.training_curve(seed_dir(out, row, r["seed"])) for r in res]
             reference = None
@@ -181,7 +192,7 @@ def report(rows, out, curves_dir=None):
                 if pub else None
             zoo_curves.plot_row(os.path.join(curves_dir, f"{row.name}.png"),
                                 f"{row.name}: {row.config_path}", seeds_curves, published_dict, reference)
-    lines.append(md_table(["row", "env steps", "seeds", "final return per seed (deterministic)", "mean",
+    lines.append(md_table(["row", "env steps", "seeds", "score per seed (final deterministic return)", "mean",
                            "IQM [95% CI]", "published", "IQM against it", "env steps/s", "train s/seed", "code"],
                           table))
     notes = [f"- `{row.name}`: {row.note}" for row in rows if row.note and results[row.name]]
