@@ -19,6 +19,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${PEERS_VENV:-$HERE/.venv-peers}"
 TORCH_VERSION="2.13.0"
 SB3_VERSION="2.9.2"
+# rl-baselines3-zoo itself (its hyperparameters and training script) and Box2D, for the zoo
+# table's runs of the zoo on this machine (benchmarks/zoo/run.py --system rl-zoo3).
+RLZOO_VERSION="2.9.2"
 RAY_VERSION="2.60.0"
 # The same emulator and physics as our side (pytorchrl's "atari" and "mujoco" extras here).
 ALE_VERSION="0.12.1"
@@ -43,6 +46,7 @@ import ale_py, cv2, mujoco  # noqa: F401  (atari_ppo/run.py, offpolicy/run.py --
 assert ale_py.__version__ == ale_v, ale_py.__version__
 assert mujoco.__version__ == mujoco_v, mujoco.__version__
 gymnasium.make("HalfCheetah-v5").close()   # gymnasium's MuJoCo tasks load with this mujoco
+import rl_zoo3, Box2D  # noqa: F401  (benchmarks/zoo/run.py --system rl-zoo3)
 if skip_rllib != "1":
     import ray
     assert ray.__version__ == ray_v, ray.__version__
@@ -92,6 +96,10 @@ echo "setup_peers: installing stable-baselines3==$SB3_VERSION, gymnasium, psutil
 #    MuJoCo tasks import imageio too: its "mujoco" extra).
 echo "setup_peers: installing ale-py==$ALE_VERSION, opencv-python-headless, mujoco==$MUJOCO_VERSION, imageio"
 "${PIP[@]}" -c "$CONSTRAINTS" "ale-py==$ALE_VERSION" opencv-python-headless "mujoco==$MUJOCO_VERSION" imageio
+
+# 3b. rl-baselines3-zoo and Box2D (benchmarks/zoo/run.py --system rl-zoo3).
+echo "setup_peers: installing rl_zoo3==$RLZOO_VERSION, box2d"
+"${PIP[@]}" -c "$CONSTRAINTS" "rl_zoo3==$RLZOO_VERSION" "box2d>=2.3.10"
 
 # 4. RLlib (for the RLlib comparisons).
 if [[ "${SKIP_RLLIB:-0}" != "1" ]]; then

@@ -17,6 +17,13 @@ runs do not mix into a run; each result records its commit.
     python benchmarks/zoo/run.py ppo_cartpole a2c_cartpole --jobs 2
     python benchmarks/zoo/run.py --report             # the table of what has run, and the curves
     python benchmarks/zoo/run.py --quick ppo_cartpole # smoke run: 1 seed, 2,000 steps, own folder
+    python benchmarks/zoo/run.py --system rl-zoo3 dqn_cartpole   # the zoo itself, same seeds (peers' venv)
+
+``--system rl-zoo3`` trains a row with rl-baselines3-zoo itself (``python -m rl_zoo3.train``
+with its hyperparameters, Stable-Baselines3, in the venv of benchmarks/setup_peers.sh with
+``pip install rl_zoo3 box2d``) on the same seeds, evaluated the same way: the table then
+shows the zoo's own IQM on this machine beside ours, which the published figure (one run)
+cannot give.
 """
 
 import argparse
@@ -36,7 +43,7 @@ for path in (BENCH, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from harness.paths import REPO, RESULTS_DIR  # noqa: E402
+from harness.paths import DEFAULT_PEERS_PYTHON, REPO, RESULTS_DIR  # noqa: E402
 from harness.provenance import export_head, snapshot_tree  # noqa: E402
 from harness.report import md_table  # noqa: E402
 
@@ -53,24 +60,42 @@ def missing_modules(row):
     return [m for m in row.needs if importlib.util.find_spec(m) is None]
 
 
-def seed_dir(out, row, seed):
-    """The run directory of one seed of a row."""
-    return os.path.join(out, row.name, f"seed{seed}")
+#: The systems a row can be trained with: ours, or rl-baselines3-zoo itself.
+SYSTEMS = ("pytorchrl", "rl-zoo3")
+#: Algorithms of rl-zoo3 (the first word of a row's name) that ``--system rl-zoo3`` runs.
+RLZOO_ALGOS = ("ppo", "a2c", "dqn", "sac", "td3", "ddpg")
 
 
-def read_result(out, row, seed):
+def seed_dir(out, row, seed, system="pytorchrl"):
+    """The run directory of one seed of a row (trained by ``system``)."""
+    return os.path.join(out, row.name, f"seed{seed}" if system == "pytorchrl" else f"rlzoo3_seed{seed}")
+
+
+def rlzoo_task(row):
+    """``(algorithm, env id)`` of a row for rl-zoo3, or None for a row it cannot run (our
+    own agents, a budget other than the zoo's)."""
+    import yaml
+    algo = row.name.split("_")[0]
+    if algo not in RLZOO_ALGOS or row.published is None or row.measure or "of the zoo's" in row.note:
+        return None
+    with open(os.path.join(REPO, row.config_path)) as f:
+        return algo, yaml.safe_load(f)["env"]["id"]
+
+
+def read_result(out, row, seed, system="pytorchrl"):
     """The ``result.json`` of a finished seed, or None."""
-    path = os.path.join(seed_dir(out, row, seed), "result.json")
+    path = os.path.join(seed_dir(out, row, seed, system), "result.json")
     if not os.path.exists(path):
         return None
     with open(path) as f:
         return json.load(f)
 
 
-def run_seed(row, seed, out, code_dir, code, quick):
+def run_seed(row, seed, out, code_dir, code, quick, system="pytorchrl", peers_python=DEFAULT_PEERS_PYTHON):
     """Train and evaluate one seed of ``row`` in a fresh process (the code in ``code_dir``
-    first on its path, one OpenMP thread); returns its result (``error`` set on failure)."""
-    run_dir = seed_dir(out, row, seed)
+    first on its path, one OpenMP thread; with ``system`` rl-zoo3, rl-baselines3-zoo in
+    ``peers_python``'s venv); returns its result (``error`` set on failure)."""
+    run_dir = seed_dir(out, row, seed, system)
     shutil.rmtree(run_dir, ignore_errors=True)      # an interrupted seed starts over
     os.makedirs(os.path.dirname(run_dir), exist_ok=True)
     overrides = list(row.overrides)
@@ -81,7 +106,13 @@ def run_seed(row, seed, out, code_dir, code, quick):
     env = dict(os.environ, PYTHONPATH=code_dir, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                RAY_USAGE_STATS_ENABLED="0")
     worker = os.path.join(HERE, "worker.py")
-    if row.measure:
+    if system == "rl-zoo3":
+        algo, env_id = rlzoo_task(row)
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        cmd = [peers_python, os.path.join(HERE, "worker_rlzoo.py"), algo, env_id, str(seed), run_dir, str(episodes)]
+        if quick:
+            cmd.append("2000")
+    elif row.measure:
         cmd = [sys.executable, worker, "--measure", row.measure, str(seed), run_dir] + (["--quick"] if quick else [])
     else:
         prepare = ["--prepare", row.prepare] if row.prepare else []
@@ -91,12 +122,12 @@ def run_seed(row, seed, out, code_dir, code, quick):
     log_path = run_dir + ".log"
     with open(log_path, "w") as log:
         proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    result = read_result(out, row, seed)
+    result = read_result(out, row, seed, system)
     if proc.returncode != 0 or result is None:
         with open(log_path) as f:
             tail = f.read()[-1500:]
         return {"seed": seed, "error": f"exit {proc.returncode}: {tail}"}
-    result["code"] = code
+    result["code"] = code if system == "pytorchrl" else result.get("system", system)
     result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     result["process_wall_seconds"] = round(time.time() - start, 1)
     with open(os.path.join(run_dir, "result.json"), "w") as f:
@@ -104,12 +135,12 @@ def run_seed(row, seed, out, code_dir, code, quick):
     return result
 
 
-def plan(rows, out, seeds_override):
+def plan(rows, out, seeds_override, system="pytorchrl"):
     """The (row, seed) pairs still to run, cheapest rows first."""
     todo = []
     for row in sorted(rows, key=lambda r: r.minutes):
         for seed in range(seeds_override or row.seeds):
-            if read_result(out, row, seed) is None:
+            if read_result(out, row, seed, system) is None:
                 todo.append((row, seed))
     return todo
 
@@ -153,11 +184,24 @@ def verdict(row, stats, by_name_stats):
     return "; ".join(words)
 
 
+def rlzoo_cell(results):
+    """The table's cell of rl-zoo3's runs of a row: its seeds' scores, IQM and interval, and
+    its median env steps/s (empty without runs)."""
+    if not results:
+        return ""
+    st = summarize([r["final"] for r in results])
+    scores = " ".join(f"{r['final']:.1f}" for r in sorted(results, key=lambda r: r["seed"]))
+    speed = statistics.median(r["steps_per_s"] for r in results)
+    return f"{scores}; {st['iqm']:.1f} [{st['ci'][0]:.1f}, {st['ci'][1]:.1f}]; {speed:,.0f}"
+
+
 def report(rows, out, curves_dir=None):
     """The markdown table of every row with finished seeds, and the curves (PNG) when
     ``curves_dir`` is given. Returns the markdown."""
     stats_by_name, lines = {}, []
     results = {row.name: [r for s in range(max(row.seeds, 10)) if (r := read_result(out, row, s))] for row in rows}
+    zoo_results = {row.name: [r for s in range(max(row.seeds, 10)) if (r := read_result(out, row, s, "rl-zoo3"))]
+                   for row in rows}
     for row in rows:
         if results[row.name]:
             st = summarize([r["final"] for r in results[row.name]])
@@ -179,12 +223,16 @@ def report(rows, out, curves_dir=None):
         codes = sorted({r.get("code", "?") for r in res})
         table.append([row.name, f"{int(st['steps']):,}", str(st["n"]), finals, f"{st['mean']:.1f}",
                       f"{st['iqm']:.1f} [{st['ci'][0]:.1f}, {st['ci'][1]:.1f}]", published,
-                      verdict(row, st, stats_by_name), speed, f"{wall:,.0f}", ", ".join(codes)])
+                      verdict(row, st, stats_by_name), rlzoo_cell(zoo_results[row.name]), speed, f"{wall:,.0f}",
+                      ", ".join(codes)])
         if curves_dir and not row.measure:
             os.makedirs(curves_dir, exist_ok=True)
             seeds_curves = [zoo_curves.training_curve(seed_dir(out, row, r["seed"])) for r in res]
             reference = None
-            if row.baseline and row.baseline in BY_NAME:
+            if zoo_results[row.name]:
+                reference = ("rl-zoo3 (SB3) here", [zoo_curves.training_curve(seed_dir(out, row, r["seed"], "rl-zoo3"))
+                                                    for r in zoo_results[row.name]])
+            elif row.baseline and row.baseline in BY_NAME:
                 base = BY_NAME[row.baseline]
                 reference = (row.baseline, [zoo_curves.training_curve(seed_dir(out, base, s))
                                             for s in range(base.seeds) if read_result(out, base, s)])
@@ -193,7 +241,8 @@ def report(rows, out, curves_dir=None):
             zoo_curves.plot_row(os.path.join(curves_dir, f"{row.name}.png"),
                                 f"{row.name}: {row.config_path}", seeds_curves, published_dict, reference)
     lines.append(md_table(["row", "env steps", "seeds", "score per seed (final deterministic return)", "mean",
-                           "IQM [95% CI]", "published", "IQM against it", "env steps/s", "train s/seed", "code"],
+                           "IQM [95% CI]", "published", "IQM against it",
+                           "rl-zoo3 here: per seed; IQM [95% CI]; env steps/s", "env steps/s", "train s/seed", "code"],
                           table))
     notes = [f"- `{row.name}`: {row.note}" for row in rows if row.note and results[row.name]]
     if notes:
@@ -212,6 +261,10 @@ def main(argv=None):
     ap.add_argument("--clean-head", action="store_true", help="run HEAD's pytorchrl/ (git archive), not the tree")
     ap.add_argument("--max-minutes", type=float, default=None, help="skip rows estimated above this per seed")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 seed of 2,000 steps, in OUT/quick")
+    ap.add_argument("--system", choices=SYSTEMS, default="pytorchrl",
+                    help="train the rows with pytorchrl (default) or with rl-baselines3-zoo itself")
+    ap.add_argument("--peers-python", default=DEFAULT_PEERS_PYTHON,
+                    help="interpreter of the venv with rl_zoo3 (default benchmarks/.venv-peers/bin/python)")
     args = ap.parse_args(argv)
     unknown = [n for n in args.rows if n not in BY_NAME]
     if unknown:
@@ -222,6 +275,9 @@ def main(argv=None):
     out = os.path.join(args.out, "quick") if args.quick else args.out
     runnable = []
     for row in rows:
+        if args.system == "rl-zoo3" and rlzoo_task(row) is None:
+            print(f"skipping {row.name}: rl-zoo3 has no such row (our own agent, or another budget)", file=sys.stderr)
+            continue
         missing = missing_modules(row)
         if missing:
             extras = sorted({EXTRA_OF.get(m, m) for m in missing})
@@ -230,13 +286,17 @@ def main(argv=None):
         else:
             runnable.append(row)
     if not args.report:
-        todo = plan(runnable, out, 1 if args.quick else args.seeds)
+        todo = plan(runnable, out, 1 if args.quick else args.seeds, args.system)
         if todo:
             code_dir, code = code_under_test(args.clean_head)
+            if args.system == "rl-zoo3" and not os.path.exists(args.peers_python):
+                ap.error(f"no interpreter {args.peers_python}: run benchmarks/setup_peers.sh, then its pip install "
+                         f"rl_zoo3 box2d")
             print(f"{len(todo)} runs to do ({code}), {args.jobs} at a time; results in {out}", file=sys.stderr)
             try:
                 with ThreadPoolExecutor(args.jobs) as pool:
-                    futures = {pool.submit(run_seed, row, seed, out, code_dir, code, args.quick): (row, seed)
+                    futures = {pool.submit(run_seed, row, seed, out, code_dir, code, args.quick, args.system,
+                                           args.peers_python): (row, seed)
                                for row, seed in todo}
                     for future, (row, seed) in futures.items():
                         result = future.result()
