@@ -62,6 +62,9 @@ class Row:
         score of a row that is not a return (``note`` says what it is).
     higher_is_better : bool
         Direction of the score (against the goal and the baseline).
+    rlzoo : bool
+        Whether rl-zoo3 can train the row itself (``run.py --system rl-zoo3``): it has the
+        row's algorithm, environment and budget.
     note : str
         What the table says beside the row.
     """
@@ -78,6 +81,7 @@ class Row:
     prepare: str = None
     measure: str = None
     higher_is_better: bool = True
+    rlzoo: bool = True
     note: str = ""
 
     @property
@@ -112,6 +116,9 @@ ROWS = [
     Row("sac_halfcheetah", Published(9535.451, 100.470, 1_000_000, note="HalfCheetah-v3, at 1M steps"),
         minutes=12.0, seeds=3, episodes=5, needs=("mujoco",),
         note="100k of the zoo's 1M steps; at 100k the reference is SB3 side by side"),
+    Row("sac_her_fetch_reach", Published(-1.659, 0.873, 20_000, note="TQC, FetchReach-v1"), minutes=3.0, seeds=3,
+        episodes=20, needs=("gymnasium_robotics",), rlzoo=False,
+        note="the robotics extra (MuJoCo < 3.12) in a venv of its own; the zoo publishes TQC, not SAC, here"),
     # Our own agents: each against a baseline or a goal.
     Row("rnd_ppo_mountaincar", baseline="ppo_mountaincar_300k", minutes=1.0, seeds=3, episodes=10,
         note="sparse task: the flag or -200; RND-PPO's settings (benchmarks/RESULTS.md, RND-PPO on MountainCar)"),
@@ -138,4 +145,5 @@ ROWS = [
 BY_NAME = {row.name: row for row in ROWS}
 
 #: The pip extra that installs each module a row needs.
-EXTRA_OF = {"Box2D": "box2d", "mujoco": "mujoco", "ale_py": "atari", "minigrid": "minigrid"}
+EXTRA_OF = {"Box2D": "box2d", "mujoco": "mujoco", "ale_py": "atari", "minigrid": "minigrid",
+            "gymnasium_robotics": "robotics"}

@@ -76,7 +76,8 @@ def rlzoo_task(row):
     own agents, a budget other than the zoo's)."""
     import yaml
     algo = row.name.split("_")[0]
-    if algo not in RLZOO_ALGOS or row.published is None or row.measure or "of the zoo's" in row.note:
+    if (algo not in RLZOO_ALGOS or not row.rlzoo or row.published is None or row.measure
+            or "of the zoo's" in row.note):
         return None
     with open(os.path.join(REPO, row.config_path)) as f:
         return algo, yaml.safe_load(f)["env"]["id"]
