@@ -65,6 +65,10 @@ class Row:
     rlzoo : bool
         Whether rl-zoo3 can train the row itself (``run.py --system rl-zoo3``): it has the
         row's algorithm, environment and budget.
+    score : str
+        What a seed's score is: ``eval`` (the final model's deterministic return over
+        ``episodes`` episodes) or ``games`` (the mean score of the last 100 real games of
+        training, from the episode logs: Atari, where an episode is one life).
     note : str
         What the table says beside the row.
     """
@@ -82,6 +86,7 @@ class Row:
     measure: str = None
     higher_is_better: bool = True
     rlzoo: bool = True
+    score: str = "eval"
     note: str = ""
 
     @property
@@ -119,6 +124,10 @@ ROWS = [
     Row("sac_her_fetch_reach", Published(-1.659, 0.873, 20_000, note="TQC, FetchReach-v1"), minutes=3.0, seeds=3,
         episodes=20, needs=("gymnasium_robotics",), rlzoo=False,
         note="the robotics extra (MuJoCo < 3.12) in a venv of its own; the zoo publishes TQC, not SAC, here"),
+    Row("ppo_breakout", Published(6.6, 2.6, 250_000, source="SB3 side by side, atari_ppo/run.py",
+                                  note="median of 4 seeds; zoo: 398 +- 33 at 10M"),
+        minutes=25.0, seeds=3, needs=("ale_py",), score="games", rlzoo=False,
+        note="score: mean of the last 100 training games; 1M of the zoo's 10M frames, against SB3 at 1M"),
     # Our own agents: each against a baseline or a goal.
     Row("rnd_ppo_mountaincar", baseline="ppo_mountaincar_300k", minutes=1.0, seeds=3, episodes=10,
         note="sparse task: the flag or -200; RND-PPO's settings (benchmarks/RESULTS.md, RND-PPO on MountainCar)"),

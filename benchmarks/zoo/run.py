@@ -117,7 +117,8 @@ def run_seed(row, seed, out, code_dir, code, quick, system="pytorchrl", peers_py
         cmd = [sys.executable, worker, "--measure", row.measure, str(seed), run_dir] + (["--quick"] if quick else [])
     else:
         prepare = ["--prepare", row.prepare] if row.prepare else []
-        cmd = [sys.executable, worker, os.path.join(REPO, row.config_path), str(seed), run_dir, str(episodes),
+        score = "games" if row.score == "games" else str(episodes)
+        cmd = [sys.executable, worker, os.path.join(REPO, row.config_path), str(seed), run_dir, score,
                *prepare, *overrides]
     start = time.time()
     log_path = run_dir + ".log"

@@ -4,14 +4,19 @@ write ``result.json`` into the run directory. Run by ``run.py`` with the code un
 first on ``PYTHONPATH``.
 
     python benchmarks/zoo/worker.py CONFIG SEED RUN_DIR EPISODES [--prepare HOOK] [key=value ...]
+    python benchmarks/zoo/worker.py CONFIG SEED RUN_DIR games [key=value ...]
     python benchmarks/zoo/worker.py --measure HOOK SEED RUN_DIR [--quick]
 
+With ``games`` for EPISODES the score is the mean of the last 100 real games of training
+(the episode logs' ``game_return``: Atari, where an episode is one life), not an evaluation.
 A hook is ``FILE:FUNCTION``, FILE relative to benchmarks/: ``--prepare`` calls
 ``FUNCTION(run_dir, seed)`` before training, which returns more ``key=value`` overrides (a
 row's demonstrations recorded first); ``--measure`` calls ``FUNCTION(seed, run_dir, quick)``
 instead of training, which returns the result's fields (a row whose score is not a return).
 """
 
+import csv
+import glob
 import importlib.util
 import json
 import os
@@ -31,6 +36,16 @@ def hook(spec):
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return getattr(module, name)
+
+
+def last_games(run_dir, n=100):
+    """Scores of the last ``n`` real games of a run's training (episode-log rows whose
+    ``game_return`` is set), oldest first."""
+    rows = []
+    for path in glob.glob(os.path.join(run_dir, "monitor", "train_monitor_*.csv")):
+        with open(path, newline="") as f:
+            rows += [r for r in csv.DictReader(f) if r.get("game_return") not in (None, "")]
+    return [float(r["game_return"]) for r in sorted(rows, key=lambda r: float(r["t"]))][-n:]
 
 
 def write_result(run_dir, result):
@@ -55,7 +70,9 @@ def measure(argv):
 def main(argv):
     if argv[0] == "--measure":
         return measure(argv[1:])
-    config, seed, run_dir, episodes, overrides = argv[0], int(argv[1]), argv[2], int(argv[3]), argv[4:]
+    config, seed, run_dir, overrides = argv[0], int(argv[1]), argv[2], argv[4:]
+    games = argv[3] == "games"
+    episodes = 0 if games else int(argv[3])
     import pytorchrl
     from pytorchrl import cli
     from pytorchrl.tools.evaluate import evaluate_run
@@ -73,12 +90,14 @@ def main(argv):
     with open(os.path.join(run_dir, "summary.yaml")) as f:
         summary = yaml.safe_load(f)
     evaluation = evaluate_run(run_dir, episodes=episodes, seed=10_000 + seed) if episodes else None
+    scores = last_games(run_dir) if games else None
     result = {"seed": seed, "env_steps": summary["env_steps"], "train_seconds": summary["seconds"],
               "wall_seconds": round(train_wall, 2),
               "steps_per_s": summary["env_steps"] / summary["seconds"] if summary["seconds"] else None,
               "train_return": summary.get("train_return"),
-              "final": evaluation["mean"] if evaluation else summary.get("test_return"),
-              "final_std": evaluation["std"] if evaluation else None,
+              "final": (sum(scores) / len(scores) if scores else float("nan")) if games else
+              (evaluation["mean"] if evaluation else summary.get("test_return")),
+              "final_std": evaluation["std"] if evaluation else None, "games": len(scores) if games else None,
               "eval_episodes": episodes, "pytorchrl": os.path.dirname(pytorchrl.__file__)}
     write_result(run_dir, result)
 

@@ -66,7 +66,8 @@ def build_env_factories(config, log_dir=None):
         # The family's factories combine the seed with the worker and env indexes (and
         # train/test) themselves: the vector env adds no seed of its own.
         env_kwargs["seed"], seed = seed, None
-    common = dict(env_kwargs=env_kwargs, log_dir=monitor_dir, vectorization=env["vectorization"], seed=seed)
+    common = dict(env_kwargs=env_kwargs, log_dir=monitor_dir, vectorization=env["vectorization"], seed=seed,
+                  info_keywords=family.info_keywords)
     train_factory, action_space, obs_space = VecEnv.create_factory(
         env_fn=family.train_factory, vec_env_size=env["vec_env_size"], **common)
     test_factory = None

@@ -46,11 +46,16 @@ class EnvFamily:
         Option name -> callable returning why a value of that option is refused (one line),
         or None when it is accepted: values the option's type allows but the family cannot
         build (MiniGrid's ``observation: dict``), refused before anything starts.
+    info_keywords : tuple of str
+        Keys of the environments' ``info`` that the episode logs (``<run>/monitor``) record
+        beside each episode's return and length (Atari's real game score, where an episode
+        is one life).
     """
 
     def __init__(self, name, train_factory, test_factory, description, entry_point=None, register=None,
-                 option_checks=None):
+                 option_checks=None, info_keywords=()):
         self.name = name
+        self.info_keywords = tuple(info_keywords)
         self.option_checks = dict(option_checks or {})
         self.train_factory = train_factory
         self.test_factory = test_factory
@@ -92,7 +97,7 @@ ENV_FAMILIES = {f.name: f for f in [
     EnvFamily("gym", make_gym_env, make_gym_env, "any gymnasium id; env.kwargs go to gymnasium.make"),
     EnvFamily("atari", atari_train_env_factory, atari_test_env_factory,
               "Atari games of the ALE (ale-py) with the standard DQN preprocessing, 84x84 frames",
-              entry_point="ale_py", register=_register_ale),
+              entry_point="ale_py", register=_register_ale, info_keywords=("game_return", "game_length")),
     EnvFamily("mujoco", mujoco_train_env_factory, mujoco_test_env_factory,
               "gymnasium's MuJoCo tasks (HalfCheetah-v5, Hopper-v5, ...), float32 observations",
               entry_point="mujoco", register=_require_mujoco),

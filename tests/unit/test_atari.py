@@ -336,3 +336,27 @@ def test_ppo_atari_example_runs_on_cpu(tmp_path):
     # Games of 50 steps end within the budget; their real score is in the episode log.
     rows = read_csv(run_dir / "monitor" / "train_monitor_g0_c0.csv")
     assert rows and all(row["game_length"] == "50" for row in rows)
+
+
+def test_a_configured_atari_run_logs_the_real_games(tmp_path):
+    """A run of the atari family built from a configuration records the real game's score and
+    length (``game_return``, ``game_length``) in its episode logs, where an episode is one life
+    (what benchmarks/zoo scores Atari rows by)."""
+    from pytorchrl.config import build_env_factories, validate_config
+    from cli_helpers import read_csv
+
+    config = validate_config({"env": {"family": "atari", "id": "BreakoutNoFrameskip-v4", "vec_env_size": 1,
+                                      "max_episode_steps": 40, "seed": 0},
+                              "algorithm": {"name": "PPO"}, "storage": {"name": "GAEBuffer", "size": 8},
+                              "learner": {"target_steps": 100}})
+    train_factory, _, _, _ = build_env_factories(config, log_dir=str(tmp_path))
+    envs = train_factory("cpu", 0, 0)
+    try:
+        envs.reset()
+        for _ in range(120):    # three games of 40 steps (random play loses lives before)
+            envs.step(np.array([[envs.action_space.sample()]]))
+    finally:
+        envs.close()
+    rows = read_csv(tmp_path / "monitor" / "train_monitor_g0_c0.csv")
+    games = [r for r in rows if r["game_return"] != ""]
+    assert len(games) >= 2 and all(r["game_length"] == "40" for r in games)
