@@ -46,7 +46,7 @@ import ale_py, cv2, mujoco  # noqa: F401  (atari_ppo/run.py, offpolicy/run.py --
 assert ale_py.__version__ == ale_v, ale_py.__version__
 assert mujoco.__version__ == mujoco_v, mujoco.__version__
 gymnasium.make("HalfCheetah-v5").close()   # gymnasium's MuJoCo tasks load with this mujoco
-import rl_zoo3, Box2D  # noqa: F401  (benchmarks/zoo/run.py --system rl-zoo3)
+import rl_zoo3, Box2D, pygame  # noqa: F401  (benchmarks/zoo/run.py --system rl-zoo3)
 if skip_rllib != "1":
     import ray
     assert ray.__version__ == ray_v, ray.__version__
@@ -99,7 +99,7 @@ echo "setup_peers: installing ale-py==$ALE_VERSION, opencv-python-headless, mujo
 
 # 3b. rl-baselines3-zoo and Box2D (benchmarks/zoo/run.py --system rl-zoo3).
 echo "setup_peers: installing rl_zoo3==$RLZOO_VERSION, box2d"
-"${PIP[@]}" -c "$CONSTRAINTS" "rl_zoo3==$RLZOO_VERSION" "box2d>=2.3.10"
+"${PIP[@]}" -c "$CONSTRAINTS" "rl_zoo3==$RLZOO_VERSION" "box2d>=2.3.10" pygame   # gymnasium.envs.box2d imports pygame
 
 # 4. RLlib (for the RLlib comparisons).
 if [[ "${SKIP_RLLIB:-0}" != "1" ]]; then
