@@ -57,6 +57,15 @@ def worker_record(script, argv, cwd=REPO, **env):
     return rec
 
 
+def assert_return_fields(rec, episodes=1):
+    """The record ``rec`` of a benchmark that trains holds the return its training reached
+    beside its speed (``harness.schemes.train_return_fields``): the mean return of the last
+    100 training episodes, measured over at least ``episodes`` episodes that ended in the
+    measured window, within CartPole-like bounds."""
+    assert rec["train_episodes"] >= episodes, rec
+    assert isinstance(rec["train_return_last100"], float) and -1000 < rec["train_return_last100"] <= 500, rec
+
+
 def assert_rate_matches_wall(rec, wall_key):
     """The record's steps per second is its steps over its wall time. Both are rounded (the
     wall to 1 ms, the rate to 0.1), so on a run of a few tens of milliseconds the rounded wall
@@ -616,6 +625,19 @@ def test_workflows_benchmark_discovers_every_exarl_config_and_reports_them():
     table = mod.render([record, {"workflow": "exarl-random", "error": "exit 2"}], args)
     assert "| exarl-sync | 1,000 | 400 | 4.5 (900 steps) | 160.0 | – | 1.00 | – | 0 | – | 3.0 / 3.5 |" in table
     assert "| exarl-random | failed: exit 2 |" in table
+
+
+# --------------------------- the return beside the speed (a2c, work stealing, pbt, spaces)
+def test_harness_return_verdicts():
+    report = _bench_module("harness.report")
+    assert report.return_verdict(480.0, 500.0, ref_name="base", label="greedy return") == \
+        "greedy return 480.0 vs 500.0 (base): lower"
+    assert report.return_verdict(495.0, 500.0, tolerance=10) == "return 495.0 vs 500.0: ok (within 10.0)"
+    assert report.return_verdict(505.0, 500.0) == "return 505.0 vs 500.0: ok"
+    assert report.return_verdict(None, 500.0) == "return – vs 500.0: not measured"
+    assert report.fmt_return(21.43, 7) == "21.4 (7 ep.)" and report.fmt_return(None, 0) == "– (no episode ended)"
+    schemes = _bench_module("harness.schemes")
+    assert schemes.finite(float("nan")) is None and schemes.finite(float("-inf")) is None and schemes.finite(3) == 3.0
 
 
 @pytest.mark.timeout(300)
