@@ -258,13 +258,18 @@ def test_straggler_is_cut_with_preemption(bench_ray):
     # The slow collector is cut every round: the round holds 75-100% of 2 x 32 samples.
     assert r["rounds"] >= 2 and r["cut_rollouts_per_round"] >= 1
     assert 48 <= r["samples_per_round"] < 64
+    assert_return_fields(r, episodes=0)     # two rounds of ~50 steps per env: maybe no episode ends
     records = [dict(r, config="straggler, fraction_samples=0.75", **{"pass": 0}),
-               dict(r, config="no straggler", round_s=r["round_s"] / 1.1, **{"pass": 0})]
+               dict(r, config="no straggler", round_s=r["round_s"] / 1.1,
+                    train_return_last100=r["train_return_last100"] + 10, **{"pass": 0})]
     summary = mod.summarize(records)
     assert summary["straggler, fraction_samples=0.75"]["vs_no_straggler"] == pytest.approx(1.1)
     table = mod.render(summary, records, {"collectors": 2, "slow_worker": 2, "cpus_per_collector": 0.25,
                                           "latency": 0.002, "rollout": 32, "slow_factor": 5.0, "repeats": 1})
-    assert "1.10x" in table and ": MET." in table
+    # The goal line compares the returns too: here the preempted run's is 10 lower, more than chance.
+    ret = r["train_return_last100"]
+    assert "1.10x" in table and f": MET; train return {ret:.1f} vs {ret + 10:.1f} (no straggler): lower." in table
+    assert "| env steps/s | train return (episodes) |" in table and mod.RETURN_NOTE in table
 
 
 @pytest.mark.timeout(300)
