@@ -275,17 +275,25 @@ def test_straggler_is_cut_with_preemption(bench_ray):
 @pytest.mark.timeout(300)
 def test_compression_images_counts_bytes(bench_ray):
     mod = _load_bench("compression_images/run.py")
+    # Games of 8 steps: some end in every round, and the return is measured.
     args = mod.parse_args(["--envs", "1", "--rollout", "8", "--rounds", "1", "--warmup", "1", "--hidden", "8",
-                           "--cpus-per-collector", "0.25"])
+                           "--cpus-per-collector", "0.25", "--episode-steps", "8"])
+    assert mod.parse_args([]).episode_steps == 128
     records = [dict(mod.measure(mode, args), **{"pass": 0}) for mode in (False, "auto")]
+    for r in records:   # 2 games of 8 steps per round, scores of -1, 0 or +1
+        assert r["train_episodes"] >= 2 and -1 <= r["train_return_last100"] <= 1
     by = {r["compress"]: r for r in records}
     raw = by["False"]["bytes_sent_per_round"]
     assert raw >= 2 * 8 * 4 * 84 * 84 and by["False"]["compression_ratio"] == pytest.approx(1.0)
     # uint8 frames: lz4 pays off, and "auto" picks them.
     assert by['"auto"']["compression_ratio"] > 5 and by['"auto"']["bytes_sent_per_round"] < raw / 5
     summary = mod.summarize(records)
-    table = mod.render(summary, records, {"collectors": 2, "envs": 1, "rollout": 8, "hidden": 8, "repeats": 1})
-    assert '| "auto" |' in table
+    table = mod.render(summary, records, {"collectors": 2, "envs": 1, "rollout": 8, "hidden": 8, "repeats": 1,
+                                          "episode_steps": 8})
+    assert '| "auto" |' in table and "| train return (games) |" in table
+    auto, off = summary['"auto"'], summary["False"]
+    assert f'"auto" vs False: {auto["bytes_vs_off"]:.1f}x fewer bytes per round' in table
+    assert f"train return {auto['train_return']:.2f} vs {off['train_return']:.2f} (False): " in table
 
 
 def test_harness_snapshot_and_load_probe():
