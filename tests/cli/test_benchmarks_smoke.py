@@ -231,8 +231,10 @@ def test_replay_server_bench_reports_rates_and_ratio(bench_ray):
     assert r["env_steps"] >= 400 and r["updates"] > 0
     assert r["inserts_per_s"] > 0 and r["samples_per_s"] > 0
     assert abs(r["deviation"]) <= r["error_buffer"] + 16 * 2 + 16
+    assert_return_fields(r, episodes=5)     # 400 steps of epsilon-greedy CartPole
     table = mod.render([r], load_share=0.5)
     assert "| 2 | 2 | " in table and "50%" in table
+    assert f"| {r['train_return_last100']:.1f} ({r['train_episodes']} ep.) |" in table and mod.RETURN_NOTE in table
 
 
 def test_seed_inference_bench_reports_batches_and_rates(bench_ray):
@@ -244,8 +246,12 @@ def test_seed_inference_bench_reports_batches_and_rates(bench_ray):
     assert r["env_steps"] >= 600 and r["updates"] > 0
     assert 2.0 <= r["mean_batch"] <= 4.0 and r["max_batch_seen"] <= 4
     assert r["env_steps_per_s"] > 0 and r["calls_per_s"] > 0 and r["mean_wait_ms"] >= 0
+    # The window starts after the first Learner step, which collects DDQN's 500 start steps:
+    # ~100 steps are left, too few to require an episode in it (the mean holds earlier ones).
+    assert_return_fields(r, episodes=0)
     table = mod.render([r], load_share=0.5)
     assert "| 2 x 2 | 64 / 10 | " in table and "50%" in table
+    assert f"| {r['train_return_last100']:.1f} ({r['train_episodes']} ep.) |" in table and mod.RETURN_NOTE in table
 
 
 @pytest.mark.timeout(300)
