@@ -189,9 +189,16 @@ def test_distributed_cartpole_report():
     assert summary[("ours", 8)]["build_s"] == 3.0     # after ray.init, like RLlib's build_algo
     assert mod.paired(records, 8, "env_steps_per_s") == [pytest.approx(6.0), pytest.approx(11000 / 2400)]
     table = mod.render(summary, records, {"steps": 100_000, "seeds": 2, "collectors": 2})
-    assert "env steps/s 5.23x RLlib's (goal >= 5x: MET)" in table
+    # 5.23x RLlib's env steps/s, but a lower median greedy return (490 vs 500): no speed-up.
+    assert ("env steps/s 5.23x RLlib's, greedy return 490.0 vs 500.0: lower (goal >= 5x at an equal or better "
+            "greedy return: NOT MET)") in table
     assert "time to first sample 0.40 of RLlib's (goal < 0.5: MET)" in table
     assert "Failed runs: rllib seed 2 envs 8: exit 1" in table
+    # The returns stand beside the speed in the table.
+    assert "| env steps/s (training) | greedy eval (10 ep), median [min] | train return (last 100 ep) |" in table
+    records[2]["eval_mean"] = 500
+    table = mod.render(mod.summarize(records), records, {"steps": 100_000, "seeds": 2, "collectors": 2})
+    assert "greedy return 500.0 vs 500.0: ok (goal >= 5x at an equal or better greedy return: MET)" in table
     assert mod.parse_args(["--quick"]).envs == [8]
 
 
