@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -668,6 +669,47 @@ def test_harness_return_verdicts():
     assert report.fmt_return(21.43, 7) == "21.4 (7 ep.)" and report.fmt_return(None, 0) == "– (no episode ended)"
     schemes = _bench_module("harness.schemes")
     assert schemes.finite(float("nan")) is None and schemes.finite(float("-inf")) is None and schemes.finite(3) == 3.0
+
+
+def _a2c_records(tree_eval):
+    def rec(version, seed, fps, ev, train):
+        return {"version": version, "seed": seed, "steps_per_s": fps, "env_steps": 40_000,
+                "train_return_last100": train, "train_episodes": 300, "eval_mean": ev, "eval_returns": [ev]}
+
+    return [rec("base", 0, 1000.0, 500.0, 300.0), rec("tree", 0, 1100.0, tree_eval[0], 310.0),
+            rec("tree", 1, 1050.0, tree_eval[1], 290.0), rec("base", 1, 1000.0, 400.0, 280.0)]
+
+
+def test_a2c_cartpole_report_says_when_the_tree_learns_worse():
+    mod = _load_bench("a2c_cartpole/run.py")
+    summary = mod.summarize(_a2c_records((500.0, 420.0)))
+    assert summary["tree"]["steps_per_s"] == 1075.0 and summary["base"]["eval_mean"] == 450.0
+    table = mod.render(summary, "e8efbda")
+    assert "| e8efbda (base) | 1,000 | 450.0 | 290.0 | 1,000 1,000 | 500.0 400.0 | 300.0 280.0 |" in table
+    assert "median greedy return 460.0 vs 450.0 (base): ok (lower on 0 of 2 paired seeds)" in table
+    assert "Verdict: the working tree learns as well as the base and runs at 1.07x its env steps/s." in table
+    # Faster, but a lower median greedy return: not a speed-up.
+    table = mod.render(mod.summarize(_a2c_records((400.0, 300.0))), "e8efbda")
+    assert "(lower on 2 of 2 paired seeds)" in table
+    assert ("Verdict: the working tree LEARNS WORSE than the base (median greedy return 350.0 vs 450.0): its 1.07x "
+            "env steps/s is not a speed-up.") in table
+    # Within the tolerance a lower median is not counted as learning worse.
+    assert "learns as well" in mod.render(mod.summarize(_a2c_records((440.0, 440.0))), "x", tolerance=20)
+    assert (mod.parse_args(["--quick"]).steps, mod.parse_args([]).base) == (4000, "HEAD")
+
+
+@pytest.mark.timeout(300)
+def test_a2c_cartpole_run_reports_speed_and_returns():
+    """The child run of a2c_cartpole/run.py on the working tree, 800 steps: its speed and,
+    beside it, the training and greedy returns."""
+    mod = _load_bench("a2c_cartpole/run.py")
+    argv, env = mod.child_command(REPO, 800, seed=1, eval_episodes=2)
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = mod.read_result(r.stdout, REPO)
+    assert rec["steps_per_s"] > 0 and rec["env_steps"] >= 800
+    assert_return_fields(rec)
+    assert len(rec["eval_returns"]) == 2 and 1 <= rec["eval_mean"] <= 500
 
 
 @pytest.mark.timeout(300)
