@@ -712,6 +712,23 @@ def test_a2c_cartpole_run_reports_speed_and_returns():
     assert len(rec["eval_returns"]) == 2 and 1 <= rec["eval_mean"] <= 500
 
 
+def test_work_stealing_report_compares_run_time_and_return():
+    mod = _load_bench("work_stealing/run.py")
+
+    def rec(steal, seed, time_s, ret):
+        return {"steal": steal, "seed": seed, "time_s": time_s, "train_return_last100": ret, "train_episodes": 120,
+                "stolen_pops": 3 if steal else 0, "stolen_rollouts": 5 if steal else 0, "puts": 140,
+                "popped": 140, "held": 0, "updates": 2900, "env_steps": 3000}
+
+    records = [rec(True, 0, 10.0, 20.0), rec(False, 0, 15.0, 24.0), rec(False, 1, 14.0, 22.0), rec(True, 1, 9.0, 26.0)]
+    table = mod.render(mod.summarize(records))
+    assert "| steal true | 9.5 | 10.0 9.0 | 23.0 (120 ep.) | 20.0 26.0 | 3 3 | 5 5 | 140/140 140/140 | 2900 2900 |" \
+        in table
+    assert ("steal true vs false: median run time 9.5 s vs 14.5 s (1.53x as fast); median train return 23.0 vs 23.0 "
+            "(steal false): ok.") in table and mod.RETURN_NOTE in table
+    assert (mod.parse_args(["--quick"]).steps, mod.parse_args(["--quick"]).repeats) == (600, 1)
+
+
 @pytest.mark.timeout(300)
 def test_server_startup_measures_servers_that_do_without_torch(bench_ray):
     mod = _load_bench("server_startup/run.py")
