@@ -729,6 +729,22 @@ def test_work_stealing_report_compares_run_time_and_return():
     assert (mod.parse_args(["--quick"]).steps, mod.parse_args(["--quick"]).repeats) == (600, 1)
 
 
+def test_pbt_report_compares_wall_time_and_return():
+    mod = _load_bench("pbt/run.py")
+
+    def rec(config, seed, best, wall, copies=0):
+        return {"config": config, "seed": seed, "best_final": best, "finals": {0: best}, "first_solve_step": None,
+                "members_solved_at_end": 0, "wall_s": wall, "copies": copies}
+
+    records = [rec("fixed", 0, 480.0, 100.0), rec("pbt", 0, 500.0, 105.0, 12), rec("fixed", 1, 420.0, 98.0),
+               rec("pbt", 1, 440.0, 101.0, 10), rec("tune-inplace", 0, 400.0, 120.0, 6),
+               rec("tune-restart", 0, 450.0, 150.0, 6)]
+    text = "\n".join(mod.comparison_lines(records))
+    assert "pbt vs fixed (2 seed(s), medians): wall 103 s vs 99 s; best final return 470.0 vs 450.0 (fixed): ok." in text
+    assert ("Tune restarting vs in place (1 seed(s), medians): +30.0 s in all, +5.00 s per perturbation "
+            "(6 perturbations); best final return in place 400.0 vs 450.0 (restarting): lower.") in text
+
+
 @pytest.mark.timeout(300)
 def test_server_startup_measures_servers_that_do_without_torch(bench_ray):
     mod = _load_bench("server_startup/run.py")
