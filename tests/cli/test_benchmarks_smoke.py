@@ -361,7 +361,8 @@ def test_soak_memory_summary_and_report():
     assert mod.short_name("/v/bin/python -u /v/ray/_private/log_monitor.py --x") == "log_monitor.py"
     # 600 s of samples: workers grow 20% linearly after warm-up, the driver stays flat.
     samples = [{"t": float(t), "driver": 300.0, "workers": 500.0 * (1 + 0.2 * max(0, t - 120) / 480),
-                "daemons": 400.0, "n_workers": 2} for t in range(0, 601, 2)]
+                "daemons": 400.0, "n_workers": 2, "train_return": None if t < 10 else float(t // 10)}
+               for t in range(0, 601, 2)]
     for s in samples:
         s["job"] = s["driver"] + s["workers"]
         s["tree"] = s["job"] + s["daemons"]
@@ -375,6 +376,8 @@ def test_soak_memory_summary_and_report():
     assert not mem["windows_overlap"]
     rows = mod.per_minute(samples, lambda t: int(1000 * t), 600.0)
     assert len(rows) == 10 and rows[0]["env_steps_per_s"] == 1000
+    # The train return at each interval's end: the last sample before t = 60 s is at 58 s.
+    assert rows[0]["train_return"] == 5.0 and rows[-1]["train_return"] == 60.0
     rec = {"target_steps": 6_000_000, "env_steps": 6_001_000, "target_reached": True, "error": None,
            "train_wall_s": 610.0, "planned_s": 600.0, "env_steps_per_s": 9838.0, "calibration_s": 30.0,
            "calibration_env_steps_per_s": 10000.0, "kills": 5, "kill_times_s": [120, 240, 360, 480, 600],
@@ -387,6 +390,8 @@ def test_soak_memory_summary_and_report():
             "requests_in_flight": 1, "num_cpus": 2, "minutes": 10, "kill_every": 120, "sample_every": 2}
     table = mod.render(rec, meta)
     assert "target **reached**" in table and "| collectors killed (SIGKILL) | 5:" in table
+    assert "| env steps/s (whole run) | 9,838 |\n| train return (last 100 episodes) | 500.0 |" in table
+    assert "| t (s) | env steps/s | train return (last 100 ep.) |" in table and "| 0–60 | 1,000 | 5.0 |" in table
     assert "**NOT MET** (driver + workers RSS grew +" in table
 
 
