@@ -751,6 +751,18 @@ def test_pbt_report_compares_wall_time_and_return():
 
 
 @pytest.mark.timeout(300)
+def test_spaces_cartpole_quick_writes_records_with_returns(tmp_path, capsys):
+    mod = _load_bench("spaces_cartpole/run.py")
+    mod.main(["--quick", "--envs", "CartPole-v1", "--out-dir", str(tmp_path)])
+    lines = [json.loads(ln) for f in tmp_path.glob("spaces_cartpole_*.jsonl") for ln in f.read_text().splitlines()]
+    assert lines[0]["record"] == "meta" and len(lines) == 2
+    run = lines[1]
+    assert run["env_id"] == "CartPole-v1" and run["steps"] == 4096 and run["seconds"] > 0
+    assert 8 <= run["best_train_return"] <= 500 and 8 <= run["final_train_return"] <= run["best_train_return"]
+    assert "| env | seed | steps to 195 | best train return | best greedy return | s |" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(300)
 def test_server_startup_measures_servers_that_do_without_torch(bench_ray):
     mod = _load_bench("server_startup/run.py")
     args = mod.parse_args(["--quick"])
