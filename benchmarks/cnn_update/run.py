@@ -17,6 +17,8 @@ automatic (channels first, bfloat16 autocast); each at every ``--threads`` count
 in ``--repeats`` interleaved passes; the table gives medians over passes of the per-pass
 median times, wall and CPU.
 
+Exempt from reporting a return: it times a kernel (updates, acting steps) on random frames, no training.
+
 Usage:
     python benchmarks/cnn_update/run.py                  # 1 and 2 threads, 3 passes (~3-5 min on 2 cores)
     python benchmarks/cnn_update/run.py --quick          # 1 thread, 1 pass, few repetitions (~30 s)

@@ -17,6 +17,8 @@ once with the graph update on; the report gives each one's median milliseconds p
 over ``--repeats`` interleaved passes, the speed-up, and the graph engine's own account
 (captures, replays, and ``off``: the reason it stepped aside, None when it ran throughout).
 
+Exempt from reporting a return: it times a kernel (updates on random mini-batches), no training.
+
 Usage (on a machine with a CUDA device; nothing else in the project needs one):
     python benchmarks/gpu_update/run.py                 # every case, 3 passes of 200 updates
     python benchmarks/gpu_update/run.py --quick         # 1 pass of 30 updates

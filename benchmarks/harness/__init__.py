@@ -10,10 +10,13 @@
   orchestrators' options and ``main``);
 - ``results``: results files (``.jsonl``, ``.md``, the measured diff), also read back;
 - ``stats``: medians and paired ratios of run records;
-- ``report``: formatting of the reports (numbers, tables, verdicts, closing notes);
+- ``report``: formatting of the reports (numbers, tables, verdicts with the returns compared,
+  closing notes);
 - ``inprocess``: benchmarks that measure several configurations in one process and one Ray
   instance (re-run in a child that imports the measured code);
-- ``schemes``: cheap learners' factories and the scheme benchmarks' measuring loop.
+- ``schemes``: cheap learners' factories, the scheme benchmarks' measuring loop and the return
+  a Learner's training reached (``train_return_fields``: what every benchmark that reports a
+  speed reports beside it).
 
 Scripts import it with ``benchmarks/`` on ``sys.path`` (each task's script puts it there).
 The modules import the standard library only at the top (psutil when present), so that any

@@ -139,8 +139,8 @@ def add_series_args(ap):
 
 
 def run_series_on_local_ray(args, values, measure, render):
-    """Measure each value in turn on one local Ray instance (2 CPUs, started here unless one
-    is running) and print the rendered table; returns the records.
+    """Measure each value in turn on one local Ray instance (``OwnedRay`` of 2 CPUs, started
+    here unless one is running) and print the rendered table; returns the records.
 
     Parameters
     ----------
@@ -157,19 +157,12 @@ def run_series_on_local_ray(args, values, measure, render):
     """
     maybe_wait_idle(args)
     share = others_share(window=2.0)
-    import ray
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False)
-    try:
-        records = []
+    records = []
+    with OwnedRay(num_cpus=2):     # a Ray instance of its own, never another run's cluster
         for value in values:
             r = measure(value, args)
             records.append(r)
             if getattr(args, "json", False):
                 print(json.dumps(r), flush=True)
-    finally:
-        if started:
-            ray.shutdown()
     print(render(records, share))
     return records

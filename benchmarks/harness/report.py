@@ -14,6 +14,15 @@ def fmt(v, digits=0, suffix="", inf="∞"):
     return f"{v:,.{digits}f}{suffix}"
 
 
+def fmt_return(ret, episodes=None, digits=1):
+    """A return for a table cell: ``ret`` with ``digits`` decimals, followed by the number of
+    ``episodes`` it was measured over when given, e.g. "21.4 (37 ep.)"; "– (no episode
+    ended)" when ``ret`` is None."""
+    if ret is None:
+        return "– (no episode ended)" if episodes is not None else "–"
+    return fmt(ret, digits) + (f" ({fmt(episodes)} ep.)" if episodes is not None else "")
+
+
 def fmt_share(v):
     """The share ``v`` (0-1) as a whole percentage; "–" for None."""
     return "–" if v is None else f"{100 * v:.0f}%"
@@ -29,12 +38,13 @@ def md_table(headers, rows, align=None):
     return "\n".join(lines)
 
 
-def series_table(headers, rows, load_share=None):
+def series_table(headers, rows, load_share=None, caption=None):
     """The table of a series measured on one Ray instance (``inprocess.run_series_on_local_ray``):
-    ``headers`` (the column names) and ``rows`` (lists of cells), every column left-aligned,
-    then, when ``load_share`` (0-1) is given, the share of the machine's CPU that other
-    processes used just before the runs."""
-    table = md_table(headers, rows, align="l" * len(headers))
+    ``caption`` (a paragraph above the table, e.g. what its return column can show; None:
+    none), then ``headers`` (the column names) and ``rows`` (lists of cells), every column
+    left-aligned, then, when ``load_share`` (0-1) is given, the share of the machine's CPU
+    that other processes used just before the runs."""
+    table = (caption + "\n\n" if caption else "") + md_table(headers, rows, align="l" * len(headers))
     if load_share is not None:
         table += f"\n\nOther processes used {100 * load_share:.0f}% of the machine's CPU just before the runs."
     return table
@@ -75,13 +85,38 @@ def speedup(ours, peer, key):
     return f"{peer[key] / ours[key]:.2f}x"
 
 
+def return_ok(ret, ref, tolerance=0.0):
+    """Whether the return ``ret`` is as good as the reference return ``ref``: both measured
+    and ``ret`` no more than ``tolerance`` (in return units) below ``ref``."""
+    return ret is not None and ref is not None and ret >= ref - tolerance
+
+
+def return_verdict(ret, ref, digits=1, tolerance=0.0, ref_name=None, label="return"):
+    """'LABEL A vs B (REF_NAME): ok', '...: ok (within T)' (lower, but by no more than the
+    ``tolerance`` T), '...: lower' (lower by more, see ``return_ok``) or '...: not measured'
+    (either is None): the return part of a verdict, so that a faster run that learns worse
+    reads as what it is.
+
+    ret, ref: the returns compared (the run's and the reference's); digits: decimals shown;
+    tolerance: how far below ``ref`` still counts as ok (the return's noise in that
+    benchmark, in return units); ref_name: what the reference is (shown in brackets; None:
+    nothing); label: the name of the figure (e.g. "train return")."""
+    if ret is None or ref is None:
+        judged = "not measured"
+    elif ret >= ref:
+        judged = "ok"
+    else:
+        judged = f"ok (within {fmt(tolerance, digits)})" if return_ok(ret, ref, tolerance) else "lower"
+    ref_shown = fmt(ref, digits) + (f" ({ref_name})" if ref_name else "")
+    return f"{label} {fmt(ret, digits)} vs {ref_shown}: {judged}"
+
+
 def goal_verdict(system, ratio, target, ours_return, peer_return, digits=1):
     """'SYSTEM: MET (...)' or 'SYSTEM: NOT MET (...)': whether ``system`` reaches ``target``
     times the peer's throughput (``ratio``) at an equal or better return (``ours_return`` >=
     ``peer_return``; a missing return is not), with both reasons; the returns shown with
     ``digits`` decimals."""
     ok_speed = ratio >= target
-    ok_return = ours_return is not None and peer_return is not None and ours_return >= peer_return
+    ok_return = return_ok(ours_return, peer_return)
     return (f"{system}: {'MET' if ok_speed and ok_return else 'NOT MET'} (speed {ratio:.2f}x: "
-            f"{'ok' if ok_speed else 'short'}; return {fmt(ours_return, digits)} vs {fmt(peer_return, digits)}: "
-            f"{'ok' if ok_return else 'lower'})")
+            f"{'ok' if ok_speed else 'short'}; {return_verdict(ours_return, peer_return, digits)})")

@@ -26,6 +26,20 @@ def append_jsonl(path, record):
         f.write(json.dumps(record, default=str) + "\n")
 
 
+def open_results(name, args=None, source=None, extra=None):
+    """Open the results of a benchmark that writes its records as they come:
+    ``<args.out_dir>/<name>_<stamp>.jsonl`` with the run's ``meta`` record (``machine_meta``)
+    as its first line. Returns (path of the .jsonl, meta).
+
+    name: the benchmark; args: the script's arguments (``out_dir``: where results go, default
+    ``RESULTS_DIR``); source: the measured code's facts (None: ``args.source`` if any);
+    extra: the benchmark's own fields (settings)."""
+    jsonl = new_results_file(name, getattr(args, "out_dir", RESULTS_DIR))
+    meta = machine_meta(name, args, source=source, extra=extra)
+    append_jsonl(jsonl, meta)
+    return jsonl, meta
+
+
 def write_markdown(jsonl, meta, table):
     """Write ``table`` (the report) next to the results file ``jsonl`` as .md, headed by the
     command, date, code and machine of the run's ``meta`` record (``header_lines``). Returns

@@ -1,13 +1,51 @@
 """The learners the scheme benchmarks train and their measuring loop: a cheap PPO learner's
 factories (scaling_latency, straggler, compression_images), a DDQN learner's on CartPole
-(replay_server, seed_inference), and one Scheme built, warmed up, timed over Learner steps
-and stopped."""
+(replay_server, seed_inference), one Scheme built, warmed up, timed over Learner steps
+and stopped, and the return a Learner's training reached (every benchmark that reports a
+speed reports it beside the speed: a faster run that learns worse is no speed-up)."""
 
+import math
 import statistics
 import time
 
 from .machine import LoadProbe, maybe_wait_idle
 from .stats import median
+
+
+#: The Learner's mean return of the last 100 training episodes.
+TRAIN_RETURN = "Episodes/TrainReward"
+
+
+def finite(value):
+    """``value`` as a float, or None when it is missing or not a finite number (a mean over
+    no episode is NaN, which a JSON record should not hold)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def episodes_ended(learner):
+    """Training episodes that ``learner`` (a pytorchrl ``Learner``) has seen end so far; read
+    at the start of a measured window, it is ``train_return_fields``' ``episodes_before``."""
+    return int(learner.get_metrics(add_algo_metrics=False, add_episodes_metrics=True).get("Episodes/Episodes", 0))
+
+
+def train_return_fields(learner, episodes_before=0):
+    """The return the training of ``learner`` (a pytorchrl ``Learner``) reached, as a
+    benchmark's record holds it:
+
+    - ``train_return_last100``: the mean return of the last 100 training episodes
+      (``Episodes/TrainReward``), None when no episode ended;
+    - ``train_episodes``: the training episodes that ended since ``episodes_before``
+      (``episodes_ended`` at the start of the measured window; 0: since the start). Fewer
+      than 100 means that the mean also holds episodes that ended before the window.
+
+    Reads only the episode metrics: the algorithm's and the scheme's interval metrics are
+    left for the caller's own ``get_metrics``."""
+    m = learner.get_metrics(add_algo_metrics=False, add_episodes_metrics=True)
+    return {"train_return_last100": finite(m.get(TRAIN_RETURN)),
+            "train_episodes": int(m.get("Episodes/Episodes", 0)) - episodes_before}
 
 
 def ppo_factories(env_fn, env_kwargs, vec_env_size, rollout, hidden=(32, 32), shared=False, num_epochs=1,
@@ -63,7 +101,9 @@ def measure_scheme(factories, scheme_kwargs, warmup_steps, measure_samples=0, ar
     were (timed); stop it.
 
     Returns a record: ``env_steps_per_s`` (env steps collected / wall time of the timed
-    Learner steps), ``round_s`` (median wall time of one Learner step that collected a
+    Learner steps), the return the training reached (``train_return_fields``:
+    ``train_return_last100`` at the end of the timed steps, and ``train_episodes``, the
+    episodes that ended during them), ``round_s`` (median wall time of one Learner step that collected a
     round: with one pass of one mini-batch per round, every step collects one), median
     ``collect_wait_s`` (time the learner waited for the round), samples and cut rollouts
     per round, policy lag, scheme metrics (bytes sent, compression ratio), build time,
@@ -85,7 +125,7 @@ def measure_scheme(factories, scheme_kwargs, warmup_steps, measure_samples=0, ar
         for _ in range(warmup_steps):
             learner.step()
         learner.get_metrics(add_scheme_metrics=True)   # drop the warm-up's scheme metrics
-        s0 = learner.num_samples_collected
+        s0, episodes0 = learner.num_samples_collected, episodes_ended(learner)
         step_s, waits, samples, cuts, lags, rollout_steps = [], [], [], [], [], []
         with LoadProbe() as probe:
             t0 = time.perf_counter()
@@ -103,6 +143,7 @@ def measure_scheme(factories, scheme_kwargs, warmup_steps, measure_samples=0, ar
                         rollout_steps += [s for s in info.get("rollout_steps", []) if s is not None]
             wall = time.perf_counter() - t0
         metrics = learner.get_metrics(add_algo_metrics=False, add_scheme_metrics=True)
+        returns = train_return_fields(learner, episodes0)
     finally:
         t = time.perf_counter()
         learner.stop()
@@ -111,7 +152,7 @@ def measure_scheme(factories, scheme_kwargs, warmup_steps, measure_samples=0, ar
     rounds = len(samples)
     return {
         "env_steps": int(collected), "wall_s": round(wall, 4), "env_steps_per_s": round(collected / wall, 2),
-        "rounds": rounds, "round_s": round(statistics.median(step_s), 4) if step_s else None,
+        **returns, "rounds": rounds, "round_s": round(statistics.median(step_s), 4) if step_s else None,
         "round_s_mean": round(sum(step_s) / rounds, 4) if rounds else None,
         "round_s_max": round(max(step_s), 4) if step_s else None,
         "collect_wait_s": round(median(waits), 4) if waits else None,

@@ -20,7 +20,9 @@ ranked at each interval by a deterministic evaluation of 10 episodes (``test_ret
 Reported: the best member's final evaluation and the first interval where one member
 reached 500 (steps to solve, per member), the wall time, and for the PBT runs the copies
 and the seconds per copy (ours: population.csv's copy_s; Tune: the difference in wall time
-between the two Tune runs, per perturbation).
+between the two Tune runs, per perturbation). The closing lines compare, in medians over the
+seeds, PBT with the fixed rates and Tune restarting with Tune in place: wall time and the
+best final return side by side (a cheaper run that ends with a worse population is no gain).
 
 Usage:
     python benchmarks/pbt/run.py                      # fixed and pbt, 3 seeds (~6 min on a quiet core)
@@ -40,7 +42,8 @@ if BENCH not in sys.path:   # the harness and workerlib packages
 from harness import inprocess  # noqa: E402
 from harness.machine import LoadProbe, maybe_wait_idle  # noqa: E402
 from harness.paths import REPO  # noqa: E402
-from harness.report import closing_notes, fmt, fmt_share, md_table  # noqa: E402
+from harness.report import closing_notes, fmt, fmt_share, md_table, return_verdict  # noqa: E402
+from harness.stats import median  # noqa: E402
 from harness.results import finish_results, start_results  # noqa: E402
 
 CONFIG = os.path.join(REPO, "examples", "configs", "pbt_ppo_cartpole.yaml")
@@ -225,6 +228,39 @@ def measure(cfg, args):
             **{k: v for k, v in out.items() if k in ("copy_s_median", "errors")}, **probe.report()}
 
 
+def config_medians(records):
+    """{configuration: medians over its seeds of ``wall_s``, ``copies`` and ``best_final``}
+    of the successful ``records``."""
+    out = {}
+    for name in dict.fromkeys(r["config"] for r in records if "error" not in r):
+        rs = [r for r in records if r.get("config") == name and "error" not in r]
+        out[name] = {k: median([r.get(k) for r in rs]) for k in ("wall_s", "copies", "best_final")}
+        out[name]["seeds"] = len(rs)
+    return out
+
+
+def comparison_lines(records):
+    """The lines that compare, in medians over the seeds of ``records``, pbt with fixed and
+    Tune restarting with Tune in place: wall time beside the best final return."""
+    m = config_medians(records)
+    lines = []
+    if "pbt" in m and "fixed" in m:
+        returns = return_verdict(m["pbt"]["best_final"], m["fixed"]["best_final"], ref_name="fixed",
+                                 label="best final return")
+        lines += ["", f"pbt vs fixed ({m['pbt']['seeds']} seed(s), medians): wall {fmt(m['pbt']['wall_s'], 0)} s vs "
+                      f"{fmt(m['fixed']['wall_s'], 0)} s; {returns}."]
+    if "tune-restart" in m and "tune-inplace" in m and m["tune-restart"]["copies"]:
+        restart, inplace = m["tune-restart"], m["tune-inplace"]
+        extra = restart["wall_s"] - inplace["wall_s"]
+        # In place is the cheaper path: its population must end as good as the restarting one's.
+        returns = return_verdict(inplace["best_final"], restart["best_final"], ref_name="restarting",
+                                 label="best final return in place")
+        lines += ["", f"Tune restarting vs in place ({restart['seeds']} seed(s), medians): {extra:+.1f} s in all, "
+                      f"{extra / restart['copies']:+.2f} s per perturbation ({fmt(restart['copies'])} perturbations); "
+                      f"{returns}."]
+    return lines
+
+
 def render(records, meta):
     lines = [f"PPO on CartPole-v1, 4 members with lr 1e-5, 3e-5, 1e-4, 3e-2, {meta.get('steps'):,} env steps each "
              f"(the same total in every row), a deterministic 10-episode evaluation every "
@@ -240,11 +276,7 @@ def render(records, meta):
     lines.append(md_table(["configuration", "seed", "best final return", "members at 500 at the end",
                            "first evaluation at 500 (env steps)", "wall (s)", "copies", "s per copy (ours)",
                            "CPU used by others"], rows, align="lrrrrrrrr"))
-    tune = {r["config"]: r for r in records if r.get("config", "").startswith("tune") and "error" not in r}
-    if len(tune) == 2 and tune["tune-restart"]["copies"]:
-        extra = tune["tune-restart"]["wall_s"] - tune["tune-inplace"]["wall_s"]
-        lines += ["", f"Tune restarting vs in place: {extra:+.1f} s in all, {extra / tune['tune-restart']['copies']:+.2f} "
-                      f"s per perturbation ({tune['tune-restart']['copies']} perturbations)."]
+    lines += comparison_lines(records)
     lines += closing_notes(records, lambda r: f"{r.get('config')} seed {r.get('seed')}")
     return "\n".join(lines)
 

@@ -12,7 +12,12 @@ one ``ReplayServer`` actor, and one gradient worker in the driver samples mini-b
   stepping (the server's counters, from the first step to the last);
 - the measured ratio ``samples / (inserts - min_size_to_sample)`` against the target, and
   the difference from the target in sampled transitions, against the error buffer;
-- the seconds each side waited in the rate limiter.
+- the seconds each side waited in the rate limiter;
+- beside the rates, the return the training reached: the mean return of the last 100
+  (epsilon-greedy) training episodes at the end of the run, and the episodes that ended.
+  A few thousand env steps is early in DDQN's learning of CartPole, and a larger samples per
+  insert trains more per env step: the return tells how far each run got and that it
+  trains, one seed, not how well the configuration learns in the end.
 
 It runs on the machine as it is (a loaded machine lowers both rates; the ratio must hold
 regardless): ``--wait-idle`` waits for a quieter machine first. The machine's load over a
@@ -33,7 +38,13 @@ if BENCH not in sys.path:   # the harness and workerlib packages
     sys.path.insert(0, BENCH)
 sys.path.insert(0, os.path.dirname(BENCH))   # pytorchrl from this checkout, also where it is not installed
 from harness import inprocess, schemes  # noqa: E402
-from harness.report import series_table  # noqa: E402
+from harness.report import fmt_return, series_table  # noqa: E402
+
+#: What the return column can and cannot show (the table's caption).
+RETURN_NOTE = ("Train return: the mean return of the last 100 epsilon-greedy training episodes at the end of each run "
+               "(in brackets the episodes that ended), one seed. A few thousand env steps is early in DDQN's learning "
+               "of CartPole and more samples per insert train more per env step: it shows how far each run got and "
+               "that it trains, not how well the configuration learns in the end.")
 
 
 def parse_args(argv=None):
@@ -84,6 +95,7 @@ def measure(spi, args):
             learner.step()
         wall = time.perf_counter() - t0
         last = scheme.replay_stats()
+        returns = schemes.train_return_fields(learner)
     finally:
         learner.stop()
     target = spi * (last["inserts"] - args.min_size)
@@ -91,20 +103,22 @@ def measure(spi, args):
             "min_size": args.min_size, "error_buffer": eb, "env_steps": learner.num_samples_collected,
             "updates": learner.num_updates, "wall_s": wall,
             "inserts_per_s": (last["inserts"] - first["inserts"]) / wall,
-            "samples_per_s": (last["samples"] - first["samples"]) / wall,
+            "samples_per_s": (last["samples"] - first["samples"]) / wall, **returns,
             "measured_ratio": last["measured_ratio"], "deviation": last["samples"] - target,
             "insert_blocked_s": last["insert_blocked_s"], "sample_blocked_s": last["sample_blocked_s"]}
 
 
 def render(records, load_share=None):
     """Markdown table of the records."""
-    headers = ["samples/insert", "collectors", "env steps", "updates", "inserts/s", "samples/s", "measured ratio",
-               "samples - target (error buffer)", "insert waits s", "sample waits s"]
+    headers = ["samples/insert", "collectors", "env steps", "updates", "inserts/s", "samples/s",
+               "train return (episodes)", "measured ratio", "samples - target (error buffer)", "insert waits s",
+               "sample waits s"]
     rows = [[f"{r['spi']:g}", r["collectors"], r["env_steps"], r["updates"], f"{r['inserts_per_s']:.0f}",
-             f"{r['samples_per_s']:.0f}", f"{r['measured_ratio']:.3f}",
+             f"{r['samples_per_s']:.0f}", fmt_return(r["train_return_last100"], r["train_episodes"]),
+             f"{r['measured_ratio']:.3f}",
              f"{r['deviation']:+.0f} ({r['error_buffer']:g})", f"{r['insert_blocked_s']:.1f}",
              f"{r['sample_blocked_s']:.1f}"] for r in records]
-    return series_table(headers, rows, load_share)
+    return series_table(headers, rows, load_share, caption=RETURN_NOTE)
 
 
 def run(argv=None):

@@ -18,7 +18,11 @@ cheap PPO learner (32x32 network, one pass of one mini-batch per round), driven 
   rollouts come from weights one rollout older).
 
 Measured: env steps collected per second of Learner stepping, after ``--warmup`` untimed
-steps, until ``--rounds`` x N x rollout env steps are in. Scaling efficiency at N =
+steps, until ``--rounds`` x N x rollout env steps are in, and beside it the return the
+training reached (mean of the last 100 training episodes at the end, and the episodes that
+ended in the timed steps). The window is too short for the cheap learner to learn
+CartPole, and the configurations differ in env steps and updates, so the return shows that
+each layout trains, not how well, and is not compared between rows. Scaling efficiency at N =
 steps/s(N) / (N x steps/s(1)) (the issue's definition, goal >= 85% at 8); also against the
 physical bound N / (latency of one env step measured in-process). Configurations run
 interleaved, ``--repeats`` passes; medians over passes.
@@ -35,13 +39,19 @@ BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if BENCH not in sys.path:   # the harness and workerlib packages
     sys.path.insert(0, BENCH)
 from harness import inprocess, schemes  # noqa: E402
-from harness.report import closing_notes, fmt, fmt_share, md_table  # noqa: E402
+from harness.report import closing_notes, fmt, fmt_return, fmt_share, md_table  # noqa: E402
 from harness.results import finish_results, start_results  # noqa: E402
 from harness.stats import median  # noqa: E402
 
 GOAL_EFFICIENCY = 0.85
 #: Measured modes: collection communication and rollout requests queued per collector.
 MODES = {"sync": ("sync", 1), "async": ("async", 1), "async-q2": ("async", 2)}
+#: What the return column can and cannot show (the table's caption).
+RETURN_NOTE = ("The train return (mean of the last 100 training episodes at the end of the timed steps; in brackets "
+               "the episodes that ended in them) shows that each layout trains, not how well: a few thousand env "
+               "steps of a 32x32 PPO with one update per Learner step cannot learn CartPole, and the rows differ in "
+               "env steps (N x rollout per round) and updates (async: one per rollout), so their returns are not "
+               "compared.")
 
 
 def parse_args(argv=None):
@@ -93,6 +103,8 @@ def summarize(records, step_latency):
         out[(mode, n)] = {"runs": len(rs), "env_steps_per_s": median([r["env_steps_per_s"] for r in rs]),
                           "round_s": median([r["round_s"] for r in rs]),
                           "policy_lag": median([r["policy_lag_mean"] for r in rs]),
+                          "train_return": median([r.get("train_return_last100") for r in rs]),
+                          "train_episodes": median([r.get("train_episodes") for r in rs]),
                           "others": median([r.get("others_cpu_share_during") for r in rs]),
                           "ours_cpu_share": median([r["ours_cpu_s"] / r["wall_s"] / (os.cpu_count() or 1)
                                                     for r in rs if r.get("ours_cpu_s") is not None]),
@@ -109,17 +121,18 @@ def render(summary, records, meta):
              f"rollouts of {meta['rollout']} steps, collectors of num_cpus {meta['cpus_per_collector']:g}, "
              f"cheap PPO learner (32x32, 1 epoch, 1 mini-batch per round); {meta['repeats']} interleaved pass(es), "
              f"medians. One env step in-process: {1000 * meta['step_latency_s']:.3f} ms "
-             f"(bound for one collector: {1 / meta['step_latency_s']:,.0f} steps/s).", ""]
-    headers = ["mode", "collectors", "env steps/s", "per pass", "scaling efficiency vs N x (N=1)",
-               "share of the latency bound N / step time", "Learner step (s)", "mean policy lag",
-               "CPU used by us", "CPU used by others"]
+             f"(bound for one collector: {1 / meta['step_latency_s']:,.0f} steps/s).", "", RETURN_NOTE, ""]
+    headers = ["mode", "collectors", "env steps/s", "train return (episodes)", "per pass",
+               "scaling efficiency vs N x (N=1)", "share of the latency bound N / step time", "Learner step (s)",
+               "mean policy lag", "CPU used by us", "CPU used by others"]
     rows = []
     for (mode, n), s in summary.items():
         label = f"{mode}" + (" (in-process)" if n == 1 else "")
-        rows.append([label, n, fmt(s["env_steps_per_s"]), ", ".join(fmt(v) for v in s["per_pass"]),
+        rows.append([label, n, fmt(s["env_steps_per_s"]), fmt_return(s["train_return"], s["train_episodes"]),
+                     ", ".join(fmt(v) for v in s["per_pass"]),
                      fmt_share(s["efficiency"]), fmt_share(s["vs_bound"]), fmt(s["round_s"], 3),
                      fmt(s["policy_lag"], 2), fmt_share(s["ours_cpu_share"]), fmt_share(s["others"])])
-    lines.append(md_table(headers, rows, "llrrrrrrrr"))
+    lines.append(md_table(headers, rows, "llrrrrrrrrr"))
     verdicts = []
     for mode in MODES:
         ns = sorted(n for m, n in summary if m == mode)
@@ -147,7 +160,9 @@ def run(args):
             jsonl, configs, args.repeats, measure=lambda cfg: measure(*cfg, args),
             error_fields=lambda cfg: {"mode": cfg[1], "collectors": cfg[0]},
             label=lambda cfg: f"{cfg[1]:5s} N={cfg[0]}",
-            progress=lambda rec: f"{rec['env_steps_per_s']:8,.0f} steps/s  step {rec['round_s']:.3f} s  lag "
+            progress=lambda rec: f"{rec['env_steps_per_s']:8,.0f} steps/s  return "
+                                 f"{fmt_return(rec['train_return_last100'], rec['train_episodes'])}  "
+                                 f"step {rec['round_s']:.3f} s  lag "
                                  f"{fmt(rec['policy_lag_mean'], 2)}  build {rec['build_s']:.1f} s")
     summary = summarize(records, step_latency)
     return finish_results(jsonl, meta, records, {f"{m}/{n}": v for (m, n), v in summary.items()},

@@ -16,7 +16,11 @@ For each ``--envs`` value it reports, from the server's counters over the Learne
 - mean batch: observations per batched act (the figure SEED's batching is for); requests
   per batch; the largest batch;
 - env steps/s (the Learner's) and inference calls/s (batched acts per second);
-- the mean wait of a request from its arrival to the start of its batch.
+- the mean wait of a request from its arrival to the start of its batch;
+- beside the rates, the return the training reached: the mean return of the last 100
+  (epsilon-greedy) training episodes at the end of the run, and the episodes that ended
+  after the first Learner step. A few thousand env steps is early in DDQN's learning of
+  CartPole: the return tells that the server's actions train, one seed, not how well.
 
 It runs on the machine as it is (a loaded machine lowers the rates): ``--wait-idle`` waits
 for a quieter machine first. The machine's load over a short probe is printed with the results.
@@ -36,7 +40,13 @@ if BENCH not in sys.path:   # the harness and workerlib packages
     sys.path.insert(0, BENCH)
 sys.path.insert(0, os.path.dirname(BENCH))   # pytorchrl from this checkout, also where it is not installed
 from harness import inprocess, schemes  # noqa: E402
-from harness.report import series_table  # noqa: E402
+from harness.report import fmt_return, series_table  # noqa: E402
+
+#: What the return column can and cannot show (the table's caption).
+RETURN_NOTE = ("Train return: the mean return of the last 100 epsilon-greedy training episodes at the end of each run "
+               "(in brackets the episodes that ended after the first Learner step), one seed. A few thousand env "
+               "steps is early in DDQN's learning of CartPole: it shows that training on the inference server's "
+               "actions runs, not how well it learns.")
 
 
 def parse_args(argv=None):
@@ -75,11 +85,13 @@ def measure(envs, args):
     try:
         learner.step()      # the first rollouts: every collector has started
         first, steps0 = scheme.inference_stats(), learner.num_samples_collected
+        episodes0 = schemes.episodes_ended(learner)
         t0 = time.perf_counter()
         while not learner.done():
             learner.step()
         wall = time.perf_counter() - t0
         last, steps = scheme.inference_stats(), learner.num_samples_collected
+        returns = schemes.train_return_fields(learner, episodes0)
     finally:
         learner.stop()
     batches = last["batches"] - first["batches"]
@@ -88,18 +100,20 @@ def measure(envs, args):
     return {"collectors": args.collectors, "envs": envs, "max_batch": args.max_batch,
             "timeout_ms": args.timeout_ms, "env_steps": steps, "updates": learner.num_updates, "wall_s": wall,
             "mean_batch": obs / max(1, batches), "requests_per_batch": requests / max(1, batches),
-            "max_batch_seen": last["max_batch_seen"], "env_steps_per_s": (steps - steps0) / wall,
+            "max_batch_seen": last["max_batch_seen"], "env_steps_per_s": (steps - steps0) / wall, **returns,
             "calls_per_s": batches / wall, "mean_wait_ms": last["mean_wait_ms"]}
 
 
 def render(records, load_share=None):
     """Markdown table of the records."""
     headers = ["collectors x envs", "max_batch / timeout ms", "env steps", "updates", "mean batch (obs)",
-               "requests per batch", "largest batch", "env steps/s", "inference calls/s", "mean wait ms"]
+               "requests per batch", "largest batch", "env steps/s", "train return (episodes)", "inference calls/s",
+               "mean wait ms"]
     rows = [[f"{r['collectors']} x {r['envs']}", f"{r['max_batch']} / {r['timeout_ms']:g}", r["env_steps"],
              r["updates"], f"{r['mean_batch']:.1f}", f"{r['requests_per_batch']:.2f}", r["max_batch_seen"],
-             f"{r['env_steps_per_s']:.0f}", f"{r['calls_per_s']:.0f}", f"{r['mean_wait_ms']:.1f}"] for r in records]
-    return series_table(headers, rows, load_share)
+             f"{r['env_steps_per_s']:.0f}", fmt_return(r["train_return_last100"], r["train_episodes"]),
+             f"{r['calls_per_s']:.0f}", f"{r['mean_wait_ms']:.1f}"] for r in records]
+    return series_table(headers, rows, load_share, caption=RETURN_NOTE)
 
 
 def run(argv=None):

@@ -14,6 +14,8 @@ Reported per kind: median CPU-s of the server's process (user + system, from ``p
 its pid) and its resident memory, and whether it loaded torch (``libtorch`` in
 ``/proc/<pid>/maps``). ``--ours-src`` measures another checkout (the code before a change).
 
+Exempt from reporting a return: it measures a server process's CPU time and memory, no training.
+
 Usage:
     python benchmarks/server_startup/run.py             # 3 passes, 4 servers of each kind
     python benchmarks/server_startup/run.py --quick     # 1 pass, 1 server of each kind

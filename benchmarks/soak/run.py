@@ -81,6 +81,7 @@ from harness.paths import RESULTS_DIR  # noqa: E402
 from harness.provenance import add_source_args  # noqa: E402
 from harness.report import fmt, fmt_share, load_warning, md_table  # noqa: E402
 from harness.results import append_jsonl, start_results, write_markdown  # noqa: E402
+from harness.schemes import TRAIN_RETURN, finite  # noqa: E402
 
 try:
     import psutil
@@ -318,7 +319,12 @@ def memory_summary(samples, warmup_end, window, t_end, daemons=None):
 
 
 def per_minute(samples, steps_at, t_end, span=60.0):
-    """Rows of the RSS series: per ``span`` seconds, the median of each group and the env steps/s."""
+    """Rows of the RSS series: per ``span`` seconds, the median of each group, the env steps/s
+    and the train return at the interval's end (``train_return``: the last one its samples
+    hold, None when none does).
+
+    samples: ``TreeRSS.samples``; steps_at(t): the env steps at ``t`` s; t_end: the end of
+    the run (s)."""
     rows, t = [], 0.0
     while t < t_end - 1e-9:
         hi = min(t + span, t_end)
@@ -327,6 +333,8 @@ def per_minute(samples, steps_at, t_end, span=60.0):
             s0, s1 = steps_at(t), steps_at(hi)
             row = {"from_s": round(t), "to_s": round(hi),
                    "env_steps_per_s": round((s1 - s0) / (hi - t), 1) if hi > t else None,
+                   "train_return": next((s["train_return"] for s in reversed(sel)
+                                         if s.get("train_return") is not None), None),
                    "n_workers": f'{min(s["n_workers"] for s in sel)}–{max(s["n_workers"] for s in sel)}'}
             row.update({g: round(statistics.median(s[g] for s in sel), 1) for g in GROUPS})
             rows.append(row)
@@ -418,7 +426,10 @@ def soak(args, log=print):
     target, calib = None, {}
     trained_from = None   # (seconds, env steps) at the first update: calibration starts
     t0 = time.perf_counter()
-    sampler = TreeRSS(args.sample_every, t0, progress=lambda: {"steps": int(learner.num_samples_collected)})
+    # Each memory sample also holds the env steps and the train return of the latest metrics
+    # read (every METRICS_EVERY_S): the series shows the return beside the speed.
+    sampler = TreeRSS(args.sample_every, t0, progress=lambda: {
+        "steps": int(learner.num_samples_collected), "train_return": finite(metrics.get(TRAIN_RETURN))})
     next_kill, next_metrics, next_print, error = args.kill_every, METRICS_EVERY_S, 30.0, None
     probe = LoadProbe()
     try:
@@ -580,17 +591,17 @@ def render(rec, meta):
          f"{fmt(rec['env_steps'])}: target {'**reached**' if rec['target_reached'] else '**MISSED**'}"],
         ["training wall time", f"{fmt(rec['train_wall_s'], 1)} s (planned {rec['planned_s']:g} s)"],
         ["env steps/s (whole run)", fmt(rec["env_steps_per_s"])],
+        ["train return (last 100 episodes)", fmt(rec["train_return_last100"], 1)],
         ["collectors killed (SIGKILL)" if layout == "ppo-async" else "processes killed (SIGKILL)",
          f"{rec['kills']}: {kills or '–'}"],
         ["restarts counted (Scheme/WorkerRestarts)", f"{rec['worker_restarts']} (env restarts {rec['env_restarts']})"],
         ["replacement counted by the learner after (s)",
          ", ".join(fmt(r, 1) for r in replaced) if replaced else "–"],
         ["updates / episodes", f"{fmt(rec['updates'])} / {fmt(rec['episodes'])}"],
-        ["train return (last 100 episodes)", fmt(rec["train_return_last100"], 1)],
         ["CPU used by other processes", fmt_share(rec.get("others_cpu_share_during"))],
     ]
     if layout != "ppo-async":
-        rows[6:6] = [
+        rows[7:7] = [   # after the restarts counted
             ["kills by kind", _by_kind(count_kinds(rec["killed_kinds"]))],
             ["restarts by kind (restart lines)", _by_kind(rec.get("restarts_by_kind", {}))],
             ["server restarts (Scheme/ServerRestarts)", fmt(rec.get("server_restarts"))],
@@ -620,11 +631,14 @@ def render(rec, meta):
             f"{name} {fmt(d['baseline_MB'], 1)} → {fmt(d['final_MB'], 1)} MB ({pct(d['growth'])})"
             for name, d in sorted(mem["by_daemon"].items(), key=lambda kv: -(kv[1]["final_MB"] or 0)))]
     if rec["per_minute"]:
-        lines += ["", "RSS series (medians per interval, MB):", ""]
+        lines += ["", "RSS series (medians per interval, MB; env steps/s over the interval and the train return at "
+                      "its end beside them):", ""]
         lines.append(md_table(
-            ["t (s)", "env steps/s", "driver", "workers", "worker procs", "driver + workers", "daemons", "whole tree"],
-            [[f"{r['from_s']}–{r['to_s']}", fmt(r["env_steps_per_s"]), fmt(r["driver"], 1),
-              fmt(r["workers"], 1), r["n_workers"], fmt(r["job"], 1), fmt(r["daemons"], 1), fmt(r["tree"], 1)]
+            ["t (s)", "env steps/s", "train return (last 100 ep.)", "driver", "workers", "worker procs",
+             "driver + workers", "daemons", "whole tree"],
+            [[f"{r['from_s']}–{r['to_s']}", fmt(r["env_steps_per_s"]), fmt(r.get("train_return"), 1),
+              fmt(r["driver"], 1), fmt(r["workers"], 1), r["n_workers"], fmt(r["job"], 1), fmt(r["daemons"], 1),
+              fmt(r["tree"], 1)]
              for r in rec["per_minute"]]))
     g = mem["groups"]["job"]["growth"]
     verdict = ("MET" if rec["passed"] else "NOT MET")

@@ -16,7 +16,11 @@ step collects one round) is measured in four configurations, interleaved over
 
 Reported: median round time (wall time of one Learner step: collect a round + one update),
 the time the learner waited for the round, samples and cut rollouts per round, env
-steps/s; the ratio round time with preemption / without straggler (goal <= 1.3).
+steps/s and beside it the return the training reached (mean of the last 100 training
+episodes at the end, the episodes that ended in the timed rounds); the ratio round time
+with preemption / without straggler (goal <= 1.3), and the returns of the two. The window
+(a dozen updates of a cheap learner) is too short to learn CartPole: the return shows that
+training runs in every configuration, and a gap between two rows is noise, not learning.
 
 Usage:
     python benchmarks/straggler/run.py             # 3 passes, 10 timed rounds per configuration
@@ -30,7 +34,7 @@ BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if BENCH not in sys.path:   # the harness and workerlib packages
     sys.path.insert(0, BENCH)
 from harness import inprocess, schemes  # noqa: E402
-from harness.report import closing_notes, fmt, fmt_share, md_table  # noqa: E402
+from harness.report import closing_notes, fmt, fmt_return, fmt_share, md_table, return_verdict  # noqa: E402
 from harness.results import finish_results, start_results  # noqa: E402
 from harness.stats import median  # noqa: E402
 
@@ -41,6 +45,16 @@ CONFIGS = [  # (name, straggler, fraction_samples)
     ("straggler, fraction_samples=0.75", True, 0.75),
     ("no straggler, fraction_samples=0.75", False, 0.75),
 ]
+#: How far below the no-straggler return the preempted configuration's may fall by chance: an
+#: untrained CartPole policy's episodes return about 22 +- 12, so two means of 100 differ by up
+#: to about 4.
+RETURN_TOLERANCE = 5.0
+#: What the return column can and cannot show (the table's caption).
+RETURN_NOTE = ("The train return (mean of the last 100 training episodes at the end of the timed rounds; in brackets "
+               "the episodes that ended in them) shows that training runs in each configuration, not how well: a "
+               "dozen updates of a cheap PPO cannot learn CartPole, so a gap between rows is noise unless it is "
+               f"large (the goal line counts more than {RETURN_TOLERANCE:g} below the no-straggler return as lower; a "
+               "broken layout's return falls to that of a random policy, about 22).")
 
 
 def parse_args(argv=None):
@@ -97,6 +111,8 @@ def summarize(records):
                      "samples_per_round": median([r["samples_per_round"] for r in rs]),
                      "cut_per_round": median([r["cut_rollouts_per_round"] for r in rs]),
                      "env_steps_per_s": median([r["env_steps_per_s"] for r in rs]),
+                     "train_return": median([r.get("train_return_last100") for r in rs]),
+                     "train_episodes": median([r.get("train_episodes") for r in rs]),
                      "others": median([r.get("others_cpu_share_during") for r in rs]),
                      "per_pass_round_s": [r["round_s"] for r in rs]}
     base = out.get("no straggler")
@@ -117,23 +133,27 @@ def render(summary, records, meta):
     lines = [f"{n} remote collectors (num_cpus {meta['cpus_per_collector']:g}), sync collection, 1 latency-bound "
              f"CartPole each ({1000 * meta['latency']:g} ms per step, sleeping), rollouts of {meta['rollout']} steps; "
              f"the straggler is collection worker {slow} ({meta['slow_factor']:g}x slower per step); cheap PPO learner "
-             f"(1 pass of 1 mini-batch per round); {meta['repeats']} interleaved pass(es), medians.", ""]
+             f"(1 pass of 1 mini-batch per round); {meta['repeats']} interleaved pass(es), medians.", "",
+             RETURN_NOTE, ""]
     headers = ["configuration", "round time (s)", "vs no straggler", "per pass (s)", "learner waited for the round (s)",
-               "samples per round", "cut rollouts per round", "env steps/s", "CPU used by others"]
+               "samples per round", "cut rollouts per round", "env steps/s", "train return (episodes)",
+               "CPU used by others"]
     rows = []
     for name, s in summary.items():
         rows.append([name, fmt(s["round_s"], 3), f"{s['vs_no_straggler']:.2f}x" if s["vs_no_straggler"] else "–",
                      ", ".join(fmt(v, 3) for v in s["per_pass_round_s"]), fmt(s["collect_wait_s"], 3),
                      fmt(s["samples_per_round"]), fmt(s["cut_per_round"], 2), fmt(s["env_steps_per_s"]),
-                     fmt_share(s["others"])])
+                     fmt_return(s["train_return"], s["train_episodes"]), fmt_share(s["others"])])
     lines.append(md_table(headers, rows))
     pre = [k for k in summary if k.startswith("straggler, fraction_samples")]
     if pre and "no straggler" in summary:
         r = summary[pre[0]]["vs_no_straggler"]
         pairs = paired_ratios(records, pre[0])
+        returns = return_verdict(summary[pre[0]]["train_return"], summary["no straggler"]["train_return"],
+                                 tolerance=RETURN_TOLERANCE, ref_name="no straggler", label="train return")
         lines += ["", f"Goal (round time with a 5x straggler and preemption within {GOAL_RATIO}x of the no-straggler "
                       f"round time): {r:.2f}x (per pass: {', '.join(f'{p:.2f}x' for p in pairs) or '–'}): "
-                      f"{'MET' if r <= GOAL_RATIO else 'NOT MET'}."]
+                      f"{'MET' if r <= GOAL_RATIO else 'NOT MET'}; {returns}."]
     lines += closing_notes(records, lambda r: r["config"])
     return "\n".join(lines)
 
@@ -151,7 +171,8 @@ def run(args):
             error_fields=lambda cfg: {"config": cfg[0]}, label=lambda cfg: f"{cfg[0]:38s}",
             progress=lambda rec: f"round {rec['round_s']:.3f} s  waited {rec['collect_wait_s']:.3f} s  "
                                  f"{rec['samples_per_round']:.0f} samples/round  "
-                                 f"cut {rec['cut_rollouts_per_round']:.2f}/round")
+                                 f"cut {rec['cut_rollouts_per_round']:.2f}/round  return "
+                                 f"{fmt_return(rec['train_return_last100'], rec['train_episodes'])}")
     summary = summarize(records)
     return finish_results(jsonl, meta, records, summary, render(summary, records, meta))
 

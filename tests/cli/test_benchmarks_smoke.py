@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -55,6 +56,15 @@ def worker_record(script, argv, cwd=REPO, **env):
         assert key in rec, f"missing field {key!r}"
         assert isinstance(rec[key], (int, float) if kind is float else kind), (key, rec[key])
     return rec
+
+
+def assert_return_fields(rec, episodes=1):
+    """The record ``rec`` of a benchmark that trains holds the return its training reached
+    beside its speed (``harness.schemes.train_return_fields``): the mean return of the last
+    100 training episodes, measured over at least ``episodes`` episodes that ended in the
+    measured window, within CartPole-like bounds."""
+    assert rec["train_episodes"] >= episodes, rec
+    assert isinstance(rec["train_return_last100"], float) and -1000 < rec["train_return_last100"] <= 500, rec
 
 
 def assert_rate_matches_wall(rec, wall_key):
@@ -180,9 +190,16 @@ def test_distributed_cartpole_report():
     assert summary[("ours", 8)]["build_s"] == 3.0     # after ray.init, like RLlib's build_algo
     assert mod.paired(records, 8, "env_steps_per_s") == [pytest.approx(6.0), pytest.approx(11000 / 2400)]
     table = mod.render(summary, records, {"steps": 100_000, "seeds": 2, "collectors": 2})
-    assert "env steps/s 5.23x RLlib's (goal >= 5x: MET)" in table
+    # 5.23x RLlib's env steps/s, but a lower median greedy return (490 vs 500): no speed-up.
+    assert ("env steps/s 5.23x RLlib's, greedy return 490.0 vs 500.0: lower (goal >= 5x at an equal or better "
+            "greedy return: NOT MET)") in table
     assert "time to first sample 0.40 of RLlib's (goal < 0.5: MET)" in table
     assert "Failed runs: rllib seed 2 envs 8: exit 1" in table
+    # The returns stand beside the speed in the table.
+    assert "| env steps/s (training) | greedy eval (10 ep), median [min] | train return (last 100 ep) |" in table
+    records[2]["eval_mean"] = 500
+    table = mod.render(mod.summarize(records), records, {"steps": 100_000, "seeds": 2, "collectors": 2})
+    assert "greedy return 500.0 vs 500.0: ok (goal >= 5x at an equal or better greedy return: MET)" in table
     assert mod.parse_args(["--quick"]).envs == [8]
 
 
@@ -198,6 +215,8 @@ def test_scaling_latency_measures_sync_and_async(bench_ray):
             records.append(r)
             assert r["env_steps"] >= 2 * n * 16 and r["env_steps_per_s"] > 0
             assert r["remote"] == (n > 1)
+            # A window of 32-64 CartPole steps may end no episode: the mean holds the warm-up's.
+            assert_return_fields(r, episodes=0)
     sync2, async2, queued2 = records[1], records[3], records[5]
     assert sync2["policy_lag_max"] == 0                 # sync: always the current weights
     for r in (async2, queued2):                         # one rollout per step
@@ -207,6 +226,8 @@ def test_scaling_latency_measures_sync_and_async(bench_ray):
     table = mod.render(summary, records, {"latency": 0.002, "rollout": 16, "cpus_per_collector": 0.25,
                                           "repeats": 1, "step_latency_s": 0.0021})
     assert "| sync | 2 |" in table and "| async-q2 | 2 |" in table and "Goal: sync at 2" in table
+    assert "| env steps/s | train return (episodes) |" in table and mod.RETURN_NOTE in table
+    assert f"{summary[('sync', 2)]['train_return']:.1f} (" in table
 
 
 def test_replay_server_bench_reports_rates_and_ratio(bench_ray):
@@ -218,8 +239,10 @@ def test_replay_server_bench_reports_rates_and_ratio(bench_ray):
     assert r["env_steps"] >= 400 and r["updates"] > 0
     assert r["inserts_per_s"] > 0 and r["samples_per_s"] > 0
     assert abs(r["deviation"]) <= r["error_buffer"] + 16 * 2 + 16
+    assert_return_fields(r, episodes=5)     # 400 steps of epsilon-greedy CartPole
     table = mod.render([r], load_share=0.5)
     assert "| 2 | 2 | " in table and "50%" in table
+    assert f"| {r['train_return_last100']:.1f} ({r['train_episodes']} ep.) |" in table and mod.RETURN_NOTE in table
 
 
 def test_seed_inference_bench_reports_batches_and_rates(bench_ray):
@@ -231,8 +254,12 @@ def test_seed_inference_bench_reports_batches_and_rates(bench_ray):
     assert r["env_steps"] >= 600 and r["updates"] > 0
     assert 2.0 <= r["mean_batch"] <= 4.0 and r["max_batch_seen"] <= 4
     assert r["env_steps_per_s"] > 0 and r["calls_per_s"] > 0 and r["mean_wait_ms"] >= 0
+    # The window starts after the first Learner step, which collects DDQN's 500 start steps:
+    # ~100 steps are left, too few to require an episode in it (the mean holds earlier ones).
+    assert_return_fields(r, episodes=0)
     table = mod.render([r], load_share=0.5)
     assert "| 2 x 2 | 64 / 10 | " in table and "50%" in table
+    assert f"| {r['train_return_last100']:.1f} ({r['train_episodes']} ep.) |" in table and mod.RETURN_NOTE in table
 
 
 @pytest.mark.timeout(300)
@@ -245,29 +272,42 @@ def test_straggler_is_cut_with_preemption(bench_ray):
     # The slow collector is cut every round: the round holds 75-100% of 2 x 32 samples.
     assert r["rounds"] >= 2 and r["cut_rollouts_per_round"] >= 1
     assert 48 <= r["samples_per_round"] < 64
+    assert_return_fields(r, episodes=0)     # two rounds of ~50 steps per env: maybe no episode ends
     records = [dict(r, config="straggler, fraction_samples=0.75", **{"pass": 0}),
-               dict(r, config="no straggler", round_s=r["round_s"] / 1.1, **{"pass": 0})]
+               dict(r, config="no straggler", round_s=r["round_s"] / 1.1,
+                    train_return_last100=r["train_return_last100"] + 10, **{"pass": 0})]
     summary = mod.summarize(records)
     assert summary["straggler, fraction_samples=0.75"]["vs_no_straggler"] == pytest.approx(1.1)
     table = mod.render(summary, records, {"collectors": 2, "slow_worker": 2, "cpus_per_collector": 0.25,
                                           "latency": 0.002, "rollout": 32, "slow_factor": 5.0, "repeats": 1})
-    assert "1.10x" in table and ": MET." in table
+    # The goal line compares the returns too: here the preempted run's is 10 lower, more than chance.
+    ret = r["train_return_last100"]
+    assert "1.10x" in table and f": MET; train return {ret:.1f} vs {ret + 10:.1f} (no straggler): lower." in table
+    assert "| env steps/s | train return (episodes) |" in table and mod.RETURN_NOTE in table
 
 
 @pytest.mark.timeout(300)
 def test_compression_images_counts_bytes(bench_ray):
     mod = _load_bench("compression_images/run.py")
+    # Games of 8 steps: some end in every round, and the return is measured.
     args = mod.parse_args(["--envs", "1", "--rollout", "8", "--rounds", "1", "--warmup", "1", "--hidden", "8",
-                           "--cpus-per-collector", "0.25"])
+                           "--cpus-per-collector", "0.25", "--episode-steps", "8"])
+    assert mod.parse_args([]).episode_steps == 128
     records = [dict(mod.measure(mode, args), **{"pass": 0}) for mode in (False, "auto")]
+    for r in records:   # 2 games of 8 steps per round, scores of -1, 0 or +1
+        assert r["train_episodes"] >= 2 and -1 <= r["train_return_last100"] <= 1
     by = {r["compress"]: r for r in records}
     raw = by["False"]["bytes_sent_per_round"]
     assert raw >= 2 * 8 * 4 * 84 * 84 and by["False"]["compression_ratio"] == pytest.approx(1.0)
     # uint8 frames: lz4 pays off, and "auto" picks them.
     assert by['"auto"']["compression_ratio"] > 5 and by['"auto"']["bytes_sent_per_round"] < raw / 5
     summary = mod.summarize(records)
-    table = mod.render(summary, records, {"collectors": 2, "envs": 1, "rollout": 8, "hidden": 8, "repeats": 1})
-    assert '| "auto" |' in table
+    table = mod.render(summary, records, {"collectors": 2, "envs": 1, "rollout": 8, "hidden": 8, "repeats": 1,
+                                          "episode_steps": 8})
+    assert '| "auto" |' in table and "| train return (games) |" in table
+    auto, off = summary['"auto"'], summary["False"]
+    assert f'"auto" vs False: {auto["bytes_vs_off"]:.1f}x fewer bytes per round' in table
+    assert f"train return {auto['train_return']:.2f} vs {off['train_return']:.2f} (False): " in table
 
 
 def test_harness_snapshot_and_load_probe():
@@ -321,7 +361,8 @@ def test_soak_memory_summary_and_report():
     assert mod.short_name("/v/bin/python -u /v/ray/_private/log_monitor.py --x") == "log_monitor.py"
     # 600 s of samples: workers grow 20% linearly after warm-up, the driver stays flat.
     samples = [{"t": float(t), "driver": 300.0, "workers": 500.0 * (1 + 0.2 * max(0, t - 120) / 480),
-                "daemons": 400.0, "n_workers": 2} for t in range(0, 601, 2)]
+                "daemons": 400.0, "n_workers": 2, "train_return": None if t < 10 else float(t // 10)}
+               for t in range(0, 601, 2)]
     for s in samples:
         s["job"] = s["driver"] + s["workers"]
         s["tree"] = s["job"] + s["daemons"]
@@ -335,6 +376,8 @@ def test_soak_memory_summary_and_report():
     assert not mem["windows_overlap"]
     rows = mod.per_minute(samples, lambda t: int(1000 * t), 600.0)
     assert len(rows) == 10 and rows[0]["env_steps_per_s"] == 1000
+    # The train return at each interval's end: the last sample before t = 60 s is at 58 s.
+    assert rows[0]["train_return"] == 5.0 and rows[-1]["train_return"] == 60.0
     rec = {"target_steps": 6_000_000, "env_steps": 6_001_000, "target_reached": True, "error": None,
            "train_wall_s": 610.0, "planned_s": 600.0, "env_steps_per_s": 9838.0, "calibration_s": 30.0,
            "calibration_env_steps_per_s": 10000.0, "kills": 5, "kill_times_s": [120, 240, 360, 480, 600],
@@ -347,6 +390,8 @@ def test_soak_memory_summary_and_report():
             "requests_in_flight": 1, "num_cpus": 2, "minutes": 10, "kill_every": 120, "sample_every": 2}
     table = mod.render(rec, meta)
     assert "target **reached**" in table and "| collectors killed (SIGKILL) | 5:" in table
+    assert "| env steps/s (whole run) | 9,838 |\n| train return (last 100 episodes) | 500.0 |" in table
+    assert "| t (s) | env steps/s | train return (last 100 ep.) |" in table and "| 0–60 | 1,000 | 5.0 |" in table
     assert "**NOT MET** (driver + workers RSS grew +" in table
 
 
@@ -616,6 +661,105 @@ def test_workflows_benchmark_discovers_every_exarl_config_and_reports_them():
     table = mod.render([record, {"workflow": "exarl-random", "error": "exit 2"}], args)
     assert "| exarl-sync | 1,000 | 400 | 4.5 (900 steps) | 160.0 | – | 1.00 | – | 0 | – | 3.0 / 3.5 |" in table
     assert "| exarl-random | failed: exit 2 |" in table
+
+
+# --------------------------- the return beside the speed (a2c, work stealing, pbt, spaces)
+def test_harness_return_verdicts():
+    report = _bench_module("harness.report")
+    assert report.return_verdict(480.0, 500.0, ref_name="base", label="greedy return") == \
+        "greedy return 480.0 vs 500.0 (base): lower"
+    assert report.return_verdict(495.0, 500.0, tolerance=10) == "return 495.0 vs 500.0: ok (within 10.0)"
+    assert report.return_verdict(505.0, 500.0) == "return 505.0 vs 500.0: ok"
+    assert report.return_verdict(None, 500.0) == "return – vs 500.0: not measured"
+    assert report.fmt_return(21.43, 7) == "21.4 (7 ep.)" and report.fmt_return(None, 0) == "– (no episode ended)"
+    schemes = _bench_module("harness.schemes")
+    assert schemes.finite(float("nan")) is None and schemes.finite(float("-inf")) is None and schemes.finite(3) == 3.0
+
+
+def _a2c_records(tree_eval):
+    def rec(version, seed, fps, ev, train):
+        return {"version": version, "seed": seed, "steps_per_s": fps, "env_steps": 40_000,
+                "train_return_last100": train, "train_episodes": 300, "eval_mean": ev, "eval_returns": [ev]}
+
+    return [rec("base", 0, 1000.0, 500.0, 300.0), rec("tree", 0, 1100.0, tree_eval[0], 310.0),
+            rec("tree", 1, 1050.0, tree_eval[1], 290.0), rec("base", 1, 1000.0, 400.0, 280.0)]
+
+
+def test_a2c_cartpole_report_says_when_the_tree_learns_worse():
+    mod = _load_bench("a2c_cartpole/run.py")
+    summary = mod.summarize(_a2c_records((500.0, 420.0)))
+    assert summary["tree"]["steps_per_s"] == 1075.0 and summary["base"]["eval_mean"] == 450.0
+    table = mod.render(summary, "e8efbda")
+    assert "| e8efbda (base) | 1,000 | 450.0 | 290.0 | 1,000 1,000 | 500.0 400.0 | 300.0 280.0 |" in table
+    assert "median greedy return 460.0 vs 450.0 (base): ok (lower on 0 of 2 paired seeds)" in table
+    assert "Verdict: the working tree learns as well as the base and runs at 1.07x its env steps/s." in table
+    # Faster, but a lower median greedy return: not a speed-up.
+    table = mod.render(mod.summarize(_a2c_records((400.0, 300.0))), "e8efbda")
+    assert "(lower on 2 of 2 paired seeds)" in table
+    assert ("Verdict: the working tree LEARNS WORSE than the base (median greedy return 350.0 vs 450.0): its 1.07x "
+            "env steps/s is not a speed-up.") in table
+    # Within the tolerance a lower median is not counted as learning worse.
+    assert "learns as well" in mod.render(mod.summarize(_a2c_records((440.0, 440.0))), "x", tolerance=20)
+    assert (mod.parse_args(["--quick"]).steps, mod.parse_args([]).base) == (4000, "HEAD")
+
+
+@pytest.mark.timeout(300)
+def test_a2c_cartpole_run_reports_speed_and_returns():
+    """The child run of a2c_cartpole/run.py on the working tree, 800 steps: its speed and,
+    beside it, the training and greedy returns."""
+    mod = _load_bench("a2c_cartpole/run.py")
+    argv, env = mod.child_command(REPO, 800, seed=1, eval_episodes=2)
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = mod.read_result(r.stdout, REPO)
+    assert rec["steps_per_s"] > 0 and rec["env_steps"] >= 800
+    assert_return_fields(rec)
+    assert len(rec["eval_returns"]) == 2 and 1 <= rec["eval_mean"] <= 500
+
+
+def test_work_stealing_report_compares_run_time_and_return():
+    mod = _load_bench("work_stealing/run.py")
+
+    def rec(steal, seed, time_s, ret):
+        return {"steal": steal, "seed": seed, "time_s": time_s, "train_return_last100": ret, "train_episodes": 120,
+                "stolen_pops": 3 if steal else 0, "stolen_rollouts": 5 if steal else 0, "puts": 140,
+                "popped": 140, "held": 0, "updates": 2900, "env_steps": 3000}
+
+    records = [rec(True, 0, 10.0, 20.0), rec(False, 0, 15.0, 24.0), rec(False, 1, 14.0, 22.0), rec(True, 1, 9.0, 26.0)]
+    table = mod.render(mod.summarize(records))
+    assert "| steal true | 9.5 | 10.0 9.0 | 23.0 (120 ep.) | 20.0 26.0 | 3 3 | 5 5 | 140/140 140/140 | 2900 2900 |" \
+        in table
+    assert ("steal true vs false: median run time 9.5 s vs 14.5 s (1.53x as fast); median train return 23.0 vs 23.0 "
+            "(steal false): ok.") in table and mod.RETURN_NOTE in table
+    assert (mod.parse_args(["--quick"]).steps, mod.parse_args(["--quick"]).repeats) == (600, 1)
+
+
+def test_pbt_report_compares_wall_time_and_return():
+    mod = _load_bench("pbt/run.py")
+
+    def rec(config, seed, best, wall, copies=0):
+        return {"config": config, "seed": seed, "best_final": best, "finals": {0: best}, "first_solve_step": None,
+                "members_solved_at_end": 0, "wall_s": wall, "copies": copies}
+
+    records = [rec("fixed", 0, 480.0, 100.0), rec("pbt", 0, 500.0, 105.0, 12), rec("fixed", 1, 420.0, 98.0),
+               rec("pbt", 1, 440.0, 101.0, 10), rec("tune-inplace", 0, 400.0, 120.0, 6),
+               rec("tune-restart", 0, 450.0, 150.0, 6)]
+    text = "\n".join(mod.comparison_lines(records))
+    assert "pbt vs fixed (2 seed(s), medians): wall 103 s vs 99 s; best final return 470.0 vs 450.0 (fixed): ok." in text
+    assert ("Tune restarting vs in place (1 seed(s), medians): +30.0 s in all, +5.00 s per perturbation "
+            "(6 perturbations); best final return in place 400.0 vs 450.0 (restarting): lower.") in text
+
+
+@pytest.mark.timeout(300)
+def test_spaces_cartpole_quick_writes_records_with_returns(tmp_path, capsys):
+    mod = _load_bench("spaces_cartpole/run.py")
+    mod.main(["--quick", "--envs", "CartPole-v1", "--out-dir", str(tmp_path)])
+    lines = [json.loads(ln) for f in tmp_path.glob("spaces_cartpole_*.jsonl") for ln in f.read_text().splitlines()]
+    assert lines[0]["record"] == "meta" and len(lines) == 2
+    run = lines[1]
+    assert run["env_id"] == "CartPole-v1" and run["steps"] == 4096 and run["seconds"] > 0
+    assert 8 <= run["best_train_return"] <= 500 and 8 <= run["final_train_return"] <= run["best_train_return"]
+    assert "| env | seed | steps to 195 | best train return | best greedy return | s |" in capsys.readouterr().out
 
 
 @pytest.mark.timeout(300)
