@@ -171,7 +171,7 @@ def verdict(row, stats, by_name_stats):
             words.append(f"baseline {row.baseline} not run")
         else:
             better = sign * stats["iqm"] > sign * base["iqm"]
-            words.append(f"{'better' if better else 'NOT better'} than {row.baseline} ({base['iqm']:.1f})")
+            words.append(f"{'better' if better else 'NOT better'} than {row.baseline} ({fmt_score(base['iqm'])})")
     pub = row.published
     if pub is not None:
         budget = stats.get("steps")
@@ -184,6 +184,12 @@ def verdict(row, stats, by_name_stats):
         else:
             words.append(f"BELOW the published spread ({pub.mean - pub.std:.1f})")
     return "; ".join(words)
+
+
+def fmt_score(value):
+    """A score for the table: one decimal, or three significant digits below 1 (the KL
+    ratios of the add-on rows)."""
+    return f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}"
 
 
 def rlzoo_cell(results):
@@ -218,13 +224,13 @@ def report(rows, out, curves_dir=None):
         pub = row.published
         published = (f"{pub.mean:g} ± {pub.std:g} @ {pub.steps / 1000:g}k" + (f" ({pub.note})" if pub.note else "")
                      if pub else "")
-        finals = " ".join(f"{r['final']:.1f}" for r in sorted(res, key=lambda r: r["seed"]))
+        finals = " ".join(fmt_score(r["final"]) for r in sorted(res, key=lambda r: r["seed"]))
         speeds = [r["steps_per_s"] for r in res if r.get("steps_per_s")]
         speed = f"{statistics.median(speeds):,.0f}" if speeds else ""
         wall = statistics.median(r["train_seconds"] for r in res)
         codes = sorted({r.get("code", "?") for r in res})
-        table.append([row.name, f"{int(st['steps']):,}", str(st["n"]), finals, f"{st['mean']:.1f}",
-                      f"{st['iqm']:.1f} [{st['ci'][0]:.1f}, {st['ci'][1]:.1f}]", published,
+        table.append([row.name, f"{int(st['steps']):,}", str(st["n"]), finals, fmt_score(st["mean"]),
+                      f"{fmt_score(st['iqm'])} [{fmt_score(st['ci'][0])}, {fmt_score(st['ci'][1])}]", published,
                       verdict(row, st, stats_by_name), rlzoo_cell(zoo_results[row.name]), speed, f"{wall:,.0f}",
                       ", ".join(codes)])
         if curves_dir and not row.measure:
@@ -305,7 +311,7 @@ def main(argv=None):
                         if "error" in result:
                             print(f"{row.name} seed {seed}: FAILED {result['error']}", file=sys.stderr)
                         else:
-                            print(f"{row.name} seed {seed}: final {result['final']:.1f} after "
+                            print(f"{row.name} seed {seed}: final {fmt_score(result['final'])} after "
                                   f"{result['env_steps']:,} steps in {result['train_seconds']:.0f} s", file=sys.stderr)
             finally:
                 shutil.rmtree(code_dir, ignore_errors=True)
