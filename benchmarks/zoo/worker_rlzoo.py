@@ -7,8 +7,10 @@ The reference the published figure (one run) cannot give: the zoo's own spread o
 on this machine.
 
     benchmarks/.venv-peers/bin/python benchmarks/zoo/worker_rlzoo.py ALGO ENV_ID SEED RUN_DIR EPISODES [STEPS]
+        [--hyperparams KEY:VALUE ...]
 
-STEPS overrides the zoo's n_timesteps (a smoke run).
+STEPS overrides the zoo's n_timesteps (a smoke run; 0 keeps them); ``--hyperparams`` goes
+to ``rl_zoo3.train`` (e.g. ``use_sde:False``: the zoo's run without gSDE).
 """
 
 import glob
@@ -20,8 +22,12 @@ import time
 
 
 def main(argv):
+    extra_hp = []
+    if "--hyperparams" in argv:
+        extra_hp = ["--hyperparams", *argv[argv.index("--hyperparams") + 1:]]
+        argv = argv[:argv.index("--hyperparams")]
     algo, env_id, seed, run_dir, episodes = argv[0], argv[1], int(argv[2]), argv[3], int(argv[4])
-    steps = ["-n", argv[5]] if len(argv) > 5 else []
+    steps = ["-n", argv[5]] if len(argv) > 5 and int(argv[5]) > 0 else []
     import numpy as np
     import rl_zoo3
     from rl_zoo3 import ALGOS
@@ -32,7 +38,7 @@ def main(argv):
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "rl_zoo3.train", "--algo", algo, "--env", env_id, "--seed", str(seed),
                     "-f", folder, "--num-threads", "1", "--eval-freq", "-1", "--log-interval", "-1",
-                    "--verbose", "0", "--device", "cpu", *steps], check=True)
+                    "--verbose", "0", "--device", "cpu", *steps, *extra_hp], check=True)
     train_seconds = time.perf_counter() - start
     exp = sorted(glob.glob(os.path.join(folder, algo, f"{env_id}_*")))[-1]
     stats_path = os.path.join(exp, env_id)
@@ -62,8 +68,9 @@ def main(argv):
     with open(os.path.join(run_dir, "monitor", "train_monitor_sb3.csv"), "w") as f:
         f.write("r,l,t\n" + "".join(",".join(r) + "\n" for r in episodes_rows))
     env_steps = sum(int(r[1]) for r in episodes_rows)
-    n_timesteps = int(argv[5]) if steps else int(float(hyperparams.get("n_timesteps", env_steps)))
+    n_timesteps = int(steps[1]) if steps else int(float(hyperparams.get("n_timesteps", env_steps)))
     result = {"seed": seed, "system": f"rl-zoo3 {rl_zoo3.__version__}", "env_steps": n_timesteps,
+              "hyperparams": extra_hp[1:],
               "train_seconds": round(train_seconds, 2), "steps_per_s": n_timesteps / train_seconds,
               "final": float(np.mean(returns)), "final_std": float(np.std(returns)), "eval_episodes": episodes,
               "train_return": float(np.mean([float(r[0]) for r in episodes_rows[-20:]])) if episodes_rows else None}
