@@ -650,11 +650,11 @@ class Population:
             "done", or "interrupted" (Ctrl-C or SIGTERM; every member and the population's
             state are saved).
         """
-        try:
-            self.start()
-            # Entered once Ray is up: ray.init installs its own SIGTERM handler, which must
-            # not replace this one.
-            with self.interrupt:
+        # Entered before Ray starts: ensure_ray keeps this handler over the one ray.init
+        # installs, and a signal while the members start stops them at their first update.
+        with self.interrupt:
+            try:
+                self.start()
                 try:
                     outcome = self.train()
                 except KeyboardInterrupt:   # a second Ctrl-C
@@ -664,8 +664,8 @@ class Population:
                     return "interrupted"
                 self.finish()
                 return "done"
-        finally:
-            self.close()
+            finally:
+                self.close()
 
 
 def _show(value):

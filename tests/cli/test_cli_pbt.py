@@ -12,24 +12,11 @@ import pytest
 import torch
 import yaml
 
-from cli_helpers import png_size, read_csv, start_pytorchrl, tiny, write_config
+from cli_helpers import PBT, pbt_config, png_size, read_csv, start_pytorchrl, tiny, write_config
 from pytorchrl import cli
 from pytorchrl.config import load_config
 from pytorchrl.config.schema import MUTATION_KEYS
 from pytorchrl.pbt import Parameter, Population, member_name, perturb, plan_exploits
-
-#: A population of 3 interleaved members of TINY (32 env steps per update round), a
-#: decision every 4 rounds.
-PBT = {"population": 3, "interval": 128, "quantile": 0.34, "execution": "interleaved",
-       "mutations": {"lr": {"factors": [0.5, 2.0], "log_uniform": [1.0e-5, 1.0e-2], "resample_probability": 0.3},
-                     "storage.gae_lambda": {"values": [0.9, 0.95, 0.99]}},
-       "initial": {"lr": [1.0e-4, 1.0e-3, 3.0e-3]}}
-
-
-def pbt_config(tmp_path, target_steps=384, **pbt):
-    """Path of a tiny population's configuration (PBT with ``pbt`` keys replaced)."""
-    return write_config(tmp_path, tiny(learner={"target_steps": target_steps}, pbt={**PBT, **pbt}), "pbt.yaml")
-
 
 # ------------------------------------------------------------------ refused configurations
 BAD = {

@@ -4,9 +4,12 @@ Ray is imported only here (and only when a scheme has remote workers), so that a
 with one worker at every level runs without it.
 """
 
+import contextlib
+import logging
 import math
 import os
 import re
+import signal
 import threading
 
 
@@ -78,15 +81,56 @@ def ensure_ray(address=None, num_cpus=None):
         if ray.is_initialized():
             return ray
         address = address or os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=True)
-        else:
-            # num_cpus None lets Ray count the CPUs, container limits included.
-            # address="local": always a new instance, never a cluster someone else started here.
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                     configure_logging=False)
-            _started_here = True
+        with _sigterm_handler_kept():
+            if address:
+                ray.init(address=address, include_dashboard=False, log_to_driver=True)
+            else:
+                # num_cpus None lets Ray count the CPUs, container limits included.
+                # address="local": always a new instance, never a cluster someone else started here.
+                with _quiet_token_notice():
+                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                             configure_logging=False)
+                _started_here = True
     return ray
+
+
+@contextlib.contextmanager
+def _sigterm_handler_kept():
+    """Put back, after ``ray.init``, the SIGTERM handler this process had before it (when the
+    program set one): ``ray.init`` replaces it with one that exits at once, and Ray's core
+    worker adds a native one that prints a stack trace and kills the process, so a run that
+    the program's handler would save (``pytorchrl train``, ``pytorchrl pbt``) was lost to a
+    scheduler's SIGTERM. A process that had Python's default keeps Ray's."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGTERM)
+        if handler not in (signal.SIG_DFL, None):
+            previous = handler
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+#: Ray's logger of its token authentication set-up.
+_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+@contextlib.contextmanager
+def _quiet_token_notice():
+    """Keep Ray's notice that token authentication is on (a warning that every local
+    instance prints since Ray 2.60) off the user's terminal: a local instance started here
+    is this process's own, and the notice asks nothing of the user. The behaviour stays
+    Ray's default (a token in ~/.ray/auth_token, made if missing); a cluster that is joined
+    is configured by whoever started it (docs/cluster.md)."""
+    token_logger = logging.getLogger(_TOKEN_LOGGER)
+    level = token_logger.level
+    token_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        token_logger.setLevel(level)
 
 
 def acquire_ray(address=None, num_cpus=None):
