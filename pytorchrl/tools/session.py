@@ -648,7 +648,8 @@ class TrainingSession:
                             f"(deterministic)")
         if config["scheme"]["num_grad_workers"] == 0:
             # Collection-only run: every episode, and one line about them.
-            line = learner.write_episode_records(os.path.join(self.run_dir, RESULTS), _policy_label(config))
+            # Relative: the learner writes it in its log_dir, the run directory.
+            line = learner.write_episode_records(RESULTS, _policy_label(config))
             summary["results"] = os.path.join(self.run_dir, RESULTS)
             summary["episodes"] = learner.num_episodes
             display.message(f"results: {line}")
