@@ -387,7 +387,7 @@ class TrainingSession:
         except TrackingError as exc:
             raise UsageError(str(exc)) from None
         return RunLog(self.run_dir, self.learner, tensorboard=self.opts["tensorboard"],
-                      continue_from_step=continue_from_step, sinks=[sink])
+                      continue_from_step=continue_from_step, sinks=[sink], warn=self.display.message)
 
     def _open_control(self):
         """Answer live changes in the run directory; the intervals start now."""

@@ -5,6 +5,7 @@ hot_swaps.csv, Ctrl-C and ``pytorchrl resume``. Members as Ray actors, with dist
 schemes of their own: tests/distributed/test_pbt_ray.py."""
 
 import math
+import re
 import signal
 
 import numpy as np
@@ -155,8 +156,17 @@ def _tensors(state):
 
 def test_pbt_writes_the_population_and_names_the_best_member(tmp_path, capsys):
     run_dir = tmp_path / "population"
-    assert cli.main(["pbt", pbt_config(tmp_path), "--run-dir", str(run_dir), "--progress", "plain"]) == 0
+    # (A progress line every learner.log_every s while the members train: here between
+    # any two of their updates.)
+    assert cli.main(["pbt", pbt_config(tmp_path), "learner.log_every=1e-6", "--run-dir", str(run_dir),
+                     "--progress", "plain"]) == 0
     out = capsys.readouterr().out
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("training a population of 3"))
+    decision = next(i for i, line in enumerate(lines) if line.startswith("128/384 env steps |"))
+    progress = re.compile(r"\[ *\d+s\] env steps [\d,]+(-[\d,]+)?/384 \| [\d,]+ steps/s \| train_return: member-0 "
+                          r"(-|[\d.]+), member-1 (-|[\d.]+), member-2 (-|[\d.]+) \| next decision at 128")
+    assert any(progress.fullmatch(line) for line in lines[start + 1:decision]), "\n".join(lines[:decision + 1])
     rows = read_csv(run_dir / "population.csv")
     assert rows, out
     best = yaml.safe_load((run_dir / "summary.yaml").read_text())["best"]

@@ -66,9 +66,10 @@ def signal_when(condition, signum, call):
         watcher.join()
 
 
-def rows_in(path):
-    """A function telling whether the CSV file ``path`` has a row of data (the run trains)."""
-    return lambda: os.path.isfile(path) and len(read_csv(path)) > 0
+def rows_in(path, rows=1):
+    """A function telling whether the CSV file ``path`` has ``rows`` rows of data (the run
+    trains)."""
+    return lambda: os.path.isfile(path) and len(read_csv(path)) >= rows
 
 
 @pytest.fixture
@@ -132,9 +133,13 @@ def test_population_of_ray_actors_saves_every_member_and_exits_130(ray_session, 
     run_dir = tmp_path / "population"
     conf = pbt_config(tmp_path, target_steps=FOREVER, population=2, execution="ray", initial={},
                       interval=FOREVER // 2)
-    result = signal_when(rows_in(run_dir / member_name(1) / "metrics.csv"), signum, lambda: pytorchrl_in_process(
+    # 20 rows of a member, one every 0.05 s at least: the population waited on its members
+    # for more than a second, looking every 0.5 s (STOP_CHECK_S), and showed their progress.
+    result = signal_when(rows_in(run_dir / member_name(1) / "metrics.csv", 20), signum, lambda: pytorchrl_in_process(
         "pbt", conf, "learner.log_every=0.05", "--progress", "plain", "--run-dir", run_dir, cwd=tmp_path))
     assert result.returncode == 130, result.stdout[-2000:] + result.stderr[-2000:]
+    assert re.search(r"^\[ *\d+s\] env steps [\d,]+(-[\d,]+)?/[\d,]+ \| [\d,]+ steps/s \| train_return: member-0 .*, "
+                     r"member-1 .* \| next decision at ", result.stdout, re.M), result.stdout
     assert "every member saved" in result.stdout and f"pytorchrl resume {run_dir}" in result.stdout
     for index in range(2):
         state = ckpt.read_checkpoint(str(run_dir / member_name(index) / "checkpoint.pt"))
