@@ -39,7 +39,7 @@ from pytorchrl.tools.progress import ProgressDisplay, format_progress, format_st
 from pytorchrl.tools.session import (CURVE_POINTS, REDRAW_EVERY_S, StopOnInterrupt,  # noqa: F401
                                      TrainingSession, UsageError, _config_differences, _finite,
                                      _schema_check, _stop_schedules, _StoppedSchedule, write_config)
-from pytorchrl.scheme.base.ray_runtime import ResourceError, WorkerError
+from pytorchrl.scheme.base.ray_runtime import ClusterError, ResourceError, WorkerError
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -52,7 +52,7 @@ FIXED_ON_RESUME = ("env.id", "env.kwargs", "actor", "algorithm.name", "storage.n
 #: Failures caused by the configuration or the machine rather than by a bug: reported in
 #: one line, without traceback, at any time.
 USER_ERRORS = (ConfigError, EnvError, ResourceError, WorkerError, ControlError, EvaluationError, PlotError,
-               UnsupportedSpaceError)
+               UnsupportedSpaceError, ClusterError)
 
 
 # ----------------------------------------------------------------------------- training

@@ -10,11 +10,17 @@ import math
 import os
 import re
 import signal
+import sys
 import threading
 
 
 class ResourceError(RuntimeError):
     """A resource request that the Ray cluster can never satisfy."""
+
+
+class ClusterError(RuntimeError):
+    """This process cannot join the Ray cluster it was pointed at (one-line message naming
+    the address and the cause: a missing token, nothing listening there)."""
 
 
 class WorkerError(RuntimeError):
@@ -83,7 +89,14 @@ def ensure_ray(address=None, num_cpus=None):
         address = address or os.environ.get("RAY_ADDRESS")
         with _sigterm_handler_kept():
             if address:
-                ray.init(address=address, include_dashboard=False, log_to_driver=True)
+                try:
+                    # configure_logging=False: Ray's INFO lines (the address used, "Connected")
+                    # stay off the run's output.
+                    with _native_stderr_held():
+                        ray.init(address=address, include_dashboard=False, log_to_driver=True,
+                                 configure_logging=False)
+                except Exception as exc:  # every way of failing to join becomes one line
+                    raise ClusterError(f"cannot join the Ray cluster at {address}: {_join_failure(exc)}") from None
             else:
                 # num_cpus None lets Ray count the CPUs, container limits included.
                 # address="local": always a new instance, never a cluster someone else started here.
@@ -92,6 +105,44 @@ def ensure_ray(address=None, num_cpus=None):
                              configure_logging=False)
                 _started_here = True
     return ray
+
+
+#: What Ray's errors say when a cluster's token authentication refuses a process (Ray
+#: 2.60 wraps its AuthenticationError into the text of the RuntimeError it raises).
+_REFUSED_TOKEN = ("AuthenticationError", "InvalidAuthToken", "Authentication token is missing or incorrect")
+
+
+def _join_failure(exc):
+    """Why ``ray.init(address=...)`` failed, in words: a token the cluster asks for and
+    this process lacks (Ray 2.60's token authentication, docs/cluster.md), or Ray's own
+    last line."""
+    cause = exc
+    while cause is not None:
+        text = f"{type(cause).__name__}: {cause}"
+        if any(mark in text for mark in _REFUSED_TOKEN):
+            return ("its token authentication refused this process (no token, or another one): set "
+                    "RAY_AUTH_MODE=token and give the cluster's token in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or "
+                    "RAY_AUTH_TOKEN (docs/cluster.md)")
+        cause = cause.__cause__ or cause.__context__
+    return _last_line(exc)
+
+
+@contextlib.contextmanager
+def _native_stderr_held():
+    """Send what is written to file descriptor 2 while joining a cluster to nowhere: Ray's
+    native GCS client logs a warning per second of retries (a refused token: twenty lines)
+    before the Python error that ``ensure_ray`` turns into one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 @contextlib.contextmanager
