@@ -179,7 +179,7 @@ on the reference torch path: the numpy update and the fused loss step aside (sai
 algorithm:
   name: PPO
   policy_loss_addons:
-    - {name: AttractionKL, checkpoints: [runs/cartpole-ppo/model.state_dict], weights: [1.0], loss_term_weight: 1.0}
+    - {name: AttractionKL, checkpoints: [runs/cartpole-teacher/model.state_dict], weights: [1.0], loss_term_weight: 1.0}
 ```
 """
 
