@@ -22,10 +22,11 @@ class A2C(OnPolicyAlgorithm):
 
     Parameters
     ----------
-    lr : float or None
+    lr : float
         Learning rate of both optimizers (our name): ``lr_pi`` and ``lr_v`` start from it
         unless given. Read back it is their common value, or None once they differ; a
-        hot-swap of ``lr`` sets both. None: from ``lr_pi`` and ``lr_v``.
+        hot-swap of ``lr`` sets both. Given None (an A2C rebuilt from such hyperparameters),
+        the rates are ``lr_pi`` and ``lr_v``.
     lr_v : float or None
         Learning rate of the value optimizer (pytorchrl's name): it trains the value head
         and, when the actor has separate networks, the value network (its own feature
