@@ -49,10 +49,9 @@ import types
 import pytest
 import yaml
 
-from pytorchrl import cli
 from pytorchrl.config import validate_config
 
-from cli_helpers import REPO, TESTS, env, pytorchrl_in_process, source_of_test
+from cli_helpers import REPO, TESTS, default_sigint, env, pytorchrl_in_process, source_of_test
 
 DOCS = os.path.join(REPO, "docs")
 EXAMPLES = os.path.join(REPO, "examples", "configs")
@@ -420,8 +419,12 @@ class Terminal:
         master, slave = pty.openpty()
         # A terminal as wide as the status line (a new pseudo-terminal has no size).
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
-        self.proc = subprocess.Popen([sys.executable, "-m", "pytorchrl.cli", *words[1:]], cwd=cwd, env=env(),
-                                     stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        # (default_sigint: Ctrl-C reaches it when the suite runs as a background job; COLUMNS:
+        # the width the status line fits, which the test runner's own may have set narrower)
+        self.proc = subprocess.Popen([sys.executable, "-m", "pytorchrl.cli", *words[1:]], cwd=cwd,
+                                     env=dict(env(), COLUMNS="200", LINES="50"),
+                                     stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                                     preexec_fn=default_sigint)
         os.close(slave)
         self.master, self.text, self.changed = master, "", threading.Condition()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -434,8 +437,7 @@ class Terminal:
             except OSError:
                 chunk = b""
             with self.changed:
-                if not chunk:
-                    self.closed = True
+                if not chunk:           # the command ended (its side of the terminal closed)
                     self.changed.notify_all()
                     return
                 self.text += chunk.decode(errors="replace")

@@ -240,7 +240,8 @@ def test_a_token_protected_cluster_started_as_docs_cluster_md_says(tmp_path):
         head = cluster.ip_a
         deadline = time.monotonic() + 60
         while True:      # (the autoscaler's report, refreshed every few seconds)
-            status = cluster.run_in("a", ["ray", *documented_cluster()["status"]])
+            # (RAY_ADDRESS: other Ray instances of this machine are found too, unlike on a node)
+            status = cluster.run_in("a", ["ray", *documented_cluster()["status"]], env={"RAY_ADDRESS": cluster.address})
             active = status.stdout.split("Active:")[-1].split("Pending:")[0]
             if status.returncode == 0 and active.count("node_") == 2 or time.monotonic() > deadline:
                 break
