@@ -24,17 +24,19 @@ setup(
         "lz4>=4.0",
         "pyyaml>=6.0",
         "threadpoolctl>=3.0",
+        # Every run writes TensorBoard event files (the README's quick start shows them).
+        "tensorboard>=2.10",
     ],
     extras_require={
-        # The test suite draws plots, reads TensorBoard files back, writes videos and checks
-        # that no worker process outlives a run (psutil), and steps real Atari games, MuJoCo
-        # tasks and MiniGrid gridworlds (the "atari", "mujoco" and "minigrid" extras), and
-        # writes offline Weights & Biases runs (the "wandb" extra); pytest-xdist runs the suite
-        # on two workers. pygame-ce, not pygame: minigrid needs pygame-ce, which installs into
-        # the same "pygame" package, and gymnasium's classic-control rendering runs on either.
+        # The test suite draws plots, writes videos and checks that no worker process outlives a
+        # run (psutil), and steps real Atari games, MuJoCo tasks and MiniGrid gridworlds (the
+        # "atari", "mujoco" and "minigrid" extras), and writes offline Weights & Biases runs (the
+        # "wandb" extra); pytest-xdist runs the suite on two workers. pygame-ce, not pygame:
+        # minigrid needs pygame-ce, which installs into the same "pygame" package, and
+        # gymnasium's classic-control rendering runs on either.
         # (The Ray Tune tests skip without the "tune" extra: Tune's PBT run failed in a whole
         # suite on a fresh clone, see tests/distributed/test_tune.py.)
-        "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "psutil>=5", "matplotlib>=3.6", "tensorboard>=2.10",
+        "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "psutil>=5", "matplotlib>=3.6",
                  "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame-ce>=2.4",
                  "ale-py>=0.9", "mujoco>=3", "wandb>=0.20", "minigrid>=2.3"],
         # pytorchrl.envs.atari: the Arcade Learning Environment; ale-py ships the game ROMs.
@@ -56,12 +58,12 @@ setup(
         "plot": ["matplotlib>=3.6"],                 # pytorchrl plot
         # pytorchrl.tune.Trainable: Ray Tune's schedulers (PBT, PB2) perturbing in place.
         "tune": ["ray[tune]>=2.9"],
-        "tensorboard": ["tensorboard>=2.10"],        # TensorBoard event files of every run
+        "tensorboard": [],                           # (installed with pytorchrl now; kept for old commands)
         # pytorchrl evaluate --video: GIF (Pillow), MP4 (imageio-ffmpeg), and pygame (its
         # pygame-ce edition, which minigrid needs too), which gymnasium's classic-control
         # environments render with.
         "video": ["pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame-ce>=2.4"],
-        "all": ["matplotlib>=3.6", "tensorboard>=2.10", "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4",
+        "all": ["matplotlib>=3.6", "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4",
                 "pygame-ce>=2.4"],
     },
     entry_points={"console_scripts": ["pytorchrl=pytorchrl.cli:main"]},

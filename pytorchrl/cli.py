@@ -39,7 +39,7 @@ from pytorchrl.tools.progress import ProgressDisplay, format_progress, format_st
 from pytorchrl.tools.session import (CURVE_POINTS, REDRAW_EVERY_S, StopOnInterrupt,  # noqa: F401
                                      TrainingSession, UsageError, _config_differences, _finite,
                                      _schema_check, _stop_schedules, _StoppedSchedule, write_config)
-from pytorchrl.scheme.base.ray_runtime import ResourceError, WorkerError
+from pytorchrl.scheme.base.ray_runtime import ClusterError, ResourceError, WorkerError
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -52,7 +52,7 @@ FIXED_ON_RESUME = ("env.id", "env.kwargs", "actor", "algorithm.name", "storage.n
 #: Failures caused by the configuration or the machine rather than by a bug: reported in
 #: one line, without traceback, at any time.
 USER_ERRORS = (ConfigError, EnvError, ResourceError, WorkerError, ControlError, EvaluationError, PlotError,
-               UnsupportedSpaceError)
+               UnsupportedSpaceError, ClusterError)
 
 
 # ----------------------------------------------------------------------------- training
@@ -131,22 +131,28 @@ def run_training(config, run_dir, stream=None, remove_run_dir_on_failure=False, 
 # --------------------------------------------------------------------------- commands
 def train_command(args):
     """Handler of `train`: validate, make the run directory, train; returns the exit status."""
-    config = load_config(args.conf, args.overrides)
+    notes = []
+    config = load_config(args.conf, args.overrides, notes=notes)
     if "pbt" in config:
         raise UsageError(f"{args.conf} has a pbt section, which describes a population: train it with "
                          f"'pytorchrl pbt {args.conf}', or remove the section")
-    made = _run_dir_of(args, config)
+    made = _run_dir_of(args, config, notes)
     if made is None:
         return EXIT_OK
     run_dir, created = made
     return run_training(config, run_dir, remove_run_dir_on_failure=created, progress=args.progress)
 
 
-def _run_dir_of(args, config):
+def _run_dir_of(args, config, notes=()):
     """``(run directory, whether it was created)`` of a `train` or `pbt` command (``--run-dir``
-    taken into ``config``), or None after ``--dry-run`` printed the resolved configuration."""
+    taken into ``config``), or None after ``--dry-run`` printed the resolved configuration.
+    ``notes`` (schedules dropped for an override, see ``load_config``) are printed first:
+    as YAML comments with ``--dry-run``, whose output stays a configuration file."""
     if args.run_dir is not None:
         config["run_dir"] = args.run_dir
+    prefix = "# " if args.dry_run else ""
+    for note in notes:
+        print(prefix + note, flush=True)
     if args.dry_run:
         sys.stdout.write(dump_config(config))
         return None
@@ -160,11 +166,12 @@ def pbt_command(args):
     overrides = list(args.overrides)
     if args.population is not None:
         overrides.append(f"pbt.population={args.population}")
-    config = load_config(args.conf, overrides)
+    notes = []
+    config = load_config(args.conf, overrides, notes=notes)
     if not config.get("pbt", {}).get("mutations"):
         raise UsageError(f"{args.conf} names no parameter to perturb: 'pytorchrl pbt' needs a pbt section with "
                          f"mutations (see examples/configs/pbt_ppo_cartpole.yaml)")
-    made = _run_dir_of(args, config)
+    made = _run_dir_of(args, config, notes)
     if made is None:
         return EXIT_OK
     run_dir, created = made
@@ -223,7 +230,9 @@ def resume_command(args):
                          f"{trainer.get('host')}); stop it first")
     path = os.path.join(run_dir, CONFIG)
     previous = load_config(path)
-    config = load_config(path, args.overrides)
+    # The checkpoint holds the schedules' places: an override stops its schedule instead
+    # (TrainingSession.start), as 'pytorchrl set' does.
+    config = load_config(path, args.overrides, drop_overridden_schedules=False)
     for text in args.overrides:
         key = text.partition("=")[0].strip()
         if key == "run_dir":

@@ -18,6 +18,30 @@ from pytorchrl.learner_metrics import LearnerMetrics
 
 logger = logging.getLogger("pytorchrl")
 
+#: Environment variable capping the env steps a Learner trains (see ``step_limit``): what
+#: the test that runs every documented command sets, and a way to try any script quickly.
+STEP_LIMIT_VARIABLE = "PYTORCHRL_STEP_LIMIT"
+
+
+def step_limit():
+    """The env steps a learner may train, from ``PYTORCHRL_STEP_LIMIT`` (None when unset).
+
+    Every Learner is done once it has collected this many env steps more than when it
+    started (or was restored from a checkpoint), whatever its ``target_steps``: a script,
+    a configuration or a documented command then runs as written, only shorter.
+
+    Raises
+    ------
+    ValueError
+        The variable is set to something other than a positive integer.
+    """
+    text = os.environ.get(STEP_LIMIT_VARIABLE, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{STEP_LIMIT_VARIABLE} must be a positive integer (env steps), got {text!r}")
+    return int(text)
+
 
 def _kept_by(part, name, doc):
     """A Learner attribute held by one of its parts (``metrics``, ``control``): read and
@@ -109,6 +133,9 @@ class Learner:
         ``on_warning(text)`` is called with the line saying that updates are being skipped
         (once per run of skips in a row) and the one saying that they ended; by default it
         is logged as a warning on the "pytorchrl" logger.
+    step_limit : int or None
+        Env steps this learner trains at most from where it started or was restored, read
+        from ``PYTORCHRL_STEP_LIMIT`` (see ``step_limit()``); None: ``target_steps`` alone.
     """
 
 
@@ -155,6 +182,8 @@ class Learner:
         self.skipped_updates = 0
         self._skips_in_a_row = 0
         self.on_warning = logger.warning
+        self.step_limit = step_limit()
+        self._steps_at_start = 0     # env steps when this learner started or was restored
         self.schedules = list(schedules or [])
         for sched in self.schedules:
             # Refuse a schedule of an unknown parameter now, not mid-run.
@@ -254,7 +283,41 @@ class Learner:
         (``cutoff``). On the queue data path the steps are a budget too: done once the
         collectors have handed them over and every rollout queued is trained on."""
         steps_done = not self.steps_on_data and self.num_samples_collected >= self.target_steps
-        return steps_done or self.budget_spent or self.plateau
+        limited = self.step_limit is not None and self.num_samples_collected - self._steps_at_start >= self.step_limit
+        return steps_done or limited or self.budget_spent or self.plateau
+
+    def learn(self, total_timesteps):
+        """Train for ``total_timesteps`` more environment steps (Stable-Baselines3's name).
+
+        ``target_steps`` becomes the env steps collected so far plus ``total_timesteps``
+        (linear schedules span it), then ``step()`` runs until ``done()``. The scheme stays
+        up: call ``learn`` again to train further, ``predict`` to act, ``stop`` at the end.
+
+        Parameters
+        ----------
+        total_timesteps : int
+            Environment steps to train for.
+
+        Returns
+        -------
+        Learner
+            This learner.
+        """
+        _check_positive_int("total_timesteps", total_timesteps)
+        self.target_steps = self.num_samples_collected + int(total_timesteps)
+        if self.steps_on_data:
+            self.update_worker.set_step_budget(self.target_steps)
+        while not self.done():
+            self.step()
+        return self
+
+    def predict(self, observation, state=None, episode_start=None, deterministic=False):
+        """The action(s) of the current weights for one observation or a batch
+        (Stable-Baselines3's ``predict``); the arguments and what it returns are
+        ``pytorchrl.agent.actors.Policy.predict``'s."""
+        from pytorchrl.agent.actors import Policy
+        self.update_worker.sync_local_weights()
+        return Policy(self.update_worker.local_worker.actor).predict(observation, state, episode_start, deterministic)
 
     def write_episode_records(self, path, policy):
         """Write ``episode_records`` as CSV (one row per episode, with a ``policy`` column
@@ -433,7 +496,9 @@ class Learner:
             or saved by another algorithm, actor or network than this learner's (checked
             before anything is changed where possible).
         """
-        return learner_checkpoint.load_checkpoint(self, path)
+        extra = learner_checkpoint.load_checkpoint(self, path)
+        self._steps_at_start = self.num_samples_collected
+        return extra
 
     def training_state(self, replay=True):
         """The full training state as a dict: what ``save_checkpoint`` writes, in memory (its
@@ -468,6 +533,8 @@ class Learner:
             The state does not fit this learner (another algorithm, actor or network).
         """
         learner_checkpoint.restore(self, state, source, copy=copy)
+        if not copy:
+            self._steps_at_start = self.num_samples_collected
 
     def evaluate(self, num_episodes=None):
         """Deterministic mean return of the current weights on the test environments."""

@@ -52,6 +52,19 @@ def tiny(**sections):
     return with_sections(TINY, **sections)
 
 
+#: A population of 3 interleaved members of TINY (32 env steps per update round), a
+#: decision every 4 rounds.
+PBT = {"population": 3, "interval": 128, "quantile": 0.34, "execution": "interleaved",
+       "mutations": {"lr": {"factors": [0.5, 2.0], "log_uniform": [1.0e-5, 1.0e-2], "resample_probability": 0.3},
+                     "storage.gae_lambda": {"values": [0.9, 0.95, 0.99]}},
+       "initial": {"lr": [1.0e-4, 1.0e-3, 3.0e-3]}}
+
+
+def pbt_config(tmp_path, target_steps=384, **pbt):
+    """Path of a tiny population's configuration (PBT with ``pbt`` keys replaced)."""
+    return write_config(tmp_path, tiny(learner={"target_steps": target_steps}, pbt={**PBT, **pbt}), "pbt.yaml")
+
+
 def write_config(directory, config=None, name="tiny.yaml"):
     """Write ``config`` (default TINY) as YAML into ``directory``; returns the path."""
     path = os.path.join(str(directory), name)

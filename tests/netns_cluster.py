@@ -13,6 +13,11 @@ other users of the machine. Every process of the cluster lives in one of our nam
 those are found by namespace (what ``ip netns pids`` does) and killed by pid; the same makes
 ``kill_node_b()`` one call that takes node B away (raylet, workers, agents) abruptly.
 
+The nodes are started as docs/cluster.md says (``documented_cluster``): its token made by
+``ray get-auth-token --generate`` in the cluster's home directory, its ``ray start``
+commands with their fixed ports, ``RAY_AUTH_MODE=token`` for the other node and the
+drivers; the test adds only what places the nodes here (addresses, temp dirs, CPUs).
+
 Needs root and a kernel that allows ``ip netns add``; otherwise ``NetnsCluster`` skips the
 test that uses it (``pytest.skip``) with the reason.
 """
@@ -20,7 +25,8 @@ test that uses it (``pytest.skip``) with the reason.
 import itertools
 import json
 import os
-import secrets
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -44,10 +50,51 @@ OBJECT_STORE_BYTES = 100 * 2**20
 
 _counter = itertools.count()
 
+#: The page whose commands start the cluster.
+CLUSTER_MD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "cluster.md")
 
-def _run(cmd, timeout=120, check=True):
+
+def documented_cluster(path=CLUSTER_MD):
+    """What docs/cluster.md says about starting a cluster, read from the page.
+
+    Returns
+    -------
+    dict
+        ``generate``, ``head``, ``node``, ``status``: the arguments of its ``ray`` commands
+        (after ``ray``; the node's address holds ``HEAD_IP``); ``node_env``: the variables
+        its ``export`` lines set for the other nodes (and drivers); ``ports``: the TCP ports
+        its "Ports" paragraph says to open (numbers and ranges).
+    """
+    with open(path) as f:
+        text = f.read()
+    section = text[text.index("## 1. Start a cluster"):text.index("## 2.")]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+    commands = [shlex.split(line, comments=True) for line in block.splitlines()]
+    commands = [c for c in commands if c]
+    out = {"node_env": {}}
+    for words in commands:
+        if words[0] == "export":
+            key, _, value = words[1].partition("=")
+            out["node_env"][key] = value
+        elif words[:2] == ["ray", "get-auth-token"]:
+            out["generate"] = words[1:]
+        elif words[:3] == ["ray", "start", "--head"]:
+            out["head"] = words[1:]
+        elif words[:2] == ["ray", "start"]:
+            out["node"] = words[1:]
+        elif words[:2] == ["ray", "status"]:
+            out["status"] = words[1:]
+    paragraph = section[section.index("**Ports.**"):].split("\n\n")[0]
+    ports = set()
+    for low, high in re.findall(r"\b(\d{4,5})(?:-(\d{4,5}))?\b", paragraph):
+        ports.update(range(int(low), int(high or low) + 1))
+    out["ports"] = ports
+    return out
+
+
+def _run(cmd, timeout=120, check=True, env=None):
     """Run a command (a list), returning the CompletedProcess; raise with its output if it fails."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
     return proc
@@ -119,8 +166,9 @@ class NetnsCluster:
         # Interface names are limited to 15 characters.
         self.veth_a, self.veth_b = f"pv{tag}a"[-15:], f"pv{tag}b"[-15:]
         self.ip_a, self.ip_b = f"{SUBNET}.1", f"{SUBNET}.2"
-        # Nothing else listens in a namespace made here, so Ray's default port is free.
-        self.port = 6379
+        # The head's port as docs/cluster.md gives it (nothing else listens in a namespace
+        # made here).
+        self.port = int(next(w for w in documented_cluster()["head"] if w.startswith("--port=")).split("=")[1])
         self.address = f"{self.ip_a}:{self.port}"
         self.num_cpus = num_cpus
         self.num_cpus_a = num_cpus if num_cpus_a is None else num_cpus_a
@@ -131,6 +179,8 @@ class NetnsCluster:
         self._tmp = None
         self._seen = {}       # pid -> start time of every cluster process seen
         self._ray = os.path.join(os.path.dirname(sys.executable), "ray")
+        self.documented = documented_cluster()
+        self.home = None      # the cluster's home directory (its ~/.ray/auth_token), made on start
 
     # ------------------------------------------------------------------ setup
     def __enter__(self):
@@ -189,14 +239,16 @@ class NetnsCluster:
             with open(os.path.join(etc, "resolv.conf"), "w") as f:
                 f.write("nameserver 127.0.0.1\n")
 
-    def _env(self, extra=None):
-        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
+    def _env(self, extra=None, head=False):
+        """Environment of the cluster's processes: a home directory of its own, where the
+        token docs/cluster.md makes is (the user's ~/.ray/auth_token is another cluster's),
+        and the page's ``export`` lines for every process but the head's ``ray start``."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")}
         env["RAY_USAGE_STATS_ENABLED"] = "0"
-        # Ray enables token authentication for a head bound to a non-loopback address and
-        # would otherwise use (or create) the user's ~/.ray/auth_token, shared with other
-        # clusters on the machine: the nodes and drivers of this one share a token of its own.
-        env["RAY_AUTH_MODE"] = "token"
-        env["RAY_AUTH_TOKEN_PATH"] = self._token_path
+        env["HOME"] = self.home
+        if not head:
+            env.update(self.documented["node_env"])
         env.update(extra or {})
         return env
 
@@ -204,26 +256,62 @@ class NetnsCluster:
         # Short paths: Ray's Unix sockets live under the temp dir, and a socket path is
         # limited to 107 bytes.
         self._tmp = tempfile.mkdtemp(prefix="prl", dir="/tmp")
-        self._token_path = os.path.join(self._tmp, "auth_token")
-        fd = os.open(self._token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
+        self.home = os.path.join(self._tmp, "home")
+        os.makedirs(self.home)
+        doc = self.documented
+        _run([self._ray, *doc["generate"]], timeout=self.start_timeout, env=self._env(head=True))
+        # What places the nodes on this machine, after the page's arguments.
         common = ["--num-gpus=0", f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats"]
-        head = [self._ray, "start", "--head", f"--node-ip-address={self.ip_a}", f"--port={self.port}",
-                "--include-dashboard=false", f"--temp-dir={self._tmp}/a", f"--num-cpus={self.num_cpus_a}",
+        head = [self._ray, *doc["head"], f"--node-ip-address={self.ip_a}", "--include-dashboard=false",
+                f"--temp-dir={self._tmp}/a", f"--num-cpus={self.num_cpus_a}",
                 f"--resources={json.dumps({'node_a': 1})}"] + common
         if self.system_config:
             head.append(f"--system-config={json.dumps(self.system_config)}")
-        node = [self._ray, "start", f"--address={self.address}", f"--node-ip-address={self.ip_b}",
+        node = [self._ray, *[w.replace("HEAD_IP", self.ip_a) for w in doc["node"]], f"--node-ip-address={self.ip_b}",
                 f"--temp-dir={self._tmp}/b", f"--num-cpus={self.num_cpus}",
                 f"--resources={json.dumps({'node_b': 1})}"] + common
-        for ns, cmd in ((self.ns_a, head), (self.ns_b, node)):
+        for ns, cmd, is_head in ((self.ns_a, head, True), (self.ns_b, node, False)):
             proc = subprocess.run(["ip", "netns", "exec", ns] + cmd, capture_output=True, text=True,
-                                  env=self._env(), timeout=self.start_timeout)
+                                  env=self._env(head=is_head), timeout=self.start_timeout)
             self._remember_pids()
             if proc.returncode != 0:
                 raise RuntimeError(f"ray start in {ns} exited with {proc.returncode}:\n"
                                    f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+
+    def run_in(self, which, cmd, env=None, timeout=120):
+        """Run ``cmd`` (a list; ``ray`` is this Python's) in namespace ``which`` ("a" or
+        "b") with the environment of the cluster's nodes; returns the CompletedProcess."""
+        if cmd[0] == "ray":
+            cmd = [self._ray, *cmd[1:]]
+        ns = self.ns_a if which == "a" else self.ns_b
+        try:
+            return subprocess.run(["ip", "netns", "exec", ns] + list(cmd), capture_output=True, text=True,
+                                  env=self._env(env), timeout=timeout)
+        finally:
+            self._remember_pids()
+
+    def listening_ports(self, which):
+        """TCP ports listened on in namespace ``which`` other than on loopback: what other
+        machines would have to reach (read from the kernel's socket table of a process in
+        that namespace)."""
+        pids = self.pids(which)
+        ports = set()
+        for table in ("tcp", "tcp6"):
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/net/{table}") as f:
+                        rows = f.read().splitlines()[1:]
+                except (FileNotFoundError, ProcessLookupError):
+                    continue
+                for row in rows:
+                    local, state = row.split()[1], row.split()[3]
+                    address, port = local.rsplit(":", 1)
+                    loopback = address in ("0100007F", "00000000000000000000000001000000") or \
+                        address.endswith("0100007F") and address.startswith("0000000000000000FFFF0000")
+                    if state == "0A" and not loopback:   # LISTEN
+                        ports.add(int(port, 16))
+                break   # every process of a namespace sees the same table
+        return ports
 
     # ---------------------------------------------------------------- queries
     def pids(self, which="ab"):

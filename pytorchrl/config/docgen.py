@@ -43,9 +43,28 @@ schedules:
   - {name: lr, target: algorithm, kind: linear, start: 1.0e-3, end: 0.0}
 ```
 
-Any key can be overridden on the command line with a dotted path and a YAML value:
-`pytorchrl train conf.yaml algorithm.lr=1e-4 scheme.num_col_workers=4 schedules.0.end=1e-5`.
-Numbers such as `1e-4` are read as numbers (YAML 1.1 would read a string).
+Any key can be overridden on the command line with a dotted path and a YAML value;
+numbers such as `1e-4` are read as numbers (YAML 1.1 would read a string):
+
+```bash
+pytorchrl train examples/configs/ppo_cartpole.yaml algorithm.gamma=0.99 actor.hidden_sizes=[128,128] schedules.0.end=1e-5
+pytorchrl train examples/configs/ppo_cartpole.yaml algorithm.lr=3e-4
+# algorithm.lr=3e-4 replaces schedules.0 (linear schedule of algorithm.lr): the schedule is dropped, algorithm.lr is 0.0003 for the whole run
+```
+
+A value given for a parameter that a schedule drives holds for the whole run: the schedule
+is dropped, and a line says so (as above: that file anneals `lr`). To keep the schedule and
+change where it starts, override the schedule instead (`schedules.0.start=3e-4`); giving
+both is refused. `pytorchrl resume RUN_DIR algorithm.lr=1e-4` stops the schedule from the
+step it resumes at (as `pytorchrl set` does).
+
+More workers run as Ray actors, each asking Ray for one CPU unless its resources say
+otherwise: on a machine with fewer cores than that, the run is refused in one line naming
+what was asked for. Ask for less per worker:
+
+```bash
+pytorchrl train examples/configs/ppo_cartpole.yaml scheme.num_col_workers=4 scheme.col_workers_resources.num_cpus=0.5
+```
 """
 
 
@@ -160,7 +179,7 @@ on the reference torch path: the numpy update and the fused loss step aside (sai
 algorithm:
   name: PPO
   policy_loss_addons:
-    - {name: AttractionKL, checkpoints: [runs/cartpole-ppo/model.state_dict], weights: [1.0], loss_term_weight: 1.0}
+    - {name: AttractionKL, checkpoints: [runs/cartpole-teacher/model.state_dict], weights: [1.0], loss_term_weight: 1.0}
 ```
 """
 

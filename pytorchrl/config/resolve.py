@@ -60,7 +60,7 @@ def _override_source(error, overrides):
     return None
 
 
-def load_config(path, overrides=()):
+def load_config(path, overrides=(), drop_overridden_schedules=True, notes=None):
     """Load, override and validate a configuration file.
 
     Parameters
@@ -69,6 +69,13 @@ def load_config(path, overrides=()):
         YAML file.
     overrides : list of str
         ``"key=value"`` strings applied after loading (see ``apply_overrides``).
+    drop_overridden_schedules : bool
+        An override of a scheduled algorithm or storage parameter (``algorithm.lr=3e-4``
+        where ``schedules`` drives ``lr``) drops that schedule: the value given holds for the
+        run, as written (see ``overridden_schedules``). False keeps every schedule (a resumed
+        run, whose checkpoint holds its schedules' places, stops them instead).
+    notes : list or None
+        Receives one line per schedule dropped, for the user.
 
     Returns
     -------
@@ -82,9 +89,56 @@ def load_config(path, overrides=()):
     """
     raw = apply_overrides(load_yaml(path), list(overrides))
     try:
-        return validate_config(raw)
+        config = validate_config(raw)
     except ConfigError as exc:
         raise exc.with_source(_override_source(exc, list(overrides)) or os.path.basename(str(path))) from None
+    if drop_overridden_schedules:
+        dropped = overridden_schedules(config, overrides)
+        config["schedules"] = [s for i, s in enumerate(config["schedules"]) if i not in dropped]
+        if notes is not None:
+            notes.extend(dropped.values())
+    return config
 
 
-__all__ = ["validate_config", "load_config"]
+def overridden_schedules(config, overrides):
+    """The schedules of resolved ``config`` whose parameter ``overrides`` set.
+
+    A schedule sets its parameter from the first update on, so a value given on the
+    command line for it would hold for no update at all while config.yaml recorded it:
+    the value given wins, and the schedule is dropped.
+
+    Returns
+    -------
+    dict
+        Index in ``config["schedules"]`` -> the line saying which override replaces it.
+
+    Raises
+    ------
+    ConfigError
+        The overrides set a parameter and also the schedule that drives it
+        (``algorithm.lr=3e-4 schedules.0.end=0``): one of them would be ignored.
+    """
+    values, edited = {}, set()
+    for text in overrides:
+        key, _, value = text.partition("=")
+        parts = key.strip().split(".")
+        if parts[0] == "schedules":
+            edited.add(parts[1] if len(parts) > 1 else "*")
+        elif len(parts) == 2 and parts[0] in ("algorithm", "storage"):
+            values[tuple(parts)] = value.strip()
+    dropped = {}
+    for i, sched in enumerate(config["schedules"]):
+        key = (sched["target"], sched["name"])
+        if key not in values:
+            continue
+        target = ".".join(key)
+        if edited & {str(i), "*"}:
+            raise ConfigError(target, f"is set by the override {target}={values[key]} and driven by schedules.{i}, "
+                                      f"which the overrides change too: give one of them (schedules.{i}.start sets "
+                                      f"where the schedule starts)", "overrides")
+        dropped[i] = (f"{target}={values[key]} replaces schedules.{i} ({sched['kind']} schedule of {target}): "
+                      f"the schedule is dropped, {target} is {config[key[0]][key[1]]!r} for the whole run")
+    return dropped
+
+
+__all__ = ["validate_config", "load_config", "overridden_schedules"]

@@ -9,6 +9,7 @@ the member's name, rather than to the process it runs in.
 
 import copy
 import math
+import time
 
 from pytorchrl.agent.env import EnvError
 from pytorchrl.learner import NonFiniteUpdatesError
@@ -16,6 +17,11 @@ from pytorchrl.scheme.base.ray_runtime import WorkerError
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.tools.control import TARGETS
 from pytorchrl.tools.session import TrainingSession, UsageError
+
+
+#: Seconds between two snapshots of a member's progress (``Member.progress``), taken between
+#: its updates: what the population's progress line shows while members train.
+PROGRESS_EVERY_S = 0.25
 
 
 def member_name(index):
@@ -81,6 +87,8 @@ class Member(Worker):
                                        append_logs=append_logs)
         self._stop = False
         self._stop_requested = stop_requested or (lambda: False)
+        self._progress = {"env_steps": 0, "train_return": None}
+        self._next_progress = 0.0
 
     # ------------------------------------------------------------------ life cycle
     def start(self):
@@ -95,6 +103,7 @@ class Member(Worker):
         except BaseException:
             session.close()
             raise
+        self._note_progress(force=True)
         return self.report()
 
     def request_stop(self):
@@ -102,7 +111,27 @@ class Member(Worker):
         self._stop = True
 
     def _stopping(self):
+        self._note_progress()
         return self._stop or self._stop_requested()
+
+    def _note_progress(self, force=False):
+        """Snapshot the env steps and training return, at most every PROGRESS_EVERY_S (unless
+        ``force``): taken between updates, so that ``progress`` (served while the member
+        trains, in the actor's control thread) never reads the learner mid-update."""
+        now = time.monotonic()
+        if now < self._next_progress and not force:
+            return
+        self._next_progress = now + PROGRESS_EVERY_S
+        learner = self.session.learner
+        metrics = learner.get_metrics(add_algo_metrics=False, add_episodes_metrics=True)
+        self._progress = {"env_steps": learner.num_samples_collected,
+                          "train_return": _finite(metrics.get("Episodes/TrainReward"))}
+
+    def progress(self):
+        """The member's latest progress snapshot, taken between its updates: ``env_steps``
+        and ``train_return`` (None before an episode ends). A Ray actor answers it in its
+        ``Worker.CONTROL`` concurrency group, while it trains."""
+        return dict(self._progress)
 
     def train_until(self, env_steps):
         """Train until ``env_steps`` env steps, the end of the run or a stop request.
@@ -124,6 +153,7 @@ class Member(Worker):
         """
         try:
             self.session.train_until(self._stopping, env_steps, autosave=False)
+            self._note_progress(force=True)   # where the interval ended
         except (WorkerError, EnvError, NonFiniteUpdatesError) as exc:
             try:
                 self.session.stopped_by_failure(exc)

@@ -44,7 +44,7 @@ from pytorchrl.pbt.member import Member, member_name
 from pytorchrl.tools import CONFIG, SUMMARY
 from pytorchrl.tools.metrics import _read_csv, _write_csv
 from pytorchrl.tools.progress import ProgressDisplay, format_duration
-from pytorchrl.tools.session import StopOnInterrupt, UsageError, save_due, write_config
+from pytorchrl.tools.session import REDRAW_EVERY_S, StopOnInterrupt, UsageError, save_due, write_config
 
 #: Files of a population's run directory.
 POPULATION_CSV = "population.csv"
@@ -111,17 +111,28 @@ class InProcessMembers:
     ----------
     stop_requested : callable
         The population's Ctrl-C flag, read by every member between its updates.
+    while_training : callable or None
+        Called by every member between its updates (the population's progress line).
     """
 
     uses_ray = False
 
-    def __init__(self, stop_requested):
+    def __init__(self, stop_requested, while_training=None):
         self.stop_requested = stop_requested
+        self.while_training = while_training or (lambda: None)
         self.members = {}
+
+    def _between_updates(self):
+        self.while_training()
+        return self.stop_requested()
 
     def add(self, index, config, run_dir, resume=None):
         """Create member ``index`` (not yet started)."""
-        self.members[index] = Member(index, config, run_dir, resume, self.stop_requested)
+        self.members[index] = Member(index, config, run_dir, resume, self._between_updates)
+
+    def progress(self):
+        """Index -> the member's progress snapshot (``Member.progress``)."""
+        return {index: member.progress() for index, member in self.members.items()}
 
     def call(self, calls):
         """Run ``{index: (method, args)}`` on the members, one after another.
@@ -170,15 +181,32 @@ class RayMembers:
         ``Worker.as_remote`` arguments of each member's actor.
     stop_requested : callable
         The population's Ctrl-C flag, read while waiting on the members.
+    while_training : callable or None
+        Called every ``STOP_CHECK_S`` while waiting on the members (the population's
+        progress line).
     """
 
     uses_ray = True
 
-    def __init__(self, ray, resources, stop_requested):
+    def __init__(self, ray, resources, stop_requested, while_training=None):
         self.ray = ray
         self.cls = Member.as_remote(**resources)
         self.stop_requested = stop_requested
+        self.while_training = while_training or (lambda: None)
         self.members = {}
+
+    def progress(self):
+        """Index -> the member's progress snapshot (``Member.progress``, answered in the
+        actor's control thread while it trains); a member that does not answer is left out."""
+        refs = {index: actor.progress.options(concurrency_group=Member.CONTROL).remote()
+                for index, actor in self.members.items()}
+        out = {}
+        for index, ref in refs.items():
+            try:
+                out[index] = self.ray.get(ref, timeout=STOP_CHECK_S * 4)
+            except Exception:   # a member whose process died: the population finds out from its call
+                continue
+        return out
 
     def add(self, index, config, run_dir, resume=None):
         """Create member ``index``'s actor (not yet started)."""
@@ -203,6 +231,8 @@ class RayMembers:
                 stop_sent = True
                 for index in refs:
                     self.members[index].request_stop.options(concurrency_group=Member.CONTROL).remote()
+            if pending and not stop_sent:
+                self.while_training()
         return {index: self._get(index, ref) for index, ref in refs.items()}
 
     def _get(self, index, ref):
@@ -309,6 +339,8 @@ class Population:
         self._last_save = time.monotonic()
         self._save_step_mark = 0
         self._ray_held = False
+        self._next_progress = math.inf       # when the next progress line is due (set by train)
+        self._progress_mark = (time.monotonic(), 0)   # (time, members' env steps) of the last one
 
     # ------------------------------------------------------------------ paths
     def _path(self, name):
@@ -323,7 +355,7 @@ class Population:
         """Start (or join) Ray for actors, check that the members' actors fit, and make the
         members' runner."""
         if self.execution == "interleaved":
-            self.members = InProcessMembers(lambda: self.interrupt.requested)
+            self.members = InProcessMembers(lambda: self.interrupt.requested, self._show_progress)
             return "one after another in this process"
         from pytorchrl.scheme.base.ray_runtime import acquire_ray, check_schedulable
         ray = acquire_ray(address=self.config["scheme"]["ray_address"])
@@ -334,7 +366,7 @@ class Population:
             cpus = ray.cluster_resources().get("CPU", 1.0)
             resources = {"num_cpus": min(1.0, cpus / max(1, count))}
         check_schedulable([("population members (pbt.member_resources)", count, resources)])
-        self.members = RayMembers(ray, resources, lambda: self.interrupt.requested)
+        self.members = RayMembers(ray, resources, lambda: self.interrupt.requested, self._show_progress)
         return f"side by side as Ray actors ({resources.get('num_cpus', 1):.2g} CPU each)"
 
     def _create(self):
@@ -486,6 +518,8 @@ class Population:
             "done", "target" (``pbt.target_return`` reached) or "interrupted".
         """
         interval, target = self.pbt["interval"], self.config["learner"]["target_steps"]
+        self._next_progress = time.monotonic() + self.config["learner"]["log_every"]
+        self._progress_mark = (time.monotonic(), sum(r["env_steps"] for r in self.reports.values()))
         while True:
             boundary = min((self.round + 1) * interval, target)
             for report in self._call("train_until", lambda i: (boundary,)).values():
@@ -507,6 +541,35 @@ class Population:
             self.decide(boundary, metrics)
             self.round += 1
             self.maybe_save(boundary)
+
+    def _show_progress(self):
+        """While members train between two decisions: a progress line every
+        ``learner.log_every`` seconds (plain), the status line redrawn (live); nothing when
+        quiet. Called between the members' updates (in this process) or while waiting on
+        their actors."""
+        now = time.monotonic()
+        if self.quiet or now < self._next_progress:
+            return
+        live = self.display.live
+        self._next_progress = now + (REDRAW_EVERY_S if live else self.config["learner"]["log_every"])
+        progress = self.members.progress()
+        if not progress:
+            return
+        steps = {i: p["env_steps"] for i, p in progress.items()}
+        total = sum(steps.values())
+        fps = (total - self._progress_mark[1]) / max(1e-9, now - self._progress_mark[0])
+        self._progress_mark = (now, total)
+        returns = ", ".join(f"{member_name(i)} {'-' if p['train_return'] is None else format(p['train_return'], '.1f')}"
+                            for i, p in sorted(progress.items()))
+        target = self.config["learner"]["target_steps"]
+        low, high = min(steps.values()), max(steps.values())
+        line = (f"[{self.elapsed():6.0f}s] env steps {low:,}{f'-{high:,}' if high != low else ''}/{target:,} | "
+                f"{fps:,.0f} steps/s | train_return: {returns} | next decision at "
+                f"{min((self.round + 1) * self.pbt['interval'], target):,}")
+        if live:
+            self.display.status(line)
+        else:
+            self.display.message(line)
 
     def _progress(self, step, metrics):
         if self.quiet:
@@ -650,22 +713,24 @@ class Population:
             "done", or "interrupted" (Ctrl-C or SIGTERM; every member and the population's
             state are saved).
         """
-        try:
-            self.start()
-            # Entered once Ray is up: ray.init installs its own SIGTERM handler, which must
-            # not replace this one.
-            with self.interrupt:
+        # Entered before Ray starts: ensure_ray keeps this handler over the one ray.init
+        # installs, and a signal while the members start stops them at their first update.
+        with self.interrupt:
+            try:
+                self.start()
                 try:
                     outcome = self.train()
                 except KeyboardInterrupt:   # a second Ctrl-C
                     outcome = "interrupted"
+                self._next_progress = math.inf
+                self.display.close()        # (ends a live status line)
                 if outcome == "interrupted":
                     self.interrupted()
                     return "interrupted"
                 self.finish()
                 return "done"
-        finally:
-            self.close()
+            finally:
+                self.close()
 
 
 def _show(value):

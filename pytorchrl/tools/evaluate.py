@@ -10,7 +10,6 @@ import importlib
 import importlib.util
 import os
 
-import gymnasium as gym
 import numpy as np
 
 from pytorchrl.checkpoint import CheckpointError, read_torch
@@ -211,6 +210,38 @@ def _render(env):
         raise EvaluationError(f"cannot render {env.spec.id if env.spec else 'the environment'}: {exc}") from None
 
 
+def load_policy(run_dir, model=None):
+    """The saved policy of a run, to call from Python (as Stable-Baselines3's ``PPO.load``)::
+
+        policy = load_policy("runs/ppo")
+        env = policy.make_env()
+        obs, _ = env.reset(seed=0)
+        action, state = policy.predict(obs, deterministic=True)
+
+    Parameters
+    ----------
+    run_dir : str
+        Run directory (``config.yaml``, and ``model.state_dict`` unless ``model`` is given).
+    model : str or None
+        Weights to load instead: a saved model or a checkpoint of the run.
+
+    Returns
+    -------
+    Policy
+        ``pytorchrl.agent.actors.Policy`` with ``config`` (the run's resolved configuration)
+        and ``make_env(render=False)`` (one environment of the run, as the policy sees it).
+    """
+    from pytorchrl.agent.actors import Policy
+
+    config = load_run_config(run_dir)
+    env, actor = build_policy(config, model or os.path.join(run_dir, MODEL))
+    env.close()
+    policy = Policy(actor)
+    policy.config = config
+    policy.make_env = lambda render=False: build_env(config, render)
+    return policy
+
+
 def run_episodes(env, actor, episodes, seed=None, video=None, video_episodes=1, on_episode=None):
     """Run deterministic episodes; returns ``(returns, lengths)``.
 
@@ -218,7 +249,7 @@ def run_episodes(env, actor, episodes, seed=None, video=None, video_episodes=1, 
     ----------
     env : gymnasium.Env
         The environment (built with ``render_mode="rgb_array"`` when filming).
-    actor : Actor
+    actor : Actor or Policy
         The policy; its mode is used as action.
     episodes : int
         Episodes to run.
@@ -231,7 +262,9 @@ def run_episodes(env, actor, episodes, seed=None, video=None, video_episodes=1, 
     on_episode : callable or None
         ``on_episode(index, return, length)`` after each episode.
     """
-    discrete = isinstance(env.action_space, gym.spaces.Discrete)
+    from pytorchrl.agent.actors import Policy
+
+    policy = actor if isinstance(actor, Policy) else Policy(actor)
     returns, lengths = [], []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed if i == 0 else None)
@@ -239,11 +272,10 @@ def run_episodes(env, actor, episodes, seed=None, video=None, video_episodes=1, 
         if filming:
             video.add(_render(env))
         total, length, done = 0.0, 0, False
-        state = actor.initial_state(1)   # a recurrent actor's memory, carried through the episode
+        state = None   # a recurrent actor's memory, carried through the episode
         while not done:
-            action, _, state = actor.act(np.asarray(obs)[None], state, deterministic=True)
-            action = action[0]
-            obs, reward, terminated, truncated, _ = env.step(int(action.reshape(-1)[0]) if discrete else action)
+            action, state = policy.predict(obs, state, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             length += 1
             done = terminated or truncated
@@ -304,5 +336,5 @@ def evaluate_run(run_dir, episodes=10, video=None, video_episodes=1, seed=None, 
             "seed": seed}
 
 
-__all__ = ["EvaluationError", "VideoWriter", "check_video_path", "build_env", "build_policy", "run_episodes", "evaluate_run",
-           "load_run_config"]
+__all__ = ["EvaluationError", "VideoWriter", "check_video_path", "build_env", "build_policy", "load_policy", "run_episodes",
+           "evaluate_run", "load_run_config"]

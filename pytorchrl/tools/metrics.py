@@ -121,9 +121,9 @@ class HotSwapCSV:
 _warned_no_tensorboard = False
 
 
-def tensorboard_writer(log_dir, purge_step=None):
+def tensorboard_writer(log_dir, purge_step=None, warn=None):
     """A ``torch.utils.tensorboard.SummaryWriter`` for ``log_dir``, or None (with one warning
-    per process on stderr) when the tensorboard package is not installed.
+    per process) when the tensorboard package is not installed.
 
     Parameters
     ----------
@@ -132,6 +132,10 @@ def tensorboard_writer(log_dir, purge_step=None):
     purge_step : int or None
         When resuming: TensorBoard hides the events of earlier files at this step and later
         (written after the checkpoint by a run that did not finish).
+    warn : callable or None
+        ``warn(line)`` says that no event files are written: a run's own output (a
+        population's member has no terminal of its own: its lines go to the population's).
+        None: stderr.
     """
     global _warned_no_tensorboard
     try:
@@ -142,8 +146,12 @@ def tensorboard_writer(log_dir, purge_step=None):
     except ImportError:
         if not _warned_no_tensorboard:
             _warned_no_tensorboard = True
-            print("warning: tensorboard is not installed, so no TensorBoard event files are written "
-                  "(pip install tensorboard); metrics.csv has every metric", file=sys.stderr, flush=True)
+            line = ("warning: tensorboard is not installed, so no TensorBoard event files are written "
+                    "(pip install tensorboard); metrics.csv has every metric")
+            if warn is None:
+                print(line, file=sys.stderr, flush=True)
+            else:
+                warn(line)
         return None
     return SummaryWriter(log_dir=log_dir, purge_step=purge_step, flush_secs=30)
 
@@ -244,16 +252,18 @@ class RunLog:
     sinks : sequence
         More sinks that receive every row and hot-swap (``WandbSink``); they are closed
         with the log.
+    warn : callable or None
+        Where a warning goes (no tensorboard package): ``warn(line)``; None: stderr.
     """
 
-    def __init__(self, run_dir, learner, tensorboard=True, continue_from_step=None, sinks=()):
+    def __init__(self, run_dir, learner, tensorboard=True, continue_from_step=None, sinks=(), warn=None):
         self.learner = learner
         self.csv = MetricsCSV(os.path.join(run_dir, METRICS), continue_from_step)
         self.hot_swaps = HotSwapCSV(os.path.join(run_dir, HOT_SWAPS), continue_from_step)
         self.timings = WorkerTimings()
         appending = continue_from_step == math.inf
-        writer = tensorboard_writer(os.path.join(run_dir, TENSORBOARD),
-                                    None if appending else continue_from_step) if tensorboard else None
+        writer = tensorboard_writer(os.path.join(run_dir, TENSORBOARD), None if appending else continue_from_step,
+                                    warn) if tensorboard else None
         self.sinks = ([TensorBoardSink(writer)] if writer is not None else []) + [s for s in sinks if s is not None]
         # Hot-swaps already in the learner's list are logged (a new run: the schedules'
         # first values) or were logged by the run being resumed (restored from the

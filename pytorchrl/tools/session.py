@@ -77,13 +77,19 @@ class StopOnInterrupt:
     Stopping at an update boundary leaves the weights and optimizer consistent for the
     model and checkpoint saved on the way out; a second signal raises KeyboardInterrupt at
     once. SIGTERM is what cluster schedulers and ``kill`` send: the run is saved and can be
-    resumed. Outside the main thread, or where a signal does not have Python's default
-    handler (SIGINT ignored by a background shell job, or handled by the embedding
-    program), nothing is changed for it.
+    resumed.
+
+    It takes over a signal whose handler is Python's default or the one ``ray.init``
+    installs (``_replaceable``), in every layout, whether Ray was started before or after
+    it is entered (``ray_runtime.ensure_ray`` keeps a handler set before it). Outside the
+    main thread, or where a signal is ignored (SIGINT of a background shell job) or handled
+    by the embedding program, nothing is changed for it.
 
     The handler only sets ``requested``: printing from it could re-enter a write to the
     same stream that the signal interrupted.
     """
+
+    SIGNALS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
 
     def __init__(self):
         self.requested = False
@@ -96,8 +102,9 @@ class StopOnInterrupt:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
-                if signal.getsignal(signum) is default:
+            for signum, default in self.SIGNALS:
+                current = signal.getsignal(signum)
+                if _replaceable(current, default):
                     self._previous[signum] = signal.signal(signum, self._handler)
         return self
 
@@ -106,6 +113,17 @@ class StopOnInterrupt:
             signal.signal(signum, previous)
         self._previous = {}
         return False
+
+
+def _replaceable(handler, default):
+    """Whether StopOnInterrupt may take over a signal whose handler is ``handler``: Python's
+    ``default`` one, or one that Ray installed. ``ray.init`` sets a SIGTERM handler that
+    exits at once (``sys.exit``), and its core worker a native one that prints a stack
+    trace and ends the process with the signal: either would lose the run."""
+    if handler is default:
+        return True
+    module = getattr(handler, "__module__", None) or ""
+    return module == "ray" or module.startswith("ray.")
 
 
 def write_config(run_dir, config, note):
@@ -369,7 +387,7 @@ class TrainingSession:
         except TrackingError as exc:
             raise UsageError(str(exc)) from None
         return RunLog(self.run_dir, self.learner, tensorboard=self.opts["tensorboard"],
-                      continue_from_step=continue_from_step, sinks=[sink])
+                      continue_from_step=continue_from_step, sinks=[sink], warn=self.display.message)
 
     def _open_control(self):
         """Answer live changes in the run directory; the intervals start now."""
@@ -630,7 +648,8 @@ class TrainingSession:
                             f"(deterministic)")
         if config["scheme"]["num_grad_workers"] == 0:
             # Collection-only run: every episode, and one line about them.
-            line = learner.write_episode_records(os.path.join(self.run_dir, RESULTS), _policy_label(config))
+            # Relative: the learner writes it in its log_dir, the run directory.
+            line = learner.write_episode_records(RESULTS, _policy_label(config))
             summary["results"] = os.path.join(self.run_dir, RESULTS)
             summary["episodes"] = learner.num_episodes
             display.message(f"results: {line}")
@@ -686,28 +705,31 @@ class TrainingSession:
             be used, a target already reached, a failed final save), or a failure that ended
             the run after its checkpoint was saved (``stopped_by_failure``).
         """
-        self.build()
-        failed = True
-        try:
-            if self.resume_from is not None:
-                self.resume()
-            self.start()
+        # Entered before the build: a signal while Ray starts is kept for the first update
+        # boundary (ensure_ray keeps this handler over the one ray.init installs).
+        with StopOnInterrupt() as stop:
+            self.build()
+            failed = True
             try:
-                interrupted = self.train()
-            except KeyboardInterrupt:   # a second Ctrl-C, or one outside StopOnInterrupt's reach
-                interrupted = True
-            except (WorkerError, EnvError, NonFiniteUpdatesError) as exc:
-                # The driver's state is that of the last complete update: saved, then one line.
-                self.stopped_by_failure(exc)
-            if interrupted:
-                self.interrupted()
+                if self.resume_from is not None:
+                    self.resume()
+                self.start()
+                try:
+                    interrupted = self.train_until(lambda: stop.requested)
+                except KeyboardInterrupt:   # a second Ctrl-C, or one outside StopOnInterrupt's reach
+                    interrupted = True
+                except (WorkerError, EnvError, NonFiniteUpdatesError) as exc:
+                    # The driver's state is that of the last complete update: saved, then one line.
+                    self.stopped_by_failure(exc)
+                if interrupted:
+                    self.interrupted()
+                    failed = False
+                    return "interrupted"
+                self.finish()
                 failed = False
-                return "interrupted"
-            self.finish()
-            failed = False
-            return "done"
-        finally:
-            self.close(failed=failed)
+                return "done"
+            finally:
+                self.close(failed=failed)
 
 
 __all__ = ["TrainingSession", "UsageError", "StopOnInterrupt", "write_config", "save_due", "REDRAW_EVERY_S",

@@ -9,10 +9,11 @@ import sys
 import pytest
 import yaml
 
+from pytorchrl import checkpoint as ckpt
 from pytorchrl import cli
 from pytorchrl.config import load_config
 
-from cli_helpers import REPO, default_sigint
+from cli_helpers import REPO, default_sigint, read_csv
 
 PPO_CONF = os.path.join(REPO, "examples", "configs", "ppo_cartpole.yaml")
 
@@ -177,6 +178,21 @@ def test_train_py_default_run_dir(tmp_path):
     assert run_dir.startswith("tiny-")
     assert {"config.yaml", "metrics.csv", "model.state_dict"} <= set(os.listdir(tmp_path / "runs" / run_dir))
     assert "evaluation" not in result.stdout             # no test environments
+
+
+def test_an_override_of_a_scheduled_parameter_wins_for_the_whole_run(tmp_path, capsys):
+    """README's 'pytorchrl train examples/configs/ppo_cartpole.yaml algorithm.lr=3e-4': the
+    file's lr schedule used to set 0.001 at the first update while config.yaml said 3e-4."""
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", PPO_CONF, "algorithm.lr=3e-4", "learner.target_steps=512", "--run-dir", str(run_dir),
+                     "--progress", "quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == ("algorithm.lr=3e-4 replaces schedules.0 (linear schedule of algorithm.lr): the "
+                                   "schedule is dropped, algorithm.lr is 0.0003 for the whole run")
+    assert {row["name"] for row in read_csv(run_dir / "hot_swaps.csv")} == {"clip_param"}   # its schedule stays
+    algo = ckpt.read_checkpoint(str(run_dir / "checkpoint.pt"))["worker"]["algo"]
+    assert algo["hyperparameters"]["lr"] == algo["optimizers"]["actor"]["param_groups"][0]["lr"] == 3e-4
+    assert load_config(str(run_dir / "config.yaml"))["algorithm"]["lr"] == 3e-4
 
 
 def test_ctrl_c_saves_the_model_and_exits_130(tmp_path):

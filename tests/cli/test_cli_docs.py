@@ -53,7 +53,21 @@ def test_readme_keeps_its_quick_start():
         assert f"```bash\n{command}\n```" in readme
 
 
+def github_anchors(text):
+    """The anchors GitHub gives the headings of a Markdown ``text``: lower case, punctuation
+    but hyphens and underscores dropped, spaces as hyphens; a repeated one gets ``-1``, ``-2``."""
+    anchors, seen = set(), {}
+    for heading in re.findall(r"^#+ (.+)$", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
 def test_docs_pages_exist_and_links_resolve():
+    """Every relative link of the README and docs/ reaches a file, and its #anchor a heading
+    of that file (benchmarks/RESULTS.md's among them)."""
     pages = ["README.md", "schemes.md", "workflows.md", "agents.md", "configuration.md", "hot-swapping.md",
              "pbt.md", "cluster.md", "benchmarks.md", "spaces.md", "tracking.md"]
     for page in pages:
@@ -61,10 +75,14 @@ def test_docs_pages_exist_and_links_resolve():
     for path in [os.path.join(REPO, "README.md")] + [os.path.join(DOCS, p) for p in pages]:
         with open(path) as f:
             text = f.read()
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
-            if target.startswith("http") or target.endswith("RESULTS.md"):   # RESULTS.md: written by benchmark runs
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", text):
+            if target.startswith("http"):
                 continue
-            assert os.path.exists(os.path.join(os.path.dirname(path), target)), f"{path}: broken link {target}"
+            linked = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+            assert os.path.exists(linked), f"{path}: broken link {target}"
+            if anchor:
+                with open(linked) as f:
+                    assert anchor in github_anchors(f.read()), f"{path}: no heading #{anchor} in {target or 'itself'}"
 
 
 COMMANDS = {

@@ -101,10 +101,12 @@ def test_exarl_seed_config_trains_through_the_inference_server(ray_session, tmp_
 
 @pytest.mark.timeout(300)
 def test_random_writes_its_results_from_the_command_line(ray_session, tmp_path):
-    run_dir = tmp_path / "run"
+    # The default run directory, relative to the working directory (it was joined twice).
     proc = pytorchrl_in_process("train", os.path.join(EXARL, "exarl-random.yaml"), "learner.target_episodes=12",
-                                "learner.tensorboard=false", f"run_dir={run_dir}", cwd=tmp_path)
+                                "learner.tensorboard=false", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    (name,) = os.listdir(tmp_path / "runs")
+    run_dir = tmp_path / "runs" / name
     rows = list(csv.DictReader(open(run_dir / "results.csv")))
     # Exactly the budget: two collectors share the next-episode counter.
     assert [int(r["episode"]) for r in rows] == list(range(1, 13))
@@ -113,7 +115,7 @@ def test_random_writes_its_results_from_the_command_line(ray_session, tmp_path):
     assert all(float(r["return"]) == int(r["length"]) for r in rows)    # CartPole: 1 per step
     assert "results: 12 episodes over " in proc.stdout and "policy random: mean return" in proc.stdout
     summary = yaml.safe_load((run_dir / "summary.yaml").read_text())
-    assert summary["episodes"] == 12 and summary["results"] == str(run_dir / "results.csv")
+    assert summary["episodes"] == 12 and summary["results"] == os.path.join("runs", name, "results.csv")
 
 
 def test_every_exarl_config_is_run_by_a_test():

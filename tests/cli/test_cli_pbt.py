@@ -5,6 +5,7 @@ hot_swaps.csv, Ctrl-C and ``pytorchrl resume``. Members as Ray actors, with dist
 schemes of their own: tests/distributed/test_pbt_ray.py."""
 
 import math
+import re
 import signal
 
 import numpy as np
@@ -12,24 +13,11 @@ import pytest
 import torch
 import yaml
 
-from cli_helpers import png_size, read_csv, start_pytorchrl, tiny, write_config
+from cli_helpers import PBT, pbt_config, png_size, read_csv, start_pytorchrl, tiny, write_config
 from pytorchrl import cli
 from pytorchrl.config import load_config
 from pytorchrl.config.schema import MUTATION_KEYS
 from pytorchrl.pbt import Parameter, Population, member_name, perturb, plan_exploits
-
-#: A population of 3 interleaved members of TINY (32 env steps per update round), a
-#: decision every 4 rounds.
-PBT = {"population": 3, "interval": 128, "quantile": 0.34, "execution": "interleaved",
-       "mutations": {"lr": {"factors": [0.5, 2.0], "log_uniform": [1.0e-5, 1.0e-2], "resample_probability": 0.3},
-                     "storage.gae_lambda": {"values": [0.9, 0.95, 0.99]}},
-       "initial": {"lr": [1.0e-4, 1.0e-3, 3.0e-3]}}
-
-
-def pbt_config(tmp_path, target_steps=384, **pbt):
-    """Path of a tiny population's configuration (PBT with ``pbt`` keys replaced)."""
-    return write_config(tmp_path, tiny(learner={"target_steps": target_steps}, pbt={**PBT, **pbt}), "pbt.yaml")
-
 
 # ------------------------------------------------------------------ refused configurations
 BAD = {
@@ -168,8 +156,17 @@ def _tensors(state):
 
 def test_pbt_writes_the_population_and_names_the_best_member(tmp_path, capsys):
     run_dir = tmp_path / "population"
-    assert cli.main(["pbt", pbt_config(tmp_path), "--run-dir", str(run_dir), "--progress", "plain"]) == 0
+    # (A progress line every learner.log_every s while the members train: here between
+    # any two of their updates.)
+    assert cli.main(["pbt", pbt_config(tmp_path), "learner.log_every=1e-6", "--run-dir", str(run_dir),
+                     "--progress", "plain"]) == 0
     out = capsys.readouterr().out
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("training a population of 3"))
+    decision = next(i for i, line in enumerate(lines) if line.startswith("128/384 env steps |"))
+    progress = re.compile(r"\[ *\d+s\] env steps [\d,]+(-[\d,]+)?/384 \| [\d,]+ steps/s \| train_return: member-0 "
+                          r"(-|[\d.]+), member-1 (-|[\d.]+), member-2 (-|[\d.]+) \| next decision at 128")
+    assert any(progress.fullmatch(line) for line in lines[start + 1:decision]), "\n".join(lines[:decision + 1])
     rows = read_csv(run_dir / "population.csv")
     assert rows, out
     best = yaml.safe_load((run_dir / "summary.yaml").read_text())["best"]

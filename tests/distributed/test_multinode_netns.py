@@ -6,14 +6,20 @@ Skipped (with the reason) where network namespaces cannot be made: not root, or 
 or sandbox that refuses ``ip netns add``.
 """
 
+import itertools
 import json
 import os
+import re
+import shlex
+import subprocess
+import sys
 import textwrap
+import time
 
 import pytest
 
-from cli_helpers import TESTS
-from netns_cluster import NetnsCluster
+from cli_helpers import REPO, TESTS
+from netns_cluster import CLUSTER_MD, NetnsCluster, documented_cluster
 
 
 pytestmark = [pytest.mark.timeout(240)]
@@ -205,3 +211,69 @@ def test_ppo_run_spread_over_two_ray_nodes_ends_with_one_line_when_it_no_longer_
     assert ("it cannot be replaced: impossible resource request: 2 collection workers x 1 = 2 CPU, but the Ray "
             "cluster has 1 CPU" in error) or "its replacement did not start within 20 s" in error, error
     assert facts["restarts"] == 0
+
+
+# ------------------------------------------------------------- docs/cluster.md
+def _documented_runs():
+    """The commands of docs/cluster.md's section 2 (pointing a run at the cluster), and the
+    line its refusal without the token prints."""
+    with open(CLUSTER_MD) as f:
+        text = f.read()
+    section = text[text.index("## 2. Point the run at it"):text.index("## 3.")]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    commands = [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    refusal = re.search(r"```\n(error: cannot join the Ray cluster at .*?)\n```", text).group(1)
+    return commands, refusal
+
+
+def test_a_token_protected_cluster_started_as_docs_cluster_md_says(tmp_path):
+    """docs/cluster.md's commands, as written but for the head's address: the head made a
+    token and turned token authentication on, the second node joined with it
+    (NetnsCluster starts both with the page's commands); ``ray status`` lists both; only
+    the ports the page says to open are listened on; a run without the token is refused
+    with the page's line; with it, the page's ways of pointing a run at the cluster train
+    there (the test adds a step budget and 2 workers, what the two 1-CPU nodes hold)."""
+    commands, refusal = _documented_runs()
+    (tmp_path / "examples").symlink_to(os.path.join(REPO, "examples"))
+    budget = {"PYTORCHRL_STEP_LIMIT": "256"}
+    with NetnsCluster(num_cpus=1) as cluster:
+        head = cluster.ip_a
+        deadline = time.monotonic() + 60
+        while True:      # (the autoscaler's report, refreshed every few seconds)
+            # (RAY_ADDRESS: other Ray instances of this machine are found too, unlike on a node)
+            status = cluster.run_in("a", ["ray", *documented_cluster()["status"]], env={"RAY_ADDRESS": cluster.address})
+            active = status.stdout.split("Active:")[-1].split("Pending:")[0]
+            if status.returncode == 0 and active.count("node_") == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert status.returncode == 0 and active.count("node_") == 2, status.stdout[-2000:] + status.stderr[-2000:]
+        for which in "ab":
+            assert cluster.listening_ports(which) <= cluster.documented["ports"], which
+
+        def run(command, env, unset=()):
+            """The page's ``command`` in namespace A, from ``tmp_path`` (``examples/`` linked
+            there), with ``env`` added and ``unset`` removed."""
+            words = shlex.split(command.replace("HEAD_IP", head))
+            variables = dict(w.split("=", 1) for w in itertools.takewhile(lambda w: "=" in w, words))
+            words = words[len(variables):]
+            if words[0] == "pytorchrl":
+                words = [sys.executable, "-m", "pytorchrl.cli", *words[1:], "scheme.num_col_workers=2",
+                         "--progress", "quiet"]
+            elif words[0] == "python":
+                words = [sys.executable, *words[1:]]
+            variables = cluster._env({**env, **variables})
+            for key in unset:
+                variables.pop(key, None)
+            return subprocess.run(["ip", "netns", "exec", cluster.ns_a, *words], capture_output=True, text=True,
+                                  cwd=tmp_path, timeout=180, env=variables)
+
+        # Without the token (a home without one, no RAY_AUTH_MODE): the page's line, exit 2.
+        refused = run(commands[0], {"HOME": str(tmp_path)}, unset=["RAY_AUTH_MODE"])
+        assert refused.returncode == 2 and refused.stderr.strip() == refusal.replace("HEAD_IP", head), refused.stderr
+        assert not (tmp_path / "runs").exists() or not os.listdir(tmp_path / "runs")
+        for command in commands[1:]:
+            done = run(command, budget)
+            assert done.returncode == 0, command + "\n" + done.stdout[-2000:] + done.stderr[-3000:]
+        assert "'CPU': 2.0" in done.stdout, done.stdout
+        (run_dir,) = os.listdir(tmp_path / "runs")
+        assert (tmp_path / "runs" / run_dir / "model.state_dict").is_file()

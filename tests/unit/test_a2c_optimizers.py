@@ -88,6 +88,18 @@ def test_hot_swaps_set_one_rate_or_both():
     assert (other.lr_v, other.lr_pi) == (2e-3, 5e-4)
 
 
+def test_an_a2c_of_two_rates_is_rebuilt_from_its_hyperparameters():
+    """replace_agent_component("actor", ...) rebuilds the algorithm from its hyperparameters,
+    whose lr reads None once lr_v and lr_pi differ (docs/hot-swapping.md's snippet failed
+    with a TypeError there)."""
+    algo = A2C("cpu", _actor(SHARED), None, lr=7e-4)
+    algo.update_algorithm_parameter("lr_v", 3e-3)
+    assert algo.hyperparameters["lr"] is None
+    rebuilt = A2C("cpu", _actor(SEPARATE), None, **algo.hyperparameters)
+    assert (rebuilt.lr_v, rebuilt.lr_pi) == (3e-3, 7e-4)
+    assert rebuilt.v_optimizer.param_groups[0]["lr"] == 3e-3 and rebuilt.pi_optimizer.param_groups[0]["lr"] == 7e-4
+
+
 def test_numpy_update_of_two_optimizers_is_the_torch_one():
     fast = A2C("cpu", _actor(SEPARATE), None, lr_v=3e-3, lr_pi=1e-3, entropy_coef=0.01, max_grad_norm=0.3)
     ref = A2C("cpu", copy.deepcopy(fast.actor), None, lr_v=3e-3, lr_pi=1e-3, entropy_coef=0.01,

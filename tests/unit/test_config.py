@@ -142,9 +142,9 @@ def test_config_error_is_a_value_error():
 def test_overrides_set_parse_and_create(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(MINIMAL))
-    config = load_config(str(path), ["algorithm.lr=1e-4", "scheme.num_col_workers=2", "actor.hidden_sizes=[32, 16]",
+    config = load_config(str(path), ["algorithm.gamma=0.9", "scheme.num_col_workers=2", "actor.hidden_sizes=[32, 16]",
                                      "schedules.0.end=1e-5", "env.kwargs={max_episode_steps: 100}", "seed=null"])
-    assert config["algorithm"]["lr"] == 1e-4
+    assert config["algorithm"]["gamma"] == 0.9
     assert config["scheme"]["num_col_workers"] == 2      # section absent from the file
     assert config["actor"]["hidden_sizes"] == [32, 16]
     assert config["schedules"][0]["end"] == 1e-5
@@ -173,6 +173,27 @@ def test_override_errors(tmp_path, override, expected):
     with pytest.raises(ConfigError) as info:
         load_config(str(path), [override])
     assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_override_of_a_scheduled_parameter_drops_the_schedule_and_says_so(tmp_path):
+    path = tmp_path / "c.yaml"
+    gae = {"name": "gae_lambda", "target": "storage", "kind": "step", "start": 0.95, "end": 0.9, "start_step": 100}
+    path.write_text(yaml.safe_dump(minimal(schedules=MINIMAL["schedules"] + [gae])))
+    notes = []
+    config = load_config(str(path), ["algorithm.lr=1e-4"], notes=notes)
+    assert config["algorithm"]["lr"] == 1e-4 and [s["name"] for s in config["schedules"]] == ["gae_lambda"]
+    assert notes == ["algorithm.lr=1e-4 replaces schedules.0 (linear schedule of algorithm.lr): the schedule is "
+                     "dropped, algorithm.lr is 0.0001 for the whole run"]
+    # A resumed run stops the schedule instead (its checkpoint holds the schedules' places).
+    assert len(load_config(str(path), ["algorithm.lr=1e-4"], drop_overridden_schedules=False)["schedules"]) == 2
+    # Another schedule edited: this one still goes; the same one edited too: one would be ignored.
+    assert len(load_config(str(path), ["algorithm.lr=1e-4", "schedules.1.end=0.8"])["schedules"]) == 1
+    for edit in ("schedules.0.end=1e-5", "schedules=[{name: lr, start: 1.0e-3, end: 0.0}]"):
+        with pytest.raises(ConfigError) as info:
+            load_config(str(path), ["algorithm.lr=1e-4", edit])
+        assert str(info.value) == ("config error: algorithm.lr: is set by the override algorithm.lr=1e-4 and driven by "
+                                   "schedules.0, which the overrides change too: give one of them (schedules.0.start "
+                                   "sets where the schedule starts) (overrides)")
 
 
 # ------------------------------------------------------------------------------- files

@@ -125,6 +125,32 @@ def test_done_after_target_steps(tmp_path):
         learner.stop()
 
 
+def test_step_limit_of_the_environment_ends_a_learner_after_that_many_more_steps(tmp_path, monkeypatch):
+    """PYTORCHRL_STEP_LIMIT (what the test of the documented commands sets): done after that
+    many env steps more than the learner started, or was restored, with."""
+    monkeypatch.setenv("PYTORCHRL_STEP_LIMIT", str(SAMPLES_PER_ROUND + 1))
+    learner = Learner(build_scheme(test_envs=False), target_steps=100 * SAMPLES_PER_ROUND, log_dir=str(tmp_path))
+    try:
+        while not learner.done():
+            learner.step()
+        assert learner.num_samples_collected == 2 * SAMPLES_PER_ROUND
+        learner.save_checkpoint("checkpoint.pt")
+        learner.load_checkpoint(str(tmp_path / "checkpoint.pt"))
+        assert not learner.done()
+        while not learner.done():
+            learner.step()
+        assert learner.num_samples_collected == 4 * SAMPLES_PER_ROUND
+    finally:
+        learner.stop()
+    monkeypatch.setenv("PYTORCHRL_STEP_LIMIT", "1e3")
+    scheme = build_scheme(test_envs=False)
+    try:
+        with pytest.raises(ValueError, match="PYTORCHRL_STEP_LIMIT must be a positive integer"):
+            Learner(scheme, target_steps=10)
+    finally:
+        scheme.stop()
+
+
 def test_invalid_target_steps():
     scheme = build_scheme(test_envs=False)
     try:

@@ -11,7 +11,8 @@ import importlib
 
 #: Public name -> submodule that defines it.
 _SUBMODULES = {"Actor": "base", "OnPolicyActor": "on_policy_actor", "OffPolicyActor": "off_policy_actor",
-               "get_feature_extractor": "feature_extractors", "get_memory_network": "memory_networks"}
+               "get_feature_extractor": "feature_extractors", "get_memory_network": "memory_networks",
+               "Policy": "policy"}
 
 
 def __getattr__(name):
@@ -26,4 +27,4 @@ def __dir__():
     return sorted(list(globals()) + list(_SUBMODULES))
 
 
-__all__ = ["Actor", "OnPolicyActor", "OffPolicyActor", "get_feature_extractor", "get_memory_network"]
+__all__ = ["Actor", "OnPolicyActor", "OffPolicyActor", "get_feature_extractor", "get_memory_network", "Policy"]

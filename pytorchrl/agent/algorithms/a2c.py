@@ -25,7 +25,8 @@ class A2C(OnPolicyAlgorithm):
     lr : float
         Learning rate of both optimizers (our name): ``lr_pi`` and ``lr_v`` start from it
         unless given. Read back it is their common value, or None once they differ; a
-        hot-swap of ``lr`` sets both.
+        hot-swap of ``lr`` sets both. Given None (an A2C rebuilt from such hyperparameters),
+        the rates are ``lr_pi`` and ``lr_v``.
     lr_v : float or None
         Learning rate of the value optimizer (pytorchrl's name): it trains the value head
         and, when the actor has separate networks, the value network (its own feature
@@ -52,7 +53,11 @@ class A2C(OnPolicyAlgorithm):
                  num_epochs=1, num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
                  max_grad_norm=0.5, normalize_advantages=False, test_every=10, num_test_episodes=10,
                  numpy_update=True, policy_loss_addons=()):
-        # (``lr`` sets both rates in the base constructor; the ones given explicitly follow.)
+        # (``lr`` sets both rates in the base constructor; the ones given explicitly follow.
+        # None, as the hyperparameters of an A2C whose two rates differ read it back, rebuilt
+        # with them when its actor is replaced: the rates given decide.)
+        if lr is None:
+            lr = lr_pi if lr_pi is not None else lr_v if lr_v is not None else 7e-4
         super().__init__(device, actor, envs, lr=lr, eps=eps, gamma=gamma, num_epochs=num_epochs,
                          num_mini_batch=num_mini_batch, mini_batch_size=mini_batch_size,
                          entropy_coef=entropy_coef, value_loss_coef=value_loss_coef,

@@ -4,14 +4,23 @@ Ray is imported only here (and only when a scheme has remote workers), so that a
 with one worker at every level runs without it.
 """
 
+import contextlib
+import logging
 import math
 import os
 import re
+import signal
+import sys
 import threading
 
 
 class ResourceError(RuntimeError):
     """A resource request that the Ray cluster can never satisfy."""
+
+
+class ClusterError(RuntimeError):
+    """This process cannot join the Ray cluster it was pointed at (one-line message naming
+    the address and the cause: a missing token, nothing listening there)."""
 
 
 class WorkerError(RuntimeError):
@@ -78,15 +87,101 @@ def ensure_ray(address=None, num_cpus=None):
         if ray.is_initialized():
             return ray
         address = address or os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=True)
-        else:
-            # num_cpus None lets Ray count the CPUs, container limits included.
-            # address="local": always a new instance, never a cluster someone else started here.
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                     configure_logging=False)
-            _started_here = True
+        with _sigterm_handler_kept():
+            if address:
+                try:
+                    # configure_logging=False: Ray's INFO lines (the address used, "Connected")
+                    # stay off the run's output.
+                    with _native_stderr_held():
+                        ray.init(address=address, include_dashboard=False, log_to_driver=True,
+                                 configure_logging=False)
+                except Exception as exc:  # every way of failing to join becomes one line
+                    raise ClusterError(f"cannot join the Ray cluster at {address}: {_join_failure(exc)}") from None
+            else:
+                # num_cpus None lets Ray count the CPUs, container limits included.
+                # address="local": always a new instance, never a cluster someone else started here.
+                with _quiet_token_notice():
+                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                             configure_logging=False)
+                _started_here = True
     return ray
+
+
+#: What Ray's errors say when a cluster's token authentication refuses a process (Ray
+#: 2.60 wraps its AuthenticationError into the text of the RuntimeError it raises).
+_REFUSED_TOKEN = ("AuthenticationError", "InvalidAuthToken", "Authentication token is missing or incorrect")
+
+
+def _join_failure(exc):
+    """Why ``ray.init(address=...)`` failed, in words: a token the cluster asks for and
+    this process lacks (Ray 2.60's token authentication, docs/cluster.md), or Ray's own
+    last line."""
+    cause = exc
+    while cause is not None:
+        text = f"{type(cause).__name__}: {cause}"
+        if any(mark in text for mark in _REFUSED_TOKEN):
+            return ("its token authentication refused this process (no token, or another one): set "
+                    "RAY_AUTH_MODE=token and give the cluster's token in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or "
+                    "RAY_AUTH_TOKEN (docs/cluster.md)")
+        cause = cause.__cause__ or cause.__context__
+    return _last_line(exc)
+
+
+@contextlib.contextmanager
+def _native_stderr_held():
+    """Send what is written to file descriptor 2 while joining a cluster to nowhere: Ray's
+    native GCS client logs a warning per second of retries (a refused token: twenty lines)
+    before the Python error that ``ensure_ray`` turns into one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+@contextlib.contextmanager
+def _sigterm_handler_kept():
+    """Put back, after ``ray.init``, the SIGTERM handler this process had before it (when the
+    program set one): ``ray.init`` replaces it with one that exits at once, and Ray's core
+    worker adds a native one that prints a stack trace and kills the process, so a run that
+    the program's handler would save (``pytorchrl train``, ``pytorchrl pbt``) was lost to a
+    scheduler's SIGTERM. A process that had Python's default keeps Ray's."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGTERM)
+        if handler not in (signal.SIG_DFL, None):
+            previous = handler
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+#: Ray's logger of its token authentication set-up.
+_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+@contextlib.contextmanager
+def _quiet_token_notice():
+    """Keep Ray's notice that token authentication is on (a warning that every local
+    instance prints since Ray 2.60) off the user's terminal: a local instance started here
+    is this process's own, and the notice asks nothing of the user. The behaviour stays
+    Ray's default (a token in ~/.ray/auth_token, made if missing); a cluster that is joined
+    is configured by whoever started it (docs/cluster.md)."""
+    token_logger = logging.getLogger(_TOKEN_LOGGER)
+    level = token_logger.level
+    token_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        token_logger.setLevel(level)
 
 
 def acquire_ray(address=None, num_cpus=None):
