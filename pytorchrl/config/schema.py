@@ -670,8 +670,9 @@ QUEUE_KEYS = {
                                                          "queues (oldest head first); random: a random non-empty "
                                                          "queue among all collectors'.", choices=SELECTIONS),
     "steal": Key("bool", QUEUE_DEFAULTS["steal"], "Work stealing (EXARL's multi-learner RMA queue): a gradient "
-                                                  "worker whose collectors have handed over their share of the "
-                                                  "budget (learner.target_episodes or target_steps) and whose "
+                                                  "worker whose collectors are done (none has a request out and "
+                                                  "nothing is left of the budget, learner.target_episodes or "
+                                                  "target_steps, to claim) and whose "
                                                   "queues are empty pops other gradient workers' queues "
                                                   "(Queues/StolenPops); needs num_grad_workers >= 2, selection "
                                                   "binned and end all."),

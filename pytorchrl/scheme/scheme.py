@@ -423,8 +423,16 @@ class Scheme:
             groups = {p: list(range(1, num_col_workers + 1)) for p in parents}
             self.queue_server = make_queue_server(groups, queue_options, remote=remote)
             if remote:
-                self.servers.add("queue", self.queue_server, restore=lambda client: "replaced, empty",
+                self.servers.add("queue", self.queue_server, restore=self._restore_queue_counter,
                                  start=lambda: make_queue_server(groups, queue_options, remote=True, wait=False))
+
+    def _restore_queue_counter(self, client):
+        """A replacement of the queue server starts empty, with the work counter the
+        collector sets know (episodes and env steps handed over, claims of the requests out),
+        so the budget stays exact."""
+        state = self.update_worker.queue_counter_state()
+        client.call("restore_counter", *(state[k] for k in ("episodes", "steps", "received", "samples", "requests")))
+        return "replaced, empty"
 
     def _server_replaced(self, kind, handle, generation):
         setattr(self, _SERVER_ATTRIBUTES[kind], handle)

@@ -409,6 +409,11 @@ class GWorker(Worker):
             return self.col_workers.servers.ledger.take_pops() if self.col_workers.servers.ledger else {}
         return {}
 
+    def queue_counter_state(self):
+        """What this worker's collector set knows of the queue server's work counter
+        (``CWorkerSet.queue_counter_state``), for a replacement of the server."""
+        return self.col_workers.queue_counter_state()
+
     def settle_queue(self, popped):
         """Every gradient worker's pops of this worker's collectors' rollouts from dead queue
         server generations, ``{generation: [rollouts, episodes]}``: what is missing from its

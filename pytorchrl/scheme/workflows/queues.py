@@ -19,8 +19,8 @@ Options (``scheme.queues``, ``QUEUE_DEFAULTS``):
   of its own collectors, a contiguous bin; of them the one whose head is oldest) or
   ``random`` (a random non-empty queue among all collectors', as EXARL's RMA learners
   read a random actor's window).
-- ``steal``: a gradient worker whose group is finished (its collectors have handed over
-  their share of the budget, episodes or env steps, and have nothing in flight) and whose
+- ``steal``: a gradient worker whose group is finished (none of its collectors has a
+  request out and nothing is left of the budget to claim, see below) and whose
   own queues are empty pops from the other gradient workers' queues (EXARL's
   multi-learner work stealing). While some group is finished the other workers' pops
   asked ahead (prefetch) take nothing: a rollout queued while its owner trains stays for
@@ -36,11 +36,19 @@ Options (``scheme.queues``, ``QUEUE_DEFAULTS``):
   gradient worker, and each collector puts into a random one that has room; ours).
 - ``num_cpus``: Ray CPUs of the server actor.
 
-The server keeps EXARL's record of active actors as one flag per gradient worker's group
-(``set_finished``): stealing and the end read it.
+The budget of a run on this path (episodes, ``learner.target_episodes``, or env steps,
+``learner.target_steps``) is one shared work counter in the server (``WorkCounter``, EXARL's
+"claim the next episode" counter): every collector set claims each request's episodes from
+it before sending the request, and settles the claim with what the rollout held when it is
+reported, so a fast group of collectors does more of the work than a slow one. The server
+also keeps EXARL's record of active actors, one entry per collector (its bitmap): a
+collector is active while a request of its is out. A gradient worker's group is finished
+when none of its collectors is active and nothing is left to claim; stealing and the end
+read that.
 """
 
 import collections
+import math
 import random
 import threading
 import time
@@ -185,6 +193,115 @@ def _nbytes(data):
     return total
 
 
+class WorkCounter:
+    """EXARL's shared work counter and its record of active actors, for every collector of
+    every gradient worker (the queue server holds one; it is not thread-safe by itself: the
+    server guards it).
+
+    A collector set claims the episodes of each request before it sends it (``claim``) and
+    settles the claim when the request reports (``settle``): the episodes the rollout
+    finished are then handed over, and the ones it did not finish (a long episode goes on in
+    the next rollout) are free to be claimed again. So the episodes handed over plus those
+    claimed never pass the budget, whichever collectors do the work.
+
+    Parameters
+    ----------
+    collectors : iterable of tuple
+        (gradient worker index, collector index) of every collector.
+
+    Attributes
+    ----------
+    episodes, steps : int or None
+        The budget: finished episodes, env steps (None: no limit).
+    received, samples : int
+        Finished episodes and env steps handed over (episodes lost with a dead server are
+        taken off, ``release``: they are run again).
+    claimed : int
+        Episodes the requests out may still finish.
+    requests : dict
+        Collector -> [requests out, episodes they claimed]: a collector is active while it
+        has a request out (EXARL's bitmap of active actors, one entry per actor).
+    """
+
+    def __init__(self, collectors):
+        self.episodes = self.steps = None
+        self.received = self.samples = self.claimed = 0
+        self.requests = {tuple(c): [0, 0] for c in collectors}
+
+    @property
+    def has_budget(self):
+        """Whether a budget of episodes or env steps was set."""
+        return self.episodes is not None or self.steps is not None
+
+    def left(self):
+        """Episodes that may still be claimed (``math.inf`` without an episode budget), 0
+        once the env steps handed over reach the step budget."""
+        if self.steps is not None and self.samples >= self.steps:
+            return 0
+        if self.episodes is None:
+            return math.inf
+        return max(0, self.episodes - self.received - self.claimed)
+
+    def claim(self, collector, wanted):
+        """Claim the episodes of one request of ``collector``.
+
+        Parameters
+        ----------
+        collector : tuple
+            (gradient worker index, collector index).
+        wanted : int or None
+            Episodes the request would finish at most (None: not bounded, a request of
+            env steps: then it may go out while episodes are left to hand over).
+
+        Returns
+        -------
+        (bool, int or None)
+            Whether the request may go out, and the episodes it may finish (``wanted``,
+            fewer when fewer are left; None: not bounded).
+        """
+        left = self.left()
+        if left <= 0:
+            return False, None
+        granted = wanted if wanted is None or left == math.inf else int(min(wanted, left))
+        entry = self.requests[tuple(collector)]
+        entry[0] += 1
+        entry[1] += granted or 0
+        self.claimed += granted or 0
+        return True, granted
+
+    def settle(self, collector, claimed, episodes, samples):
+        """A request of ``collector`` that claimed ``claimed`` episodes reported: ``episodes``
+        finished episodes and ``samples`` env steps were handed over (0 and 0 when its
+        rollout was lost: they are run again)."""
+        entry = self.requests[tuple(collector)]
+        entry[0] = max(0, entry[0] - 1)
+        entry[1] = max(0, entry[1] - int(claimed or 0))
+        self.claimed = max(0, self.claimed - int(claimed or 0))
+        self.received += int(episodes)
+        self.samples += int(samples)
+
+    def release(self, episodes):
+        """Take ``episodes`` handed over back (lost with a dead server): they are run again."""
+        self.received = max(0, self.received - int(episodes))
+
+    def reset(self, collectors):
+        """Forget the requests of ``collectors`` (their gradient worker died with them): what
+        they claimed is free again."""
+        for c in collectors:
+            entry = self.requests[tuple(c)]
+            self.claimed = max(0, self.claimed - entry[1])
+            entry[0] = entry[1] = 0
+
+    def active(self, collector):
+        """Whether ``collector`` has a request out."""
+        return self.requests[tuple(collector)][0] > 0
+
+    def finished(self, collectors):
+        """Whether none of ``collectors`` is active and nothing is left to claim: they will
+        hand nothing more over (a budget is set)."""
+        return self.has_budget and self.left() <= 0 and not any(self.active(c) for c in collectors)
+
+
 class QueueServer(ServerProcess):
     """Bounded rollout queues shared by every collector and gradient worker.
 
@@ -228,7 +345,9 @@ class QueueServer(ServerProcess):
         self._seq = 0          # put order over all queues: "oldest head" compares these
         self._closed = False
         self._paused = 0
-        self._finished = set()  # EXARL's record of active actors, per group: the groups with none left
+        self._finished = set()  # groups a worker said were finished (pop), without a budget
+        self.actors = {g: [(g, c) for c in cols] for g, cols in groups.items()}
+        self.counter = WorkCounter(k for keys in self.actors.values() for k in keys)
         self.counters = {"puts": 0, "pops": 0, "popped_rollouts": 0, "stolen_pops": 0, "stolen_rollouts": 0,
                          "overwritten": 0, "put_blocked_s": 0.0, "pop_blocked_s": 0.0, "bytes_in": 0,
                          "max_size": 0}
@@ -309,9 +428,10 @@ class QueueServer(ServerProcess):
         group : int
             The gradient worker's index.
         finished : bool
-            Its collectors will put nothing more (their share of the budget is handed
-            over and nothing is in flight): the group is recorded as finished, and with
-            ``steal`` the worker may pop from other bins once its own are empty.
+            Its collectors will put nothing more: recorded for a server without a budget.
+            With a budget the work counter says when a group is finished (none of its
+            collectors active, nothing left to claim); with ``steal`` a worker whose group is
+            finished pops from other bins once its own are empty.
         timeout : float or None
             Seconds to wait for a rollout (None: until one comes or the server is closed;
             0: do not wait).
@@ -340,7 +460,7 @@ class QueueServer(ServerProcess):
             while True:
                 if self._closed:
                     return CLOSED, [], False
-                if prefetch and self.steal and self._finished - {group}:
+                if prefetch and self.steal and any(self._group_finished(g) for g in self.bins if g != group):
                     return EMPTY, [], False
                 key, stolen = self._pop_source(group)
                 if key is not None:
@@ -369,7 +489,7 @@ class QueueServer(ServerProcess):
         own = [k for k in self.bins[group] if self.queues[k]]
         if own:
             return self._oldest(own), False
-        if self.steal and group in self._finished:
+        if self.steal and self._group_finished(group):
             others = [k for g, keys in self.bins.items() if g != group for k in keys if self.queues[k]]
             if others:
                 return self._oldest(others), True
@@ -377,6 +497,86 @@ class QueueServer(ServerProcess):
 
     def _oldest(self, keys):
         return min(keys, key=lambda k: self.queues[k][0][0])
+
+    def _group_finished(self, group):
+        """Whether the collectors of gradient worker ``group`` will put nothing more: with a
+        budget, none of them has a request out and nothing is left to claim (the work
+        counter); without one, its worker said so in a pop."""
+        if self.counter.has_budget:
+            return self.counter.finished(self.actors[group])
+        return group in self._finished
+
+    def _finished_groups(self):
+        return sum(1 for g in self.bins if self._group_finished(g))
+
+    # ------------------------------------------------------------- work counter
+    def set_episode_budget(self, episodes):
+        """The run's budget of finished episodes, shared by every collector (None: no limit)."""
+        with self.cond:
+            self.counter.episodes = None if episodes is None else int(episodes)
+            self.cond.notify_all()
+        return episodes
+
+    def set_step_budget(self, steps):
+        """The run's budget of env steps handed over, shared by every collector (None: no
+        limit): no request goes out once that many are in (the requests out may pass it by
+        a rollout each)."""
+        with self.cond:
+            self.counter.steps = None if steps is None else int(steps)
+            self.cond.notify_all()
+        return steps
+
+    def restore_counter(self, episodes, steps, received, samples, requests):
+        """Put back the work counter of the server this one replaces, as its clients know it.
+
+        Parameters
+        ----------
+        episodes, steps : int or None
+            The budget.
+        received, samples : int
+            Finished episodes and env steps the collector sets have handed over.
+        requests : dict
+            Collector -> [requests out, episodes they claimed], of every collector set.
+        """
+        with self.cond:
+            c = self.counter
+            c.episodes, c.steps, c.received, c.samples = episodes, steps, int(received), int(samples)
+            for key, (n, claimed) in requests.items():
+                c.requests[tuple(key)] = [int(n), int(claimed)]
+            c.claimed = sum(claimed for _, claimed in c.requests.values())
+            self.cond.notify_all()
+        return True
+
+    def claim(self, collector, wanted):
+        """Claim one request of ``collector`` from the work counter (see ``WorkCounter.claim``):
+        ``(may go out, episodes it may finish)``."""
+        with self.cond:
+            out = self.counter.claim(collector, wanted)
+            self.cond.notify_all()
+            return out
+
+    def settle(self, collector, claimed, episodes, samples):
+        """A request of ``collector`` reported (see ``WorkCounter.settle``); a group may have
+        finished: the waits see it."""
+        with self.cond:
+            self.counter.settle(collector, claimed, episodes, samples)
+            self.cond.notify_all()
+        return True
+
+    def release(self, episodes):
+        """Episodes handed over that a dead server took with it: claimable again."""
+        with self.cond:
+            self.counter.release(episodes)
+            self.cond.notify_all()
+        return True
+
+    def reset_group(self, group):
+        """The collectors of gradient worker ``group`` died with it: their claims are free
+        again (its replacement's collectors claim anew)."""
+        with self.cond:
+            self.counter.reset(self.actors[group])
+            self.cond.notify_all()
+        return True
 
     # ------------------------------------------------------------------ control
     def pause_sampling(self):
@@ -410,8 +610,8 @@ class QueueServer(ServerProcess):
         them again at once."""
         deadline = time.perf_counter() + timeout
         with self.cond:
-            finished = len(self._finished)
-            while not (self._closed or len(self._finished) != finished or any(self.queues.values())):
+            finished = self._finished_groups()
+            while not (self._closed or self._finished_groups() != finished or any(self.queues.values())):
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
                     return False
@@ -429,10 +629,20 @@ class QueueServer(ServerProcess):
         ``overwritten`` (rollouts a circular queue dropped for newer ones), ``put_blocked_s``
         (collectors' time waiting for room), ``pop_blocked_s`` (gradient workers' time
         waiting for data), ``bytes_in`` (bytes put), ``max_size`` (largest queue seen),
-        ``held`` (rollouts in the queues now), ``active_groups`` (groups not finished)."""
+        ``held`` (rollouts in the queues now), ``active_groups`` (groups not finished),
+        ``active_actors`` (collectors with a request out: EXARL's bitmap, one entry each),
+        ``counted_episodes`` and ``counted_steps`` (handed over, on the work counter)."""
         with self.cond:
+            c = self.counter
             return dict(self.counters, held=sum(len(q) for q in self.queues.values()),
-                        active_groups=len(self.bins) - len(self._finished))
+                        active_groups=len(self.bins) - self._finished_groups(),
+                        active_actors=sum(1 for k in c.requests if c.active(k)),
+                        counted_episodes=c.received, counted_steps=c.samples)
+
+    def active_actors(self):
+        """EXARL's bitmap of active actors: collector -> whether it has a request out."""
+        with self.cond:
+            return {k: self.counter.active(k) for k in self.counter.requests}
 
 
 def make_queue_server(groups, options, remote, seed=None, wait=True):
