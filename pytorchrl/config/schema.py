@@ -24,6 +24,7 @@ Example::
 
 import inspect
 
+import pytorchrl as prl
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors import get_feature_extractor
 from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS
@@ -38,6 +39,7 @@ from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.learner import Learner
 from pytorchrl.schedules import VALID_KINDS, VALID_TARGETS, Schedule
 from pytorchrl.scheme import Scheme
+from pytorchrl.scheme.base.checks import COMMUNICATION_WORDS
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.inference_server import INFERENCE_SERVER_DEFAULTS
@@ -134,10 +136,13 @@ class Key:
         Whether ``low`` itself is allowed.
     nullable : bool
         Whether ``null`` is allowed (it is whenever the default is None).
+    aliases : dict or None
+        Other words accepted for some of the ``choices``: word -> the choice it means (the
+        resolved configuration holds the choice).
     """
 
     def __init__(self, kind, default=REQUIRED, doc="", choices=None, low=None, high=None,
-                 low_inclusive=True, nullable=False):
+                 low_inclusive=True, nullable=False, aliases=None):
         if kind not in KINDS:
             raise ValueError(f"unknown key kind {kind!r}; valid: {sorted(KINDS)}")
         self.kind = kind
@@ -146,6 +151,7 @@ class Key:
         self.choices = tuple(choices) if choices is not None else None
         self.low, self.high, self.low_inclusive = low, high, low_inclusive
         self.nullable = nullable or default is None
+        self.aliases = dict(aliases or {})
 
     @property
     def required(self):
@@ -323,6 +329,10 @@ ENV_FAMILY_OPTION_KEYS = env_family_option_keys()
 
 # ------------------------------------------------------------------------------- schema
 _COMM = ("sync", "async")
+#: The Scheme's other words for the communication modes (``checks.COMMUNICATION_WORDS``):
+#: a file may write them too.
+_COMM_ALIASES = {word: ("sync" if mode == prl.SYNC else "async") for word, mode in COMMUNICATION_WORDS.items()
+                 if word not in _COMM}
 
 TOP_LEVEL = {
     "preset": Key("str", None, "Named agent whose values fill every section first (algorithm, storage, actor, "
@@ -428,7 +438,9 @@ SECTIONS = {
                                    "to it win ('pytorchrl presets' lists them).", choices=tuple(PRESETS)),
         "num_col_workers": derived(Scheme, "num_col_workers"),
         "col_workers_communication": Key("str", "sync", "Collection: sync (rounds) or async "
-                                                        "(whichever rollout is ready first).", choices=_COMM),
+                                                        "(whichever rollout is ready first); also spelled "
+                                                        "synchronous, synchronised, asynchronous.", choices=_COMM,
+                                         aliases=_COMM_ALIASES),
         "col_compress_data": derived(Scheme, "col_compress_data", kind="bool_or_auto"),
         "fraction_samples": Key("number", 1.0, "Sync collection: a round ends once this fraction of its "
                                                "samples is in (stragglers are cut).",
@@ -437,7 +449,9 @@ SECTIONS = {
                                                "workers has answered.", low=0.0, low_inclusive=False, high=1.0),
         "num_grad_workers": derived(Scheme, "num_grad_workers"),
         "grad_workers_communication": Key("str", "sync", "Gradients: sync (averaged or all-reduced) or "
-                                                         "async (A3C: applied as they arrive).", choices=_COMM),
+                                                         "async (A3C: applied as they arrive); also spelled "
+                                                         "synchronous, synchronised, asynchronous.", choices=_COMM,
+                                          aliases=_COMM_ALIASES),
         "grad_compress_data": derived(Scheme, "grad_compress_data", kind="bool_or_auto"),
         "decentralized_update_execution": derived(Scheme, "decentralized_update_execution"),
         "col_workers_resources": derived(Scheme, "col_workers_resources", kind="resources", default=None),

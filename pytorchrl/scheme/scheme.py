@@ -257,10 +257,13 @@ class Scheme:
         for item in ineffective_options(num_col_workers, col_workers_communication == prl.ASYNC, num_grad_workers,
                                         grad_workers_communication == prl.ASYNC, thresholds["fraction_samples"],
                                         thresholds["fraction_workers"], max_policy_lag, max_grad_lag,
-                                        col_compress_data, grad_compress_data, decentralized_update_execution):
+                                        col_compress_data, grad_compress_data, decentralized_update_execution,
+                                        col_workers_resources, grad_workers_resources):
             logger.warning(f"Scheme: {_python_name(item.option)}={item.value!r} has no effect with "
                            f"{item.setting}={_python_value(item.current)} ({item.reason}); it is ignored "
                            f"(it acts with {item.setting}={_python_value(item.needed)})")
+            if item.option == "decentralized_update_execution":
+                decentralized_update_execution = False   # (what the warning says: one worker updates itself)
         try:
             ineffective = check_weight_mode(col_weights, col_weight_pull_every, num_col_workers,
                                             col_workers_communication == prl.ASYNC, algo_factory,

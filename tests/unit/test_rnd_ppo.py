@@ -266,8 +266,10 @@ def test_the_example_config_trains_from_the_command_line(tmp_path):
 def test_rnd_ppo_runs_with_ray_collectors(ray_session, tmp_path, preset):
     """Ray collectors (synchronous, asynchronous) and remote gradient workers (DD-PPO's
     decentralized updates: the predictor's gradients are all-reduced with the actor's)."""
-    learner, infos = _train(_short(f"scheme.preset={preset}", "scheme.col_workers_resources={num_cpus: 0.25}",
-                                   "scheme.grad_workers_resources={num_cpus: 0.25}"))
+    # (The resources of the level the preset spreads over Ray: a worker of the learner's
+    # process takes none, and the configuration refuses them there.)
+    level = "grad" if preset == "dd-ppo" else "col"
+    learner, infos = _train(_short(f"scheme.preset={preset}", f"scheme.{level}_workers_resources={{num_cpus: 0.25}}"))
     assert learner.scheme.uses_ray and learner.scheme.num_col_workers >= 1
     assert infos and all(math.isfinite(i["Loss"]) for i in infos)
     assert any(i["IntrinsicReward"] > 0 for i in infos)
