@@ -76,7 +76,7 @@ def run_once(steps, steal, delay, slow_factor, seed):
     train, action_space, obs_space = VecEnv.create_factory(group_env, {"delay": delay, "slow_factor": slow_factor},
                                                            vec_env_size=1, seed=seed)
     algo, name = DDQN.create_factory(lr=1e-3, mini_batch_size=32, update_every=16, num_updates=16, start_steps=64,
-                                     test_every=10 ** 9)
+                                     max_grad_norm=None, test_every=10 ** 9)
     actor = OffPolicyActor.create_factory(obs_space, action_space, name,
                                           common_feature_extractor_kwargs={"hidden_sizes": [32]})
     layout = dict(PRESETS["exarl-ml-rma-queue"].scheme)

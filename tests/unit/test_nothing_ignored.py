@@ -83,7 +83,8 @@ def assert_next_step_uses_eps(algo, eps):
 def test_a_hot_swapped_eps_reaches_every_optimizer(algo, numpy_update):
     # No clipping: the reference steps are torch.optim.Adam's on the raw gradients.
     factories = ppo_factories(numpy_update=numpy_update, lr=1e-2, max_grad_norm=None) if algo == "PPO" else \
-        sac_factories(numpy_update=numpy_update, start_steps=0, lr_q=1e-2, lr_pi=1e-2, lr_alpha=1e-2)
+        sac_factories(numpy_update=numpy_update, start_steps=0, lr_q=1e-2, lr_pi=1e-2, lr_alpha=1e-2,
+                      max_grad_norm=None)
     with Learner(Scheme(**factories), target_steps=1000) as learner:
         local = learner.update_worker.local_worker.algo
         assert len(local.optimizers) == (1 if algo == "PPO" else 3)

@@ -141,7 +141,7 @@ def test_the_predictor_trains_on_a_random_predictor_proportion_of_each_mini_batc
 
 
 def test_both_value_heads_have_their_loss_and_gradients_reach_the_predictor_never_the_target():
-    algo = _algo(value_loss_coef=0.5)
+    algo = _algo(value_loss_coef=0.5, use_clipped_value_loss=False)   # the plain errors checked below
     batch = _batch(algo)
     _, _, value, ivalue = algo.actor.evaluate_with_int_value(batch[prl.OBS], batch[prl.ACT])
     loss, info = algo.compute_loss(batch)
