@@ -44,7 +44,6 @@ from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.inference_server import INFERENCE_SERVER_DEFAULTS
 from pytorchrl.scheme.workflows.queues import ENDS, POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
-from pytorchrl.scheme.workflows.queues import KINDS as QUEUE_KINDS
 from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
 from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, PULL_EACH_EPISODE, WEIGHT_MODES
 
@@ -696,7 +695,10 @@ QUEUE_KEYS = {
                choices=ENDS),
     "kind": Key("str", QUEUE_DEFAULTS["kind"], "fifo: a bounded queue, a put into a full one waits; circular: a put "
                                                "into a full one overwrites its oldest rollout "
-                                               "(Queues/Overwritten) and never waits.", choices=QUEUE_KINDS),
+                                               "(Queues/Overwritten) and never waits; or the import path of an "
+                                               "ExaData subclass (package.module:Class: EXARL's memory pool, "
+                                               "pytorchrl.agent.exarl.ExaData), one window per queue, whose push "
+                                               "and pop are the puts and pops."),
     "route": Key("str", QUEUE_DEFAULTS["route"], "collector: one queue per collector; learner: one queue per "
                                                  "gradient worker, each collector puts into a random one with "
                                                  "room.", choices=ROUTES),

@@ -22,7 +22,7 @@ from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.scheme.base.checks import batching_refused, ineffective_options
 from pytorchrl.scheme.collection.c_worker import episodes_per_rollout
-from pytorchrl.scheme.workflows.queues import steal_refused
+from pytorchrl.scheme.workflows.queues import pool_class, steal_refused
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
 from pytorchrl.scheme.workflows.worker_proxy import proxy_refused
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
@@ -789,6 +789,10 @@ def _check_queue_path(config):
         raise ConfigError("scheme.replay_server", "has no effect with scheme.data_path: queues; remove it, or set "
                                                   "scheme.data_path: replay_server")
     s["queues"] = check_mapping(s["queues"], schema.QUEUE_KEYS, "scheme.queues")
+    try:
+        pool_class(s["queues"]["kind"])
+    except ValueError as exc:
+        raise ConfigError("scheme.queues.kind", str(exc).replace("queues kind must be", "must be")) from None
     if s["num_grad_workers"] == 0:
         raise ConfigError("scheme.data_path", "queues with scheme.num_grad_workers: 0 (collection only): nothing "
                                               "pops the queues; use scheme.data_path: direct")

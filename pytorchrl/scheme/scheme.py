@@ -223,10 +223,6 @@ class Scheme:
         check_int("num_col_workers", num_col_workers, 1)
         check_int("num_grad_workers", num_grad_workers, 0)
         collect_only = num_grad_workers == 0
-        algo_cls = getattr(algo_factory, "cls", None)
-        if num_grad_workers > 1 and isinstance(algo_cls, type) and not getattr(algo_cls, "sends_gradients", True):
-            raise ValueError(f"{algo_cls.__name__} updates its weights itself (it has no gradients to send or "
-                             f"all-reduce): it needs num_grad_workers=1, got {num_grad_workers}")
         requested_grad_workers, num_grad_workers = num_grad_workers, max(1, num_grad_workers)
         col_workers_communication = check_communication("col_workers_communication", col_workers_communication)
         grad_workers_communication = check_communication("grad_workers_communication", grad_workers_communication)

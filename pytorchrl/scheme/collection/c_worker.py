@@ -24,6 +24,29 @@ ROLLOUT_UNITS = ("steps", "episodes")
 POLICIES = ("learned", "random", "server")
 
 
+#: Rollouts a collector keeps while its actor is not ready to send them (an EXARL agent whose
+#: ``has_data`` stays false) before it says so.
+MAX_HELD_ROLLOUTS = 1000
+
+
+def _concatenate(rollouts):
+    """One rollout of several (dicts of arrays or tensors of shape (M, ...), the storage's
+    ``get_data``), joined along their first axis."""
+    first = rollouts[0]
+    out = {}
+    for key, value in first.items():
+        parts = [r[key] for r in rollouts]
+        if isinstance(value, dict):
+            out[key] = _concatenate(parts)
+        elif isinstance(value, torch.Tensor):
+            out[key] = torch.cat(parts)
+        elif isinstance(value, np.ndarray):
+            out[key] = np.concatenate(parts)
+        else:
+            out[key] = value
+    return out
+
+
 def episodes_per_rollout(rollout_unit, rollout_episodes=None):
     """Episodes that end a rollout: ``rollout_episodes``, else 1 with the ``"episodes"``
     unit, else None (the rollout's steps end it)."""
@@ -214,6 +237,7 @@ class CWorker(Worker):
         if weight_board is not None:
             from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, BoardReader
             self._board_reader = BoardReader(weight_board, weight_pull_every or DEFAULT_PULL_EVERY)
+        self._held = []             # (data, info) of rollouts the actor was not ready to send
         self._weight_swaps = []     # (step, version) of the rollout running
         self._pulled_bytes = 0
         self._episode_starts = True  # the next step begins an episode (read the board "each episode")
@@ -280,7 +304,10 @@ class CWorker(Worker):
             not finished (no data, no samples: ask again once the replacement is given). With a weight board:
             ``weight_swaps``, the (step, version) of every version pulled during the rollout
             (``version`` is then the one its first step acted with, the oldest), and
-            ``pulled_bytes``, the size of the weights loaded. ``obs_moments``: the count,
+            ``pulled_bytes``, the size of the weights loaded. ``held`` True (data None, no
+            samples, no episodes): the actor was not ready to send the rollout (an EXARL
+            agent without data, ``ExaActor.ready_to_send``): it is kept and sent, and its
+            samples and episodes reported, with a later one. ``obs_moments``: the count,
             mean and variance of the rollout's observations, when the actor normalises them
             (``ObservationNormalizer.moments``).
         """
@@ -328,6 +355,13 @@ class CWorker(Worker):
         if self._board_reader is not None:
             info.update(weight_swaps=self._weight_swaps, pulled_bytes=self._pulled_bytes)
             self._weight_swaps, self._pulled_bytes = [], 0
+        ready = getattr(self.actor, "ready_to_send", None)
+        if ready is not None:
+            # (An EXARL agent's actor: it sends only when the agent has data.)
+            data, info = self._send_when_ready(ready, data, info)
+            if data is None:
+                self.iter += 1
+                return None, info
         if replay_server is not None or queue_server is not None:
             # Compressed here and unpacked by the replay server when inserted, or by the
             # gradient worker when popped: the queue holds what was sent. A queue's rollout
@@ -360,6 +394,31 @@ class CWorker(Worker):
             info["server_lost"] = lost
         self.iter += 1
         return data, info
+
+    def _send_when_ready(self, ready, data, info):
+        """``(data, info)`` to send: the rollout with those kept before it, once the actor's
+        ``ready_to_send(data)`` says so; until then ``(None, report)``, the rollout kept and
+        the report saying so (``held`` True, no samples and no episodes: they are reported
+        with the rollout that sends them, so counts and budgets see them once)."""
+        if not ready(data):
+            self._held.append((data, info))
+            if len(self._held) > MAX_HELD_ROLLOUTS:
+                raise ValueError(f"the actor's agent said it has no data to send (ExaAgent.has_data) after "
+                                 f"{MAX_HELD_ROLLOUTS} rollouts of {self.update_every} steps: a collector sends "
+                                 f"only when it has; make has_data true once the agent remembers experiences")
+            report = dict(collected_samples=0, steps=0, col_time=info["col_time"], version=info["version"],
+                          episodes=[], index_worker=self.index_worker, cut=False, held=True)
+            if "TestReward" in info:
+                report["TestReward"] = info["TestReward"]
+            return None, report
+        if not self._held:
+            return data, info
+        held, self._held = self._held + [(data, info)], []
+        merged = dict(info, collected_samples=sum(i["collected_samples"] for _, i in held),
+                      steps=sum(i["steps"] for _, i in held), col_time=sum(i["col_time"] for _, i in held),
+                      version=held[0][1]["version"], episodes=[e for _, i in held for e in i["episodes"]],
+                      cut=any(i["cut"] for _, i in held))
+        return _concatenate([d for d, _ in held]), merged
 
     def _rollout_version(self, first_version):
         """Weight version of the rollout just collected: ``first_version`` (the actor's when

@@ -277,7 +277,9 @@ class GWorker(Worker):
             if self._data_path is not None:
                 if data is not None:  # this process's collector: remote ones inserted theirs
                     self._data_path.insert_local(data, winfo["version"])
-            elif self._queue_path is None:   # (queued rollouts are added when popped)
+            elif self._queue_path is None and data is not None:
+                # (Queued rollouts are added when popped; a collector that keeps its rollout,
+                # its actor not ready to send it, hands over none.)
                 self.storage.add_data(data)
             samples += winfo["collected_samples"]
             col_time = max(col_time, winfo["col_time"])

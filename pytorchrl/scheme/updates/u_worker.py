@@ -1,5 +1,6 @@
 """UWorker: applies gradients and broadcasts new weight versions."""
 
+import os
 import time
 
 import torch
@@ -647,9 +648,15 @@ class UWorker(Worker):
         return self.local_worker.evaluate(num_episodes)
 
     def save_model(self, fname):
-        """Save the actor's state dict to ``fname``; returns the path."""
+        """Save the actor's state dict to ``fname``; returns the path. An actor that saves
+        more of its own (an EXARL agent's ``save``, ``save_own``) does so into the directory
+        of ``fname``."""
         self.sync_local_weights()
-        torch.save(self.local_worker.actor.state_dict(), fname)
+        actor = self.local_worker.actor
+        torch.save(actor.state_dict(), fname)
+        save_own = getattr(actor, "save_own", None)
+        if save_own is not None:
+            save_own(os.path.dirname(os.path.abspath(fname)))
         return fname
 
     def stop(self):

@@ -31,7 +31,12 @@ Options (``scheme.queues``, ``QUEUE_DEFAULTS``):
   help each other).
 - ``kind``: ``fifo`` (a bounded queue: a put into a full one waits) or ``circular`` (a
   circular buffer: a put into a full one overwrites its oldest rollout, counted in
-  ``overwritten``, and never waits): EXARL's RMA memory-pool data structures.
+  ``overwritten``, and never waits): EXARL's RMA memory-pool data structures. Or a user's
+  memory pool: a subclass of EXARL's ``ExaData`` (``pytorchrl.agent.exarl``), or its import
+  path ("package.module:Class"), built once with one window (rank) per queue; the server
+  pushes each rollout into its window and pops the window its selection rule picks. What
+  the pool does with a full window is its own (its ``push`` says what it lost, counted in
+  ``overwritten``): a put never waits.
 - ``route``: ``collector`` (one queue per collector) or ``learner`` (one queue per
   gradient worker, and each collector puts into a random one that has room; ours).
 - ``num_cpus``: Ray CPUs of the server actor.
@@ -81,6 +86,34 @@ POP_POLL_S = 0.5
 MAX_CONCURRENCY = 64
 
 
+def pool_class(kind):
+    """The ``ExaData`` subclass that ``kind`` names (the class, or its import path
+    "package.module:Class" or "package.module.Class"), or None for ``fifo`` and ``circular``.
+
+    Raises
+    ------
+    ValueError
+        Neither a built-in kind nor an importable ``ExaData`` subclass, in one line.
+    """
+    if isinstance(kind, str) and kind in KINDS:
+        return None
+    from pytorchrl.agent.exa_data import ExaData
+    cls = kind
+    if isinstance(kind, str):
+        import importlib
+        module, _, name = kind.replace(":", ".").rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name) if module else None
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ValueError(f"queues kind must be one of {', '.join(map(repr, KINDS))} or the import path of an "
+                             f"ExaData subclass ('package.module:Class'); {kind!r} cannot be imported "
+                             f"({type(exc).__name__}: {exc})") from None
+    if not (isinstance(cls, type) and issubclass(cls, ExaData)):
+        raise ValueError(f"queues kind must be one of {', '.join(map(repr, KINDS))} or an ExaData subclass (EXARL's "
+                         f"memory pool, pytorchrl.agent.exarl.ExaData), got {kind!r}")
+    return cls
+
+
 def queue_options(options):
     """``QUEUE_DEFAULTS`` updated with ``options``, checked.
 
@@ -96,7 +129,8 @@ def queue_options(options):
     """
     out = merge_options("queues", options, QUEUE_DEFAULTS)
     check_int("queues size", out["size"], 1)
-    for key, valid in (("pop", POPS), ("selection", SELECTIONS), ("route", ROUTES), ("kind", KINDS), ("end", ENDS)):
+    pool_class(out["kind"])
+    for key, valid in (("pop", POPS), ("selection", SELECTIONS), ("route", ROUTES), ("end", ENDS)):
         if out[key] not in valid:
             raise ValueError(f"queues {key} must be one of {', '.join(map(repr, valid))}, got {out[key]!r}")
     for key in ("prefetch", "steal"):
@@ -302,6 +336,47 @@ class WorkCounter:
         return self.has_budget and self.left() <= 0 and not any(self.active(c) for c in collectors)
 
 
+class PoolWindow:
+    """One window (rank) of a user's ``ExaData`` memory pool, as the queue server sees its
+    queues: the pool holds the items; the window keeps the put order of what it holds (the
+    "oldest head first" of binned selection, and the sizes).
+
+    Parameters
+    ----------
+    pool : ExaData
+        The pool.
+    rank : int
+        The window's rank in it.
+    """
+
+    def __init__(self, pool, rank):
+        self.pool, self.rank = pool, rank
+        self.seqs = deque()
+
+    def __len__(self):
+        return len(self.seqs)
+
+    def __getitem__(self, index):
+        return (self.seqs[index],)
+
+    def append(self, entry):
+        """Push ``(seq, data, version, collector, episodes)`` (the pool gets all but ``seq``);
+        returns 1 when the pool lost an item for it (EXARL's ``lost``), else 0."""
+        seq, *item = entry
+        _, lost = self.pool.push(tuple(item), self.rank)
+        self.seqs.append(seq)
+        if lost:
+            self.seqs.popleft()   # it holds one fewer: the oldest overwritten, or this one refused
+        return int(bool(lost))
+
+    def popleft(self):
+        """The next item of the window, ``(seq, data, version, collector, episodes)``, or None
+        when the pool had none."""
+        item = self.pool.pop(self.rank, 1)
+        seq = self.seqs.popleft()
+        return None if item is None else (seq, *item)
+
+
 class QueueServer(ServerProcess):
     """Bounded rollout queues shared by every collector and gradient worker.
 
@@ -322,9 +397,11 @@ class QueueServer(ServerProcess):
         Whether a gradient worker whose group is finished pops from other bins.
     route : str
         ``"collector"`` (a queue per collector) or ``"learner"`` (a queue per gradient worker).
-    kind : str
+    kind : str or type
         ``"fifo"`` (a put into a full queue waits) or ``"circular"`` (it overwrites the
-        queue's oldest rollout).
+        queue's oldest rollout), or a user's memory pool: an ``ExaData`` subclass or its
+        import path (see ``pool_class``), built as ``cls(object, size, comm_size=<queues>,
+        max_model_lag=None, name="queues")``.
     seed : int or None
         Seed of the random choices (random selection, random routing).
     """
@@ -340,7 +417,15 @@ class QueueServer(ServerProcess):
             self.bins = {g: [(g, c) for c in cols] for g, cols in groups.items()}
         else:
             self.bins = {g: [(g,)] for g in groups}
-        self.queues = {key: deque() for keys in self.bins.values() for key in keys}
+        keys = [key for keys in self.bins.values() for key in keys]
+        pool = pool_class(kind)
+        if pool is None:
+            self.queues = {key: deque() for key in keys}
+            self.pool = None
+        else:
+            # The max_policy_lag bound is applied when popped, by the gradient worker.
+            self.pool = pool(object, size, comm_size=len(keys), max_model_lag=None, name="queues")
+            self.queues = {key: PoolWindow(self.pool, rank) for rank, key in enumerate(keys)}
         self._rng = random.Random(seed)
         self._seq = 0          # put order over all queues: "oldest head" compares these
         self._closed = False
@@ -392,11 +477,13 @@ class QueueServer(ServerProcess):
                 self.cond.wait(remaining)
             self.counters["put_blocked_s"] += time.perf_counter() - t0
             queue = self.queues[key]
-            if len(queue) >= self.size:    # circular (or admitted beyond the bound while paused)
+            # (Full: circular, or admitted beyond the bound while paused; a user's pool decides itself.)
+            if self.pool is None and len(queue) >= self.size:
                 if self.kind == "circular":
                     queue.popleft()
                     self.counters["overwritten"] += 1
-            queue.append((self._seq, data, int(version), collector, int(episodes)))
+            lost = queue.append((self._seq, data, int(version), collector, int(episodes)))
+            self.counters["overwritten"] += lost or 0
             self._seq += 1
             self.counters["puts"] += 1
             self.counters["bytes_in"] += _nbytes(data)
@@ -413,9 +500,9 @@ class QueueServer(ServerProcess):
         else:
             keys = [k for keys in self.bins.values() for k in keys]
         room = [k for k in keys if len(self.queues[k]) < self.size]
-        if not room and (self._paused or self.kind == "circular"):
+        if not room and (self._paused or self.kind == "circular" or self.pool is not None):
             # A gradient worker waits for its collectors (admit beyond the bound), or a
-            # circular queue overwrites its oldest rollout.
+            # circular queue overwrites its oldest rollout (a user's pool decides itself).
             room = keys
         return self._rng.choice(room) if room else None
 
@@ -473,6 +560,7 @@ class QueueServer(ServerProcess):
             self.counters["pop_blocked_s"] += time.perf_counter() - t0
             q = self.queues[key]
             taken = [q.popleft()] if self.pop_mode == "one" else [q.popleft() for _ in range(len(q))]
+            taken = [item for item in taken if item is not None]   # (a user's pool found empty)
             self.counters["pops"] += 1
             self.counters["popped_rollouts"] += len(taken)
             if stolen:
