@@ -35,7 +35,7 @@ QUEUE_METRICS = {"held": "Held", "puts": "Puts", "pops": "Pops", "popped_rollout
                  "active_groups": "ActiveGroups", "active_actors": "ActiveActors",
                  "counted_episodes": "CountedEpisodes", "counted_steps": "CountedSteps",
                  "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
-                 "bytes_in": "BytesIn", "max_size": "MaxSize"}
+                 "bytes_in": "BytesIn", "max_size": "MaxSize", "put_messages": "PutMessages"}
 #: Keys of an update's information added up into ``Time/<key>``.
 TIME_KEYS = ("grad_time", "col_time", "prepare_time", "wait_time", "update_time", "collect_wait")
 #: Scheme metrics gathered per update and reported (then forgotten) by ``get_metrics``.
@@ -306,7 +306,8 @@ class LearnerMetrics:
         return {"Replay/InsertsPerS": (stats["inserts"] - last_inserts) / elapsed,
                 "Replay/SamplesPerS": (stats["samples"] - last_samples) / elapsed,
                 "Replay/MeasuredRatio": stats["measured_ratio"], "Replay/Size": stats["size"],
-                "Replay/InsertBlockedS": stats["insert_blocked_s"], "Replay/SampleBlockedS": stats["sample_blocked_s"]}
+                "Replay/InsertBlockedS": stats["insert_blocked_s"], "Replay/SampleBlockedS": stats["sample_blocked_s"],
+                "Replay/InsertMessages": stats["insert_messages"]}
 
     def _inference_metrics(self):
         """The inference server's metrics (see ``Learner.get_metrics``); empty without one."""

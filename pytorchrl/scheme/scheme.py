@@ -165,12 +165,16 @@ class Scheme:
         round gathers one such batch of every collector (EXARL's SYNC). None: 1 with
         ``col_rollout_unit="episodes"``, episodes do not end rollouts otherwise.
     col_worker_proxy : bool
-        DistributedReinforcementLearning.jl's WorkerProxy (synchronous collection without
-        preemption, remote collectors, direct data path, pushed weights): one proxy per node
-        that runs collectors receives each weight version once, serves every collector of
-        its node from its node's object store, and gathers their rollouts into one message
-        per round (see ``pytorchrl.scheme.workflows.worker_proxy``). Default False: every
-        collector gets its own request, and small weights ride inside each.
+        DistributedReinforcementLearning.jl's WorkerProxy (remote collectors): one proxy per
+        node that runs collectors receives each weight version once and serves every
+        collector of its node from its node's object store; it gathers their rollouts into
+        one message per round (synchronous collection, without preemption), or passes them
+        on to the data server together (asynchronous collection with a replay server or
+        queues), see ``pytorchrl.scheme.workflows.worker_proxy``. Refused where it has
+        nothing to share (asynchronous collectors on the direct data path that load no
+        pushed weights: an inference server, pulled weights). Default False: every collector
+        gets its own request, small weights ride inside each, and every collector sends
+        its rollouts itself.
     episode_block : int or None
         EXARL's ``episode_block`` (ASYNC workflow; asynchronous collection): each request
         runs a block of this many whole episodes, sent as one rollout, and the collectors'

@@ -47,6 +47,21 @@ def _concatenate(rollouts):
     return out
 
 
+def _server_call(proxy, server, method, args, kind, generation):
+    """``call_or_lost(server, method, args, ...)``, through the node's ``proxy`` when there is
+    one (it passes the call on with those of the node's other collectors); a proxy that died
+    is bypassed."""
+    if proxy is not None:
+        import ray
+        from pytorchrl.scheme.base.faults import worker_died
+        try:
+            return ray.get(proxy.forward.remote(server, kind, generation, method, args))
+        except Exception as exc:  # noqa: BLE001 - only a dead proxy is passed over
+            if not worker_died(exc):
+                raise
+    return call_or_lost(server, method, args, kind, generation)
+
+
 def episodes_per_rollout(rollout_unit, rollout_episodes=None):
     """Episodes that end a rollout: ``rollout_episodes``, else 1 with the ``"episodes"``
     unit, else None (the rollout's steps end it)."""
@@ -252,7 +267,7 @@ class CWorker(Worker):
     # ---------------------------------------------------------------- collection
     def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None,
                      pack_data=None, replay_server=None, queue_server=None, server_generation=None,
-                     max_episodes=None):
+                     max_episodes=None, data_proxy=None):
         """Collect one rollout and return it with information about the collection.
 
         Parameters
@@ -286,6 +301,11 @@ class CWorker(Worker):
             End this rollout with the step that ends this many episodes (fewer than
             ``rollout_episodes`` when an episode budget has fewer left). None:
             ``rollout_episodes``.
+        data_proxy : ray.actor.ActorHandle or None
+            This worker's node proxy (``pytorchrl.scheme.workflows.worker_proxy``): the
+            insert into ``replay_server`` or the put into ``queue_server`` is handed to it,
+            which passes it on with those of the node's other collectors as one message (a
+            proxy found dead is bypassed: the call goes to the server).
 
         Returns
         -------
@@ -371,14 +391,14 @@ class CWorker(Worker):
                        else data)
             if replay_server is not None:
                 # (Waits as long as the server's rate limiter says.)
-                outcome, lost = call_or_lost(replay_server, "insert", (payload, info["version"]), "replay",
+                outcome, lost = _server_call(data_proxy, replay_server, "insert", (payload, info["version"]), "replay",
                                              server_generation)
                 info["replay_outcome"] = outcome or "lost"
             else:
                 # (Waits for room in this worker's queue: back-pressure.)
-                outcome, lost = call_or_lost(queue_server, "put", ((self.index_parent, self.index_worker), payload,
-                                                                   info["version"], None, len(info["episodes"])),
-                                             "queue", server_generation)
+                outcome, lost = _server_call(data_proxy, queue_server, "put",
+                                             ((self.index_parent, self.index_worker), payload, info["version"], None,
+                                              len(info["episodes"])), "queue", server_generation)
                 info["queue_outcome"] = outcome or "lost"
             if payload is not data:
                 info.update(raw_bytes=payload.raw_bytes, sent_bytes=payload.sent_bytes)

@@ -131,10 +131,13 @@ class CWorkerSet(WorkerSet):
         ``"inference"``; the queue server's is ``queues.generation``): one more each time
         the scheme replaced a dead one. None: all 0.
     worker_proxy : bool
-        Synchronous collection (without preemption): every round goes through one proxy
-        per node (DistributedReinforcementLearning.jl's WorkerProxy, see
-        ``pytorchrl.scheme.workflows.worker_proxy``), which receives the weights once for
-        its node's collectors and hands their rollouts back as one message.
+        One proxy per node (DistributedReinforcementLearning.jl's WorkerProxy, see
+        ``pytorchrl.scheme.workflows.worker_proxy``), which receives each weight version
+        once for its node's collectors. Synchronous collection (without preemption): every
+        round goes through the proxies, which hand their node's rollouts back as one
+        message. Asynchronous: the requests carry a reference to the node's copy of the
+        weights, and with a data server (replay, queues) each node's rollouts are passed on
+        to it together.
     rollout_episodes, rollout_steps : int or None
         Passed to every ``CWorker``: a rollout ends with its ``rollout_episodes``-th
         episode, and holds at most ``rollout_steps`` steps (EXARL's
@@ -232,10 +235,10 @@ class CWorkerSet(WorkerSet):
             raise ValueError("block_rounds needs asynchronous collection with requests_in_flight=1: a block round "
                              "sends every worker one request with the same weights")
         self.block_rounds = bool(block_rounds)
-        if worker_proxy and num_workers and (communication != prl.SYNC or fraction_samples < 1.0
-                                             or fraction_workers < 1.0):
-            raise ValueError("worker_proxy needs synchronous collection without preemption (fraction_samples and "
-                             "fraction_workers 1): a proxy hands its node's rollouts over together")
+        if worker_proxy and num_workers and communication == prl.SYNC and (fraction_samples < 1.0
+                                                                           or fraction_workers < 1.0):
+            raise ValueError("worker_proxy does not cut stragglers (fraction_samples and fraction_workers 1): a "
+                             "proxy hands its node's rollouts of a synchronous round over together")
         self.requests_in_flight = requests_in_flight
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
@@ -777,6 +780,10 @@ class CWorkerSet(WorkerSet):
                 self.servers.dropped(ready[0])
                 if ready[0] in self._claims:
                     self._settle(ready[0])
+                if self.proxies is not None and self.proxies.explains(exc):
+                    # Its node proxy died with the weights it was to load: asked again.
+                    self._submit(worker)
+                    continue
                 # Its other queued requests go with it (a dead worker fails them all; a worker
                 # whose environments failed refuses them until they are rebuilt), and the
                 # replacement (or the rebuilt worker) gets as many new ones, and this one's.
@@ -859,8 +866,16 @@ class CWorkerSet(WorkerSet):
         else:
             max_episodes = self._request_episodes(self._episodes_left(handing_over))
         weights, version = self.weights.for_request()
+        kwargs = self.servers.request_kwargs()
+        if self.proxies is not None:
+            # DistributedReinforcementLearning.jl's WorkerProxy: the node's copy of the
+            # weights, and the node's rollouts passed on to the data server together.
+            if weights is not None:
+                weights = self.proxies.node_weights(worker, weights, version, self.weights.broadcast.nbytes)
+            if kwargs:
+                kwargs["data_proxy"] = self.proxies.proxy_of(worker)
         ref = worker.collect_data.remote(weights=weights, version=version, pack_data=True,
-                                         max_episodes=max_episodes, **self.servers.request_kwargs())
+                                         max_episodes=max_episodes, **kwargs)
         self._in_flight[ref] = worker
         self.servers.sent(ref)
         if self.shared_budget:

@@ -435,7 +435,7 @@ class QueueServer(ServerProcess):
         self.counter = WorkCounter(k for keys in self.actors.values() for k in keys)
         self.counters = {"puts": 0, "pops": 0, "popped_rollouts": 0, "stolen_pops": 0, "stolen_rollouts": 0,
                          "overwritten": 0, "put_blocked_s": 0.0, "pop_blocked_s": 0.0, "bytes_in": 0,
-                         "max_size": 0}
+                         "max_size": 0, "put_messages": 0}
 
     # -------------------------------------------------------------- collectors
     def put(self, collector, data, version, timeout=None, episodes=0):
@@ -461,6 +461,30 @@ class QueueServer(ServerProcess):
         str
             ``"ok"``, ``"timeout"`` or ``"closed"`` (the run is stopping: the data is dropped).
         """
+        with self.cond:
+            self.counters["put_messages"] += 1
+        return self._put(collector, data, version, timeout, episodes)
+
+    def put_many(self, items):
+        """Put several rollouts sent as one message (a node's ``WorkerProxy`` passes its
+        collectors' on together), each as ``put`` would, in order: one that waits for room
+        holds the others back.
+
+        Parameters
+        ----------
+        items : list of tuple
+            ``put``'s arguments, one tuple per rollout.
+
+        Returns
+        -------
+        list of str
+            ``put``'s outcome of each.
+        """
+        with self.cond:
+            self.counters["put_messages"] += 1
+        return [self._put(*args) for args in items]
+
+    def _put(self, collector, data, version, timeout=None, episodes=0):
         collector = tuple(collector)
         deadline = None if timeout is None else time.perf_counter() + timeout
         t0 = time.perf_counter()
@@ -714,7 +738,8 @@ class QueueServer(ServerProcess):
     def stats(self):
         """Counters: ``puts``, ``pops``, ``popped_rollouts``, ``stolen_pops`` and
         ``stolen_rollouts`` (pops from another group's queues, and the rollouts they took),
-        ``overwritten`` (rollouts a circular queue dropped for newer ones), ``put_blocked_s``
+        ``overwritten`` (rollouts a circular queue dropped for newer ones), ``put_messages``
+        (the put calls received: a proxy's ``put_many`` is one message for several), ``put_blocked_s``
         (collectors' time waiting for room), ``pop_blocked_s`` (gradient workers' time
         waiting for data), ``bytes_in`` (bytes put), ``max_size`` (largest queue seen),
         ``held`` (rollouts in the queues now), ``active_groups`` (groups not finished),
