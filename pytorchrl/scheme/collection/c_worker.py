@@ -253,11 +253,27 @@ class CWorker(Worker):
             from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, BoardReader
             self._board_reader = BoardReader(weight_board, weight_pull_every or DEFAULT_PULL_EVERY)
         self._held = []             # (data, info) of rollouts the actor was not ready to send
+        self._done = None           # done flags of the last step taken (see ``done``)
         self._weight_swaps = []     # (step, version) of the rollout running
         self._pulled_bytes = 0
         self._episode_starts = True  # the next step begins an episode (read the board "each episode")
 
     # ---------------------------------------------------------------- properties
+    @property
+    def rhs(self):
+        """Latest policy recurrent hidden state (pytorchrl's name of ``state``; None for an
+        actor without memory)."""
+        return self.state
+
+    @property
+    def done(self):
+        """Latest train environment done flags, one per environment: whether the last step
+        taken ended its episode (terminated or truncated); all False before the first step
+        and after the environments were reset."""
+        if self._done is None and self.envs_train is not None:
+            self._done = np.zeros(self.envs_train.num_envs, dtype=bool)
+        return self._done
+
     @property
     def update_every(self):
         """Vectorized environment steps in one rollout (at most: episodes may end it first)."""
@@ -592,6 +608,7 @@ class CWorker(Worker):
         else:
             # Stopped by its inference server's death: on from the step it was waiting for.
             num_steps, steps, cut, ended, stepping, spent, state, episodes = paused
+        last_step = None
         try:
             for _ in range(num_steps - steps if stepping else 0):
                 # Checked at the step boundary only, so a cut rollout holds whole transitions.
@@ -615,6 +632,7 @@ class CWorker(Worker):
                 if self._step_log is not None:
                     obs = storage.current_obs().copy()
                 next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
+                last_step = (term, trunc)
                 if self._step_log is not None:
                     self._step_log.write(obs, env_action, rew, next_obs, term, trunc, final_obs)
                 step = {ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
@@ -632,6 +650,8 @@ class CWorker(Worker):
                     if ended >= episodes:
                         break
             stepping = False
+            if last_step is not None:
+                self._done = np.logical_or(np.asarray(last_step[0]), np.asarray(last_step[1])).reshape(-1)
             storage.finish(state)
         except ServerLost:
             # Raised by the inference server's acting program before the step (or the
@@ -655,6 +675,7 @@ class CWorker(Worker):
             self.obs = self.envs_train.reset_numpy().copy()
             self.state = self.actor.initial_state(self.envs_train.num_envs)
             self._episode_starts = True
+            self._done = None   # (reset: no step taken)
 
     def _load_pulled(self, step, version, weights):
         """Load weights pulled from the board before step ``step`` of the rollout (a version
@@ -797,6 +818,7 @@ class CWorker(Worker):
         if component_name == "envs_train":
             self.obs = self.envs_train.reset_numpy().copy()
             self._episode_starts = True
+            self._done = None
         if component_name in ("envs_train", "actor") and self.envs_train is not None:
             self.state = self.actor.initial_state(self.envs_train.num_envs)
         return component_name
