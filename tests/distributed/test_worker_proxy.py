@@ -282,5 +282,8 @@ def test_the_proxy_brings_each_weight_version_to_a_node_once():
     assert drl["rx_per_version"] > 2 * weights and drl_proxied["rx_per_version"] < 1.5 * weights, facts
     # Every rollout went to the server in a message of its own without the proxy; with it,
     # in one with those handed in meanwhile (on this machine's two cores the collectors'
-    # rollouts arrive one after another: see benchmarks/RESULTS.md).
-    assert drl["messages_per_rollout"] == 1.0 and drl_proxied["messages_per_rollout"] <= 1.0, facts
+    # rollouts arrive one after another: see benchmarks/RESULTS.md). The server counts a
+    # message when it arrives and its transitions when the rate limiter admits them, so a
+    # message or two waiting at the window's edges shift the ratio (measured: 75 messages
+    # for 77 rollouts once), hence the margins.
+    assert 0.9 < drl["messages_per_rollout"] <= 1.05 and drl_proxied["messages_per_rollout"] <= 1.05, facts
