@@ -34,11 +34,10 @@ setup(
         # "wandb" extra); pytest-xdist runs the suite on two workers. pygame-ce, not pygame:
         # minigrid needs pygame-ce, which installs into the same "pygame" package, and
         # gymnasium's classic-control rendering runs on either.
-        # (The Ray Tune tests skip without the "tune" extra: Tune's PBT run failed in a whole
-        # suite on a fresh clone, see tests/distributed/test_tune.py.)
+        # Ray Tune (the "tune" extra) runs tests/distributed/test_tune.py.
         "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "psutil>=5", "matplotlib>=3.6",
                  "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame-ce>=2.4",
-                 "ale-py>=0.9", "mujoco>=3", "wandb>=0.20", "minigrid>=2.3"],
+                 "ale-py>=0.9", "mujoco>=3", "wandb>=0.20", "minigrid>=2.3", "ray[tune]>=2.9"],
         # pytorchrl.envs.atari: the Arcade Learning Environment; ale-py ships the game ROMs.
         "atari": ["ale-py>=0.9"],
         # pytorchrl.envs.mujoco: gymnasium's MuJoCo v5 tasks (HalfCheetah-v5, ...).

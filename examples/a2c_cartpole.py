@@ -2,8 +2,10 @@
 with pytorchrl's arguments (``lr_v``, ``lr_pi``, ``gamma``, ``test_every``,
 ``max_grad_norm``, ``num_test_episodes``), an ``OnPolicyActor`` with separate policy and
 value networks (pytorchrl's ``policy_net`` and ``value_net1``: one optimizer each), and the
-learner loop. The hyperparameters are rl-baselines3-zoo's for A2C on CartPole (8 envs,
-5 steps per rollout, learning rate 7e-4, no entropy bonus, GAE lambda 1).
+learner loop. The hyperparameters it passes are rl-baselines3-zoo's for A2C on CartPole (8
+envs, 5 steps per rollout, learning rate 7e-4, no entropy bonus, GAE lambda 1); the others
+are pytorchrl's defaults, as for a pytorchrl script (Adam's eps 1e-8, the value loss
+unweighted, normalised advantages). Measured: a deterministic return of 500 on seeds 0-5.
 
     python examples/a2c_cartpole.py                  # 200k steps, ~10 s on one CPU core
     python examples/a2c_cartpole.py --steps 2000     # quick smoke run

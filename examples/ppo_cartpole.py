@@ -47,7 +47,7 @@ def main(argv=None):
 
     # 2. Algorithm: 20 epochs over each 256-sample rollout, one mini-batch per epoch.
     algo_factory, algo_name = PPO.create_factory(
-        lr=LR, num_epochs=20, clip_param=CLIP_PARAM, entropy_coef=0.0, value_loss_coef=0.5,
+        lr=LR, eps=1e-5, num_epochs=20, clip_param=CLIP_PARAM, entropy_coef=0.0, value_loss_coef=0.5,
         max_grad_norm=0.5, mini_batch_size=256, gamma=0.98, test_every=50, num_test_episodes=10,
         use_clipped_value_loss=False)  # as rl-zoo's SB3 set (clip_range_vf None)
 

@@ -30,6 +30,7 @@ Format history (``FORMAT``, the ``format`` entry of every checkpoint):
 
 import collections
 import errno
+import glob
 import os
 import pickletools
 import random
@@ -181,11 +182,31 @@ def remove_orphans(directory, names):
     """
     removed = []
     for name in names:
-        tmp = os.path.join(directory, name + TMP_SUFFIX)
-        if os.path.isfile(tmp):
-            os.remove(tmp)
-            removed.append(name + TMP_SUFFIX)
+        # Also "<name>.<pid>.tmp" (pytorchrl.tools.process_tmp_path: files two processes may
+        # write at once), but only a dead process's: a live one may be about to rename it.
+        found = [name + TMP_SUFFIX]
+        for path in sorted(glob.glob(os.path.join(glob.escape(directory), glob.escape(name) + ".*" + TMP_SUFFIX))):
+            pid = os.path.basename(path)[len(name) + 1:-len(TMP_SUFFIX)]
+            if pid.isdigit() and not _another_live_process(int(pid)):
+                found.append(os.path.basename(path))
+        for tmp in found:
+            if os.path.isfile(os.path.join(directory, tmp)):
+                os.remove(os.path.join(directory, tmp))
+                removed.append(tmp)
     return removed
+
+
+def _another_live_process(pid):
+    """Whether ``pid`` is the id of a process other than this one, alive on this machine."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # alive, another user's
+        return True
+    return True
 
 
 def save_torch(obj, path, keep_previous=False):

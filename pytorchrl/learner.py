@@ -192,7 +192,8 @@ class Learner:
 
     # Counts, records and logs kept by the learner's parts, read and set here as before.
     num_samples_collected = _kept_by("metrics", "env_steps", "Environment steps collected since the start.")
-    num_episodes = _kept_by("metrics", "num_episodes", "Training episodes finished since the start.")
+    num_episodes = _kept_by("metrics", "num_episodes", "Training episodes finished since the start, less those a dead "
+                                                        "queue server took with it (they are run again).")
     policy_version = _kept_by("metrics", "policy_version",
                               "Newest weight version (publication) seen in a gradient's information.")
     test_reward = _kept_by("metrics", "test_reward", "Latest evaluation's mean return (None before one).")

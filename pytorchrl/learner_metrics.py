@@ -32,8 +32,10 @@ COL_COUNT_METRICS = {"dropped_rollouts": "Scheme/DroppedRollouts", "weight_pulls
 #: Counters of the queue server (``QueueServer.stats``) and their ``Queues/`` names.
 QUEUE_METRICS = {"held": "Held", "puts": "Puts", "pops": "Pops", "popped_rollouts": "PoppedRollouts",
                  "stolen_pops": "StolenPops", "stolen_rollouts": "StolenRollouts", "overwritten": "Overwritten",
-                 "active_groups": "ActiveGroups", "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
-                 "bytes_in": "BytesIn", "max_size": "MaxSize"}
+                 "active_groups": "ActiveGroups", "active_actors": "ActiveActors",
+                 "counted_episodes": "CountedEpisodes", "counted_steps": "CountedSteps",
+                 "put_blocked_s": "PutBlockedS", "pop_blocked_s": "PopBlockedS",
+                 "bytes_in": "BytesIn", "max_size": "MaxSize", "put_messages": "PutMessages"}
 #: Keys of an update's information added up into ``Time/<key>``.
 TIME_KEYS = ("grad_time", "col_time", "prepare_time", "wait_time", "update_time", "collect_wait")
 #: Scheme metrics gathered per update and reported (then forgotten) by ``get_metrics``.
@@ -62,7 +64,8 @@ class LearnerMetrics:
     env_steps : int
         Environment steps handed over since the start (``Learner.num_samples_collected``).
     num_episodes : int
-        Training episodes finished since the start.
+        Training episodes finished since the start, less those a dead queue server took
+        with it (``Queues/LostEpisodes``: they are run again).
     episodes, episode_lengths : deque
         Returns and lengths of the last ``RECENT_EPISODES`` training episodes.
     episode_records : list of dict
@@ -90,6 +93,7 @@ class LearnerMetrics:
         self.on_worker_event = on_worker_event
         self.env_steps = 0
         self.num_episodes = 0
+        self._lost_episodes = 0   # Queues/LostEpisodes already taken off num_episodes
         self.policy_version = 0
         self.test_reward = None
         self.episode_records = []
@@ -185,6 +189,12 @@ class LearnerMetrics:
             if f"col_{stat}" in info:
                 # A running count per gradient worker: the metric is their sum.
                 self._col_counts.setdefault(stat, {})[info.get("index_worker", 0)] = info[f"col_{stat}"]
+        # Episodes a dead queue server took with it were counted when handed over and are
+        # run again: taken off, so that an episode budget reads exactly.
+        lost = sum(self._col_counts.get("lost_episodes", {}).values())
+        if lost > self._lost_episodes:
+            self.num_episodes -= lost - self._lost_episodes
+            self._lost_episodes = lost
         return returns
 
     def tick(self):
@@ -296,7 +306,8 @@ class LearnerMetrics:
         return {"Replay/InsertsPerS": (stats["inserts"] - last_inserts) / elapsed,
                 "Replay/SamplesPerS": (stats["samples"] - last_samples) / elapsed,
                 "Replay/MeasuredRatio": stats["measured_ratio"], "Replay/Size": stats["size"],
-                "Replay/InsertBlockedS": stats["insert_blocked_s"], "Replay/SampleBlockedS": stats["sample_blocked_s"]}
+                "Replay/InsertBlockedS": stats["insert_blocked_s"], "Replay/SampleBlockedS": stats["sample_blocked_s"],
+                "Replay/InsertMessages": stats["insert_messages"]}
 
     def _inference_metrics(self):
         """The inference server's metrics (see ``Learner.get_metrics``); empty without one."""

@@ -157,9 +157,25 @@ class Trainable(tune.Trainable):
         for line in lines or ():
             print(line, flush=True)
 
+    def _artifacts_copied(self):
+        """Wait until a copy of the trial's directory that Tune runs in the background is done.
+
+        With ``SyncConfig(sync_artifacts=True)`` Tune copies the trial's directory (the run
+        directory is in it) to the experiment's storage in a thread of this process, after
+        a checkpoint, while the next step already trains. A run writes files through
+        temporary names and removes its control file when it closes: a copy that lists
+        such a file and finds it gone fails, and Tune fails the trial's next save with it
+        (RayTaskError(FileNotFoundError) on run/control/trainer.json, measured: the trial
+        errors and stops, and PBT has one member fewer to exploit). So nothing of the run
+        directory is written while a copy runs."""
+        syncer = getattr(getattr(self, "_storage", None), "syncer", None)
+        if syncer is not None:
+            syncer.wait()
+
     def step(self):
         """Train ``pbt.interval`` more env steps; returns the result dict described in the
         class documentation (a run that cannot go on raises, with its one-line cause)."""
+        self._artifacts_copied()
         if not self._weights_of_trial:
             # Tune moved this actor to a trial without giving it a checkpoint: the weights
             # held are another trial's, so the trial's learner is built anew.
@@ -193,6 +209,7 @@ class Trainable(tune.Trainable):
         the trial's that Tune's scheduler copies), then apply this trial's hot-swappable
         values again where they differ from the checkpoint's: Tune's perturbations stay in
         force, each a ``tune`` row of hot_swaps.csv."""
+        self._artifacts_copied()
         path = os.path.join(checkpoint, CHECKPOINT)
         state = ckpt.read_checkpoint(path)
         self.member.restore(state, path, copy=False)
@@ -207,6 +224,7 @@ class Trainable(tune.Trainable):
         """Take ``new_config`` (nested like the YAML file) in place: True when every value
         that changed is hot-swappable (applied on every worker of the scheme), False when
         another key changed (Tune then restarts the actor)."""
+        self._artifacts_copied()
         resolved = self._resolve(new_config)
         moving = self.trial_id != self._trial
         resolved["run_dir"] = os.path.join(self.logdir, RUN_DIR) if moving else self.run_config["run_dir"]
@@ -237,6 +255,7 @@ class Trainable(tune.Trainable):
         held are the trial's) and stop its scheme."""
         member, self.member = getattr(self, "member", None), None
         if member is not None:
+            self._artifacts_copied()
             if self._weights_of_trial:
                 member.session.save_on_exit()
             member.close()

@@ -81,7 +81,7 @@ def cartpole_learner(algo_factory, algo_name, storage_factory, target_steps, see
 def ppo_cartpole_learner(budget, seed=SEED, env_id="CartPole-v1"):
     """The PPO learner of the CartPole learning tests (lr 1e-3, 20 epochs of 256-sample
     mini-batches, 8 envs x 32 steps, GAE 0.8, gamma 0.98) on ``env_id``."""
-    algo_factory, name = PPO.create_factory(lr=1e-3, num_epochs=20, mini_batch_size=256, clip_param=0.2,
+    algo_factory, name = PPO.create_factory(lr=1e-3, eps=1e-5, num_epochs=20, mini_batch_size=256, clip_param=0.2,
                                             gamma=0.98, entropy_coef=0.0, value_loss_coef=0.5, max_grad_norm=0.5,
                                             test_every=10**9, num_test_episodes=5)
     return cartpole_learner(algo_factory, name, GAEBuffer.create_factory(size=32, gae_lambda=0.8), budget,

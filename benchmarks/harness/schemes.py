@@ -64,7 +64,7 @@ def ppo_factories(env_fn, env_kwargs, vec_env_size, rollout, hidden=(32, 32), sh
     from pytorchrl.agent.storages import GAEBuffer
     train, action_space, obs_space = VecEnv.create_factory(env_fn=env_fn, env_kwargs=env_kwargs,
                                                            vec_env_size=vec_env_size, seed=seed)
-    algo, name = PPO.create_factory(lr=lr, num_epochs=num_epochs, num_mini_batch=num_mini_batch, gamma=0.99,
+    algo, name = PPO.create_factory(lr=lr, eps=1e-5, num_epochs=num_epochs, num_mini_batch=num_mini_batch, gamma=0.99,
                                     clip_param=0.2, entropy_coef=0.0, value_loss_coef=0.5, max_grad_norm=0.5,
                                     use_clipped_value_loss=False)
     actor = OnPolicyActor.create_factory(obs_space, action_space, name, feature_extractor_network=MLP,
@@ -88,6 +88,7 @@ def ddqn_cartpole_factories(vec_env_size, **ddqn_kwargs):
     from pytorchrl.envs import make_gym_env
     train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"},
                                                            vec_env_size=vec_env_size, seed=0)
+    ddqn_kwargs.setdefault("max_grad_norm", None)
     algo_factory, name = DDQN.create_factory(lr=1e-3, target_update_interval=100, test_every=10 ** 9, **ddqn_kwargs)
     actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name,
                                                   common_feature_extractor_kwargs={"hidden_sizes": [64, 64]})

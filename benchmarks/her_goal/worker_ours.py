@@ -36,7 +36,7 @@ def build(args, hp):
     algo_factory, name = SAC.create_factory(
         lr_q=hp["lr"], lr_pi=hp["lr"], lr_alpha=hp["lr"], gamma=hp["gamma"], polyak=1.0 - hp["tau"],
         num_updates=hp["gradient_steps"], update_every=hp["train_freq"], start_steps=hp["learning_starts"],
-        mini_batch_size=hp["batch_size"], initial_alpha=1.0)
+        mini_batch_size=hp["batch_size"], initial_alpha=1.0, max_grad_norm=None)   # SB3's SAC clips none
     actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name,
                                                   common_feature_extractor_kwargs={"hidden_sizes": hp["net"]},
                                                   num_critics=hp["n_critics"],

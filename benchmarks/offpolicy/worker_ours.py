@@ -60,7 +60,8 @@ def build(algo, seed, steps, hp, precision="fp32"):
         algo_factory, name = SAC.create_factory(
             lr_q=hp["lr"], lr_pi=hp["lr"], lr_alpha=hp["lr"], gamma=hp["gamma"], polyak=1.0 - hp["tau"],
             num_updates=hp["gradient_steps"], update_every=hp["train_freq"], start_steps=hp["learning_starts"],
-            mini_batch_size=hp["batch_size"], target_update_interval=1, initial_alpha=1.0)
+            mini_batch_size=hp["batch_size"], target_update_interval=1, initial_alpha=1.0,
+            max_grad_norm=None)   # SB3's SAC clips no gradient
     actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name,
                                                   common_feature_extractor_kwargs={"hidden_sizes": hp["net"]},
                                                   num_critics=hp.get("n_critics", 2), precision=precision)

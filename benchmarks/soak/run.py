@@ -355,7 +355,7 @@ def build_scheme(args):
     train, action_space, obs_space = VecEnv.create_factory(
         env_fn=make_gym_env, env_kwargs={"env_id": "CartPole-v1"}, vec_env_size=args.envs_per_collector,
         seed=args.seed)
-    algo, name = PPO.create_factory(lr=3e-4, num_epochs=4, mini_batch_size=256, gamma=0.99, clip_param=0.2,
+    algo, name = PPO.create_factory(lr=3e-4, eps=1e-5, num_epochs=4, mini_batch_size=256, gamma=0.99, clip_param=0.2,
                                     entropy_coef=0.0, value_loss_coef=0.5, max_grad_norm=0.5)
     actor = OnPolicyActor.create_factory(obs_space, action_space, name, feature_extractor_network=MLP,
                                          feature_extractor_kwargs={"hidden_sizes": [64, 64], "activation": "tanh"})

@@ -6,16 +6,17 @@ Two learners (gradient workers, central synchronous update) each own two asynchr
 collectors (one CartPole env each, whole episodes, queues of 4 episodes drained by
 ``pop: all``); DDQN trains one mini-batch per transition popped. Every environment step
 sleeps ``--delay`` s in group 1 and ``--slow-factor`` times that in group 2. The run's
-budget is ``--steps`` env steps handed over (half per group); it ends once every rollout
-queued is trained on. Measured, with ``queues.steal`` true and false (``end: all`` both),
-``--repeats`` runs each, interleaved (run i of both with seed i), on one local Ray instance
-of 2 CPUs: the run time, the pops and rollouts stolen, the rollouts put and popped, the
-updates, and beside the run time the return the training reached (the mean return of the
-last 100 epsilon-greedy training episodes at the end of the run, and the episodes that
-ended). The last line compares the two settings' run times and returns: stealing that ends
-sooner but trains worse is no gain. A few thousand env steps is early in DDQN's learning of
-CartPole, so the return shows that both train, and a gap between them is noise unless it is
-large or repeats over seeds.
+budget is ``--steps`` env steps handed over, one work counter shared by every collector
+(EXARL's; before issue 40, half per group); it ends once every rollout queued is trained on.
+Measured, with ``queues.steal`` true and false (``end: all`` both), ``--repeats`` runs each,
+interleaved (run i of both with seed i), on one local Ray instance of 2 CPUs: the run time,
+the env steps of the finished episodes each group handed over, the pops and rollouts
+stolen, the rollouts put and popped, the updates, and beside the run time the return the
+training reached (the mean return of the last 100 epsilon-greedy training episodes at the
+end of the run, and the episodes that ended). The last line compares the two settings' run
+times and returns: stealing that ends sooner but trains worse is no gain. A few thousand env
+steps is early in DDQN's learning of CartPole, so the return shows that both train, and a
+gap between them is noise unless it is large or repeats over seeds.
 
 Outputs: the table on stdout and in ``results/work_stealing_<stamp>.md``, the runs'
 records in ``results/work_stealing_<stamp>.jsonl`` (a meta line, one line per run).
@@ -75,7 +76,7 @@ def run_once(steps, steal, delay, slow_factor, seed):
     train, action_space, obs_space = VecEnv.create_factory(group_env, {"delay": delay, "slow_factor": slow_factor},
                                                            vec_env_size=1, seed=seed)
     algo, name = DDQN.create_factory(lr=1e-3, mini_batch_size=32, update_every=16, num_updates=16, start_steps=64,
-                                     test_every=10 ** 9)
+                                     max_grad_norm=None, test_every=10 ** 9)
     actor = OffPolicyActor.create_factory(obs_space, action_space, name,
                                           common_feature_extractor_kwargs={"hidden_sizes": [32]})
     layout = dict(PRESETS["exarl-ml-rma-queue"].scheme)
@@ -83,7 +84,7 @@ def run_once(steps, steal, delay, slow_factor, seed):
                   queues={**layout["queues"], "steal": steal})
     scheme = Scheme(algo_factory=algo, actor_factory=actor, storage_factory=ReplayBuffer.create_factory(size=5000),
                     train_envs_factory=train, **layout)
-    learner = Learner(scheme, target_steps=steps)
+    learner = Learner(scheme, target_steps=steps, record_episodes=True)
     try:
         t0 = time.perf_counter()
         while not learner.done():
@@ -93,7 +94,11 @@ def run_once(steps, steal, delay, slow_factor, seed):
         returns = train_return_fields(learner)
     finally:
         learner.stop()
-    return {"steal": steal, "seed": seed, "time_s": elapsed, **returns, "stolen_pops": stats["stolen_pops"],
+    by_group = {1: 0, 2: 0}
+    for record in learner.episode_records:
+        by_group[record["grad_worker"]] += record["length"]
+    return {"steal": steal, "seed": seed, "time_s": elapsed, **returns, "steps_by_group": by_group,
+            "stolen_pops": stats["stolen_pops"],
             "stolen_rollouts": stats["stolen_rollouts"],
             "puts": stats["puts"], "popped": stats["popped_rollouts"], "held": stats["held"],
             "updates": learner.num_updates, "env_steps": learner.num_samples_collected}
@@ -121,11 +126,13 @@ def render(summary):
         rows.append([f"steal {str(steal).lower()}", f"{s['time_s']:.1f}", " ".join(f"{r['time_s']:.1f}" for r in rs),
                      fmt_return(s["train_return"], s["train_episodes"]),
                      " ".join(fmt(r.get("train_return_last100"), 1) for r in rs),
+                     " ".join(f"{r['steps_by_group'][1]}/{r['steps_by_group'][2]}" for r in rs),
                      " ".join(str(r["stolen_pops"]) for r in rs), " ".join(str(r["stolen_rollouts"]) for r in rs),
                      " ".join(f"{r['popped']}/{r['puts']}" for r in rs), " ".join(str(r["updates"]) for r in rs)])
     lines = [RETURN_NOTE, "",
              md_table(["queues.steal", "median run time (s)", "run times (s)", "median train return (episodes)",
-                       "train returns", "stolen pops", "stolen rollouts", "rollouts popped/put", "updates"], rows)]
+                       "train returns", "episode steps, group 1/2", "stolen pops", "stolen rollouts",
+                       "rollouts popped/put", "updates"], rows)]
     if len(summary) == 2:
         on, off = summary[True], summary[False]
         returns = return_verdict(on["train_return"], off["train_return"], tolerance=RETURN_TOLERANCE,

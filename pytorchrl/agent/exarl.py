@@ -2,24 +2,30 @@
 against them in our schemes unchanged.
 
 - ``ExaAgent``: EXARL's agent interface (``get_weights``, ``set_weights``, ``train``,
-  ``action``, ``has_data``, ``load``, ``save``). A user's agent subclasses it.
+  ``action``, ``has_data``, ``load``, ``save(results_dir)``). A user's agent subclasses it.
 - ``ExaEnv``: EXARL's environment, a ``gymnasium.Wrapper`` (with ``set_results_dir``); our
   ``VecEnv`` takes it as any gymnasium environment.
+- ``ExaData``: EXARL's memory pool between actors and learners (``push(data, rank)``,
+  ``pop(rank, count)``, ``get_data(learner_counter, low, high)``). A subclass is the memory
+  pool of the RMA workflows: ``Scheme(data_path="queues", queues={"kind": MyData})`` (YAML
+  ``queues.kind: package.module:MyData``), one window per collector (its rank).
 - ``ExaActor``: our actor protocol over an ``ExaAgent``: ``act`` calls the agent's
   ``action`` for each observation, the acting weights are the agent's ``get_weights``
-  (loaded with ``set_weights``), a saved model is the agent's weights.
+  (loaded with ``set_weights``), a saved model is the agent's weights. Before a collector
+  sends a rollout it asks the agent's ``has_data`` (``ready_to_send``: the rollout's
+  transitions are first given to the agent's ``remember``, when it has one, as EXARL's
+  actors do): while it says no, the collector keeps the rollout and sends it with the next.
 - ``ExaAlgorithm``: our algorithm protocol over the same agent: each mini-batch drawn
-  from our replay storage is handed to the agent's ``train``, which updates its weights
-  itself (an ``ExaAgent`` has no gradients to send).
+  from our storage is handed to the agent's ``train``, which updates its weights itself.
+  With several gradient workers (EXARL's multi-learner workflows) each learner's agent
+  trains on its own batches, and the changes of the weights are what the learners share,
+  as gradients are: averaged by the central update, all-reduced by the decentralized one.
 
-EXARL's ``ExaData`` (``push``/``pop`` of experiences between actors and learners) is our
-data path: a collector's rollout is pushed into the learner's replay storage (direct),
-a queue (``data_path="queues"``: EXARL's RMA windows) or a replay server, and the
-learner pops mini-batches from it. So the agent needs no memory of its own: ``has_data``
-is part of the interface (EXARL's workflows ask it before sending) but the adapters do not
-call it, the storage deciding when a batch is ready. An agent's ``load``/``save`` are its
-own file format: ``ExaActor(restart_model=...)`` loads a file our runs saved (the weights)
-and hands any other file to ``load``; ``ExaActor.save_agent`` calls ``save``.
+The experiences live in our storage and data paths (the learner's replay, EXARL's RMA
+queues, a replay server), so an agent needs no memory of its own. An agent's ``load`` and
+``save`` are its own format: ``ExaActor(restart_model=...)`` loads a file our runs saved
+(the weights) and hands any other file (or directory) to ``load``; a run that saves its
+model calls the agent's ``save`` with the run directory (``ExaActor.save_own``).
 """
 
 import abc
@@ -32,6 +38,7 @@ from pytorchrl import ACT, DISCOUNT, OBS, OBS2, REW
 from pytorchrl.agent.actors.base import Actor
 from pytorchrl.agent.algorithms.base import Algorithm
 from pytorchrl.agent.algorithms.off_policy import check_replay_schedule, set_replay_schedule
+from pytorchrl.agent.exa_data import ExaData  # noqa: F401 (EXARL's base classes are imported from here)
 from pytorchrl.agent.factory import ComponentFactory, accepted_kwargs
 
 
@@ -67,15 +74,16 @@ class ExaAgent(abc.ABC):
 
     @abc.abstractmethod
     def has_data(self):
-        """True when the agent holds experiences from simulation."""
+        """True when the agent holds experiences from simulation: an actor sends its data
+        only then (see ``ExaActor.ready_to_send``)."""
 
     @abc.abstractmethod
     def load(self, filename):
-        """Load weights from ``filename`` (the agent's own format)."""
+        """Load weights from ``filename`` (the agent's own format: what its ``save`` wrote)."""
 
     @abc.abstractmethod
-    def save(self, filename):
-        """Save the weights to ``filename`` (the agent's own format)."""
+    def save(self, results_dir):
+        """Save the weights into the directory ``results_dir`` (the agent's own format)."""
 
 
 class ExaEnv(gym.Wrapper):
@@ -111,6 +119,11 @@ class EnvSpaces:
     def __init__(self, observation_space, action_space):
         self.observation_space = observation_space
         self.action_space = action_space
+
+
+def _numpy(value):
+    """A tensor or array as a numpy array."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
 
 
 def _weights_as_dict(weights):
@@ -206,10 +219,38 @@ class ExaActor(Actor):
         except (CheckpointError, ValueError):
             self.agent.load(path)
 
-    def save_agent(self, filename):
-        """Save the agent in its own format (its ``save``); returns ``filename``."""
-        self.agent.save(filename)
-        return filename
+    def save_agent(self, results_dir):
+        """Save the agent in its own format into the directory ``results_dir`` (its
+        ``save``); returns ``results_dir``."""
+        self.agent.save(results_dir)
+        return results_dir
+
+    def save_own(self, results_dir):
+        """What a run saving its model adds for this actor: the agent's own ``save`` into the
+        run directory ``results_dir``."""
+        return self.save_agent(results_dir)
+
+    def ready_to_send(self, data):
+        """Whether a collector may send the rollout ``data`` it just collected (with those it
+        kept before): EXARL's actors send only when the agent ``has_data``. The rollout's
+        transitions are first handed to the agent's ``remember(state, action, reward,
+        next_state, done)`` one by one, when it has one (as EXARL's actors remember each
+        step), so that ``has_data`` knows of them.
+
+        Parameters
+        ----------
+        data : dict
+            The rollout as the storage hands it over (``prl.OBS``, ``prl.ACT``, ``prl.REW``,
+            ``prl.OBS2``, ``prl.DISCOUNT`` of a replay storage).
+        """
+        remember = getattr(self.agent, "remember", None)
+        if callable(remember) and data:
+            obs, act, rew, obs2 = (np.asarray(_numpy(data[k])) for k in (OBS, ACT, REW, OBS2))
+            done = np.asarray(_numpy(data[DISCOUNT])) == 0.0
+            for i in range(len(obs)):
+                a = act[i].item() if self.discrete else act[i]
+                remember(obs[i], a, float(np.asarray(rew[i]).reshape(-1)[0]), obs2[i], bool(done[i].reshape(-1)[0]))
+        return bool(self.agent.has_data())
 
 
 class ExaAlgorithm(Algorithm):
@@ -218,9 +259,16 @@ class ExaAlgorithm(Algorithm):
     ``mini_batch_size``) and each is handed to the agent's ``train`` as a dict of numpy
     arrays under EXARL's names: ``state``, ``action``, ``reward``, ``next_state``, ``done``
     (the episode terminated after the step) and ``discount`` (the factor of the value of
-    ``next_state``: gamma^n, 0 after a termination). The agent updates its weights itself:
-    ``apply_gradients`` only counts the update, and there is nothing to send to another
-    gradient worker (one gradient worker: ``sends_gradients`` is False).
+    ``next_state``: gamma^n, 0 after a termination). The agent updates its weights itself.
+
+    Several learners (EXARL's multi-learner workflows: several gradient workers). What a
+    gradient worker sends in place of gradients is the change its agent's ``train`` made to
+    the weights (before minus after, one tensor per weight, the order of ``get_weights``):
+    the central update averages the changes of the gradient workers and applies the mean to
+    the weights they all started from, and the decentralized one all-reduces them among the
+    gradient workers (the ``trainable_parameters``' gradients hold them), so every learner's
+    agent continues from the same weights (its own optimizer state is its own). With one
+    gradient worker the agent's weights are kept as ``train`` left them.
 
     Parameters
     ----------
@@ -245,7 +293,6 @@ class ExaAlgorithm(Algorithm):
     name = "ExaAgent"
     on_policy = False
     acting_extras = ()
-    sends_gradients = False
 
     def __init__(self, device, actor, envs=None, gamma=0.99, num_updates=1, update_every=1, start_steps=0,
                  mini_batch_size=32, test_every=10, num_test_episodes=5):
@@ -264,19 +311,65 @@ class ExaAlgorithm(Algorithm):
         """None of ours: the agent keeps its own."""
         return {}
 
+    def trainable_parameters(self):
+        """One tensor per weight of the agent (``get_weights``' order), whose gradient after
+        ``compute_gradients(return_grads=False)`` is the change ``train`` made: what the
+        decentralized update all-reduces."""
+        current = self.actor.state_dict()
+        if self._params is None or len(self._params) != len(current):
+            self._params = [torch.nn.Parameter(w.clone().float(), requires_grad=False) for w in current.values()]
+        return self._params
+
     def compute_gradients(self, batch, grads_to_cpu=True, return_grads=True):
-        """Hand ``batch`` to the agent's ``train``; returns ``([], info)`` (no gradients),
-        ``Loss`` in the info when ``train`` returned a number."""
+        """Hand ``batch`` to the agent's ``train``; returns the change of its weights (before
+        minus after, a list of tensors; None with ``return_grads`` False: then they are the
+        ``trainable_parameters``' gradients) and the info, ``Loss`` in it when ``train``
+        returned a number."""
         discount = batch[DISCOUNT].cpu().numpy()
         exa_batch = {"state": batch[OBS].cpu().numpy(), "action": batch[ACT].cpu().numpy(),
                      "reward": batch[REW].cpu().numpy(), "next_state": batch[OBS2].cpu().numpy(),
                      "done": (discount == 0.0).astype(np.float32), "discount": discount}
+        before = self.actor.state_dict()
         loss = self.actor.agent.train(exa_batch)
+        after = self.actor.state_dict()
+        changes = [(before[k].float() - after[k].float()) for k in before]
+        self._trained = (before, changes)
+        for p, change in zip(self.trainable_parameters(), changes):
+            p.grad = change
         info = {} if loss is None else {"Loss": float(loss)}
-        return ([] if return_grads else None), info
+        return (changes if return_grads else None), info
 
     def apply_gradients(self, gradients=None):
-        """The agent's ``train`` updated its weights already: count the update."""
+        """Apply changes of the weights: ``gradients`` (the mean of several gradient workers'
+        changes, from the weights this worker holds), or those in the
+        ``trainable_parameters``' gradients (this worker's own ``train``, kept as it left
+        the weights, or all-reduced with its peers', applied to the weights it trained
+        from). A change that is not finite is refused (False) and the weights stay.
+
+        Returns
+        -------
+        bool
+            Whether the update was applied.
+        """
+        trained, self._trained = getattr(self, "_trained", None), None
+        if gradients is None:
+            params = self.trainable_parameters()
+            if trained is not None and all(p.grad is c for p, c in zip(params, trained[1])):
+                return self._count_update()     # one learner: the agent's own result stays
+            base = trained[0] if trained is not None else self.actor.state_dict()
+            changes = [p.grad for p in params]
+        else:
+            base, changes = self.actor.state_dict(), [torch.as_tensor(g) for g in gradients]
+        if not all(bool(torch.isfinite(c).all()) for c in changes):
+            if trained is not None:
+                self.actor.load_state_dict(trained[0])
+            self.skipped_updates += 1
+            return False
+        self.actor.load_state_dict({k: (base[k].float() - c).to(base[k].dtype)
+                                    for k, c in zip(base, changes)})
+        return self._count_update()
+
+    def _count_update(self):
         self.updates_applied += 1
         self.after_update()
         return True
@@ -295,4 +388,4 @@ class ExaAlgorithm(Algorithm):
         self.updates_applied = state.get("updates_applied", 0)
 
 
-__all__ = ["ExaAgent", "ExaEnv", "ExaActor", "ExaAlgorithm", "EnvSpaces"]
+__all__ = ["ExaAgent", "ExaEnv", "ExaData", "ExaActor", "ExaAlgorithm", "EnvSpaces"]

@@ -24,6 +24,7 @@ Example::
 
 import inspect
 
+import pytorchrl as prl
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors import get_feature_extractor
 from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS
@@ -38,11 +39,11 @@ from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.learner import Learner
 from pytorchrl.schedules import VALID_KINDS, VALID_TARGETS, Schedule
 from pytorchrl.scheme import Scheme
+from pytorchrl.scheme.base.checks import COMMUNICATION_WORDS
 from pytorchrl.scheme.base.worker import Worker
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.inference_server import INFERENCE_SERVER_DEFAULTS
 from pytorchrl.scheme.workflows.queues import ENDS, POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
-from pytorchrl.scheme.workflows.queues import KINDS as QUEUE_KINDS
 from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
 from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, PULL_EACH_EPISODE, WEIGHT_MODES
 
@@ -134,10 +135,13 @@ class Key:
         Whether ``low`` itself is allowed.
     nullable : bool
         Whether ``null`` is allowed (it is whenever the default is None).
+    aliases : dict or None
+        Other words accepted for some of the ``choices``: word -> the choice it means (the
+        resolved configuration holds the choice).
     """
 
     def __init__(self, kind, default=REQUIRED, doc="", choices=None, low=None, high=None,
-                 low_inclusive=True, nullable=False):
+                 low_inclusive=True, nullable=False, aliases=None):
         if kind not in KINDS:
             raise ValueError(f"unknown key kind {kind!r}; valid: {sorted(KINDS)}")
         self.kind = kind
@@ -146,6 +150,7 @@ class Key:
         self.choices = tuple(choices) if choices is not None else None
         self.low, self.high, self.low_inclusive = low, high, low_inclusive
         self.nullable = nullable or default is None
+        self.aliases = dict(aliases or {})
 
     @property
     def required(self):
@@ -323,6 +328,10 @@ ENV_FAMILY_OPTION_KEYS = env_family_option_keys()
 
 # ------------------------------------------------------------------------------- schema
 _COMM = ("sync", "async")
+#: The Scheme's other words for the communication modes (``checks.COMMUNICATION_WORDS``):
+#: a file may write them too.
+_COMM_ALIASES = {word: ("sync" if mode == prl.SYNC else "async") for word, mode in COMMUNICATION_WORDS.items()
+                 if word not in _COMM}
 
 TOP_LEVEL = {
     "preset": Key("str", None, "Named agent whose values fill every section first (algorithm, storage, actor, "
@@ -428,7 +437,9 @@ SECTIONS = {
                                    "to it win ('pytorchrl presets' lists them).", choices=tuple(PRESETS)),
         "num_col_workers": derived(Scheme, "num_col_workers"),
         "col_workers_communication": Key("str", "sync", "Collection: sync (rounds) or async "
-                                                        "(whichever rollout is ready first).", choices=_COMM),
+                                                        "(whichever rollout is ready first); also spelled "
+                                                        "synchronous, synchronised, asynchronous.", choices=_COMM,
+                                         aliases=_COMM_ALIASES),
         "col_compress_data": derived(Scheme, "col_compress_data", kind="bool_or_auto"),
         "fraction_samples": Key("number", 1.0, "Sync collection: a round ends once this fraction of its "
                                                "samples is in (stragglers are cut).",
@@ -437,7 +448,9 @@ SECTIONS = {
                                                "workers has answered.", low=0.0, low_inclusive=False, high=1.0),
         "num_grad_workers": derived(Scheme, "num_grad_workers"),
         "grad_workers_communication": Key("str", "sync", "Gradients: sync (averaged or all-reduced) or "
-                                                         "async (A3C: applied as they arrive).", choices=_COMM),
+                                                         "async (A3C: applied as they arrive); also spelled "
+                                                         "synchronous, synchronised, asynchronous.", choices=_COMM,
+                                          aliases=_COMM_ALIASES),
         "grad_compress_data": derived(Scheme, "grad_compress_data", kind="bool_or_auto"),
         "decentralized_update_execution": derived(Scheme, "decentralized_update_execution"),
         "col_workers_resources": derived(Scheme, "col_workers_resources", kind="resources", default=None),
@@ -670,8 +683,9 @@ QUEUE_KEYS = {
                                                          "queues (oldest head first); random: a random non-empty "
                                                          "queue among all collectors'.", choices=SELECTIONS),
     "steal": Key("bool", QUEUE_DEFAULTS["steal"], "Work stealing (EXARL's multi-learner RMA queue): a gradient "
-                                                  "worker whose collectors have handed over their share of the "
-                                                  "budget (learner.target_episodes or target_steps) and whose "
+                                                  "worker whose collectors are done (none has a request out and "
+                                                  "nothing is left of the budget, learner.target_episodes or "
+                                                  "target_steps, to claim) and whose "
                                                   "queues are empty pops other gradient workers' queues "
                                                   "(Queues/StolenPops); needs num_grad_workers >= 2, selection "
                                                   "binned and end all."),
@@ -681,7 +695,10 @@ QUEUE_KEYS = {
                choices=ENDS),
     "kind": Key("str", QUEUE_DEFAULTS["kind"], "fifo: a bounded queue, a put into a full one waits; circular: a put "
                                                "into a full one overwrites its oldest rollout "
-                                               "(Queues/Overwritten) and never waits.", choices=QUEUE_KINDS),
+                                               "(Queues/Overwritten) and never waits; or the import path of an "
+                                               "ExaData subclass (package.module:Class: EXARL's memory pool, "
+                                               "pytorchrl.agent.exarl.ExaData), one window per queue, whose push "
+                                               "and pop are the puts and pops."),
     "route": Key("str", QUEUE_DEFAULTS["route"], "collector: one queue per collector; learner: one queue per "
                                                  "gradient worker, each collector puts into a random one with "
                                                  "room.", choices=ROUTES),

@@ -22,7 +22,7 @@ from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.scheme.base.checks import batching_refused, ineffective_options
 from pytorchrl.scheme.collection.c_worker import episodes_per_rollout
-from pytorchrl.scheme.workflows.queues import steal_refused
+from pytorchrl.scheme.workflows.queues import pool_class, steal_refused
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
 from pytorchrl.scheme.workflows.worker_proxy import proxy_refused
 from pytorchrl.scheme.workflows.presets import resolve_scheme_section
@@ -75,6 +75,7 @@ def check_value(key, value, path):
     kind = key.kind
     bad = ConfigError(path, f"expected {key.expected}, got {_show(value)}")
     if key.choices is not None:
+        value = key.aliases.get(value, value) if isinstance(value, str) else value
         if value not in key.choices:
             raise ConfigError(path, f"expected {key.expected}, got {_show(value)}"
                                     f"{suggestion(value, key.choices)}")
@@ -287,7 +288,7 @@ def _check_schedules(items, config):
 def strict_key(key):
     """``key`` without null: the type and range a value set while training must have (null is
     never one to switch to)."""
-    return Key(key.kind, doc=key.doc, choices=key.choices, low=key.low, high=key.high,
+    return Key(key.kind, doc=key.doc, choices=key.choices, aliases=key.aliases, low=key.low, high=key.high,
                low_inclusive=key.low_inclusive)
 
 
@@ -653,7 +654,8 @@ def _check_ineffective(scheme_cfg):
                                     s["num_grad_workers"], s["grad_workers_communication"] == "async",
                                     s["fraction_samples"], s["fraction_workers"], s["max_policy_lag"],
                                     s["max_grad_lag"], s["col_compress_data"], s["grad_compress_data"],
-                                    s["decentralized_update_execution"]):
+                                    s["decentralized_update_execution"], s["col_workers_resources"],
+                                    s["grad_workers_resources"]):
         value = _yaml_word(item.value) if isinstance(item.value, bool) else repr(item.value)
         raise ConfigError(f"scheme.{item.option}",
                           f"{value} has no effect with scheme.{item.setting}: {_yaml_word(item.current)} "
@@ -787,6 +789,10 @@ def _check_queue_path(config):
         raise ConfigError("scheme.replay_server", "has no effect with scheme.data_path: queues; remove it, or set "
                                                   "scheme.data_path: replay_server")
     s["queues"] = check_mapping(s["queues"], schema.QUEUE_KEYS, "scheme.queues")
+    try:
+        pool_class(s["queues"]["kind"])
+    except ValueError as exc:
+        raise ConfigError("scheme.queues.kind", str(exc).replace("queues kind must be", "must be")) from None
     if s["num_grad_workers"] == 0:
         raise ConfigError("scheme.data_path", "queues with scheme.num_grad_workers: 0 (collection only): nothing "
                                               "pops the queues; use scheme.data_path: direct")

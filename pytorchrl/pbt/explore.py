@@ -66,42 +66,51 @@ def perturb(parameter, value, rng):
 
     Returns
     -------
-    (object, str)
-        The new value, and "x<factor>" or "resampled".
+    (object, str, str or None)
+        The new value; "x<factor>" or "resampled"; and, when the multiplied value left its
+        range and was moved back in, which bound it was clipped to ("the upper bound of
+        log_uniform", "the parameter's lower bound"), else None.
     """
     spec = parameter.spec
     factors = spec["factors"]
     distribution = spec["values"] is not None or spec["log_uniform"] is not None
     if distribution and (factors is None or rng.random() < spec["resample_probability"]):
         if spec["values"] is not None:
-            return spec["values"][int(rng.integers(len(spec["values"])))], "resampled"
+            return spec["values"][int(rng.integers(len(spec["values"])))], "resampled", None
         low, high = spec["log_uniform"]
-        return float(math.exp(rng.uniform(math.log(low), math.log(high)))), "resampled"
+        return float(math.exp(rng.uniform(math.log(low), math.log(high)))), "resampled", None
     factor = factors[int(rng.integers(len(factors)))]
     new = value * factor
+    clipped = None
     if spec["log_uniform"] is not None:
-        new = min(max(new, spec["log_uniform"][0]), spec["log_uniform"][1])
-    new = _in_range(parameter, new)
+        low, high = spec["log_uniform"]
+        if new > high:
+            new, clipped = high, "the upper bound of log_uniform"
+        elif new < low:
+            new, clipped = low, "the lower bound of log_uniform"
+    new, clipped = _in_range(parameter, new, clipped)
     if parameter.kind == "int":
-        new = int(round(new))
-        if parameter.low is not None and new < parameter.low:
-            new = int(math.ceil(parameter.low))
+        rounded = int(round(new))
+        if parameter.low is not None and rounded < parameter.low:
+            rounded, clipped = int(math.ceil(parameter.low)), "the parameter's lower bound"
+        new = rounded
     else:
         new = float(new)
-    return new, f"x{factor:g}"
+    return new, f"x{factor:g}", clipped
 
 
-def _in_range(parameter, value):
-    """``value`` moved into the parameter's range (an exclusive lower bound is kept out of)."""
-    if parameter.high is not None:
-        value = min(value, parameter.high)
+def _in_range(parameter, value, clipped=None):
+    """``(value, clipped)``: ``value`` moved into the parameter's range (an exclusive lower
+    bound is kept out of), and ``clipped`` replaced by the bound it was moved to, if any."""
+    if parameter.high is not None and value > parameter.high:
+        value, clipped = parameter.high, "the parameter's upper bound"
     if parameter.low is not None:
-        if parameter.low_inclusive:
-            value = max(value, parameter.low)
-        elif value <= parameter.low:
+        if parameter.low_inclusive and value < parameter.low:
+            value, clipped = parameter.low, "the parameter's lower bound"
+        elif not parameter.low_inclusive and value <= parameter.low:
             # A factor never takes a positive number to 0; this only guards rounding.
-            value = math.nextafter(parameter.low, math.inf)
-    return value
+            value, clipped = math.nextafter(parameter.low, math.inf), "the parameter's lower bound"
+    return value, clipped
 
 
 def plan_exploits(metrics, quantile, rng):

@@ -587,9 +587,10 @@ class Population:
             if loser not in self.members.members or source not in self.members.members:
                 continue   # dropped by an earlier copy of this decision
             copied = self.reports[source]["values"]
-            changes, how = {}, {}
+            changes, how, clipped = {}, {}, {}
             for param in self.parameters:
-                changes[param.qualified], how[param.qualified] = perturb(param, copied[param.qualified], self.rng)
+                q = param.qualified
+                changes[q], how[q], clipped[q] = perturb(param, copied[q], self.rng)
             old = self.reports[loser]["values"]
             started = time.perf_counter()
             try:
@@ -604,7 +605,7 @@ class Population:
             self.reports[loser]["test_return"] = self.reports[source]["test_return"]
             self.decisions += 1
             text = "; ".join(f"{p.key} {_show(old[p.qualified])} -> {_show(changes[p.qualified])} "
-                             f"({how[p.qualified]}{'' if how[p.qualified] == 'resampled' else ' of ' + _show(copied[p.qualified])})"
+                             f"({_how_text(how[p.qualified], copied[p.qualified], clipped[p.qualified])})"
                              for p in self.parameters)
             self.display.message(f"at {step:,} env steps: {member_name(loser)} ({_show(metrics[loser])}) copies "
                                  f"{member_name(source)} ({_show(metrics[source])}) in {seconds:.2f} s: {text}")
@@ -612,7 +613,8 @@ class Population:
                 rows.append({"step": step, "elapsed": round(self.elapsed(), 3), "to": loser, "from": source,
                              "to_metric": metrics[loser], "from_metric": metrics[source], "name": param.qualified,
                              "old": old[param.qualified], "copied": copied[param.qualified],
-                             "new": changes[param.qualified], "how": how[param.qualified],
+                             "new": changes[param.qualified],
+                             "how": how[param.qualified] + (", clipped" if clipped[param.qualified] else ""),
                              "copy_s": round(seconds, 4)})
         if rows:
             path = self._path(POPULATION_CSV)
@@ -731,6 +733,14 @@ class Population:
                 return "done"
             finally:
                 self.close()
+
+
+def _how_text(how, copied, clipped):
+    """How a perturbed value was made, for a decision's line: "resampled", "x2 of 0.03", or
+    "x2 of 0.03, clipped to the upper bound of log_uniform" when the product left its range."""
+    if how == "resampled":
+        return how
+    return f"{how} of {_show(copied)}" + (f", clipped to {clipped}" if clipped else "")
 
 
 def _show(value):

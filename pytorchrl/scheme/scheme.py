@@ -165,12 +165,16 @@ class Scheme:
         round gathers one such batch of every collector (EXARL's SYNC). None: 1 with
         ``col_rollout_unit="episodes"``, episodes do not end rollouts otherwise.
     col_worker_proxy : bool
-        DistributedReinforcementLearning.jl's WorkerProxy (synchronous collection without
-        preemption, remote collectors, direct data path, pushed weights): one proxy per node
-        that runs collectors receives each weight version once, serves every collector of
-        its node from its node's object store, and gathers their rollouts into one message
-        per round (see ``pytorchrl.scheme.workflows.worker_proxy``). Default False: every
-        collector gets its own request, and small weights ride inside each.
+        DistributedReinforcementLearning.jl's WorkerProxy (remote collectors): one proxy per
+        node that runs collectors receives each weight version once and serves every
+        collector of its node from its node's object store; it gathers their rollouts into
+        one message per round (synchronous collection, without preemption), or passes them
+        on to the data server together (asynchronous collection with a replay server or
+        queues), see ``pytorchrl.scheme.workflows.worker_proxy``. Refused where it has
+        nothing to share (asynchronous collectors on the direct data path that load no
+        pushed weights: an inference server, pulled weights). Default False: every collector
+        gets its own request, small weights ride inside each, and every collector sends
+        its rollouts itself.
     episode_block : int or None
         EXARL's ``episode_block`` (ASYNC workflow; asynchronous collection): each request
         runs a block of this many whole episodes, sent as one rollout, and the collectors'
@@ -223,10 +227,6 @@ class Scheme:
         check_int("num_col_workers", num_col_workers, 1)
         check_int("num_grad_workers", num_grad_workers, 0)
         collect_only = num_grad_workers == 0
-        algo_cls = getattr(algo_factory, "cls", None)
-        if num_grad_workers > 1 and isinstance(algo_cls, type) and not getattr(algo_cls, "sends_gradients", True):
-            raise ValueError(f"{algo_cls.__name__} updates its weights itself (it has no gradients to send or "
-                             f"all-reduce): it needs num_grad_workers=1, got {num_grad_workers}")
         requested_grad_workers, num_grad_workers = num_grad_workers, max(1, num_grad_workers)
         col_workers_communication = check_communication("col_workers_communication", col_workers_communication)
         grad_workers_communication = check_communication("grad_workers_communication", grad_workers_communication)
@@ -257,10 +257,13 @@ class Scheme:
         for item in ineffective_options(num_col_workers, col_workers_communication == prl.ASYNC, num_grad_workers,
                                         grad_workers_communication == prl.ASYNC, thresholds["fraction_samples"],
                                         thresholds["fraction_workers"], max_policy_lag, max_grad_lag,
-                                        col_compress_data, grad_compress_data, decentralized_update_execution):
+                                        col_compress_data, grad_compress_data, decentralized_update_execution,
+                                        col_workers_resources, grad_workers_resources):
             logger.warning(f"Scheme: {_python_name(item.option)}={item.value!r} has no effect with "
                            f"{item.setting}={_python_value(item.current)} ({item.reason}); it is ignored "
                            f"(it acts with {item.setting}={_python_value(item.needed)})")
+            if item.option == "decentralized_update_execution":
+                decentralized_update_execution = False   # (what the warning says: one worker updates itself)
         try:
             ineffective = check_weight_mode(col_weights, col_weight_pull_every, num_col_workers,
                                             col_workers_communication == prl.ASYNC, algo_factory,
@@ -423,8 +426,16 @@ class Scheme:
             groups = {p: list(range(1, num_col_workers + 1)) for p in parents}
             self.queue_server = make_queue_server(groups, queue_options, remote=remote)
             if remote:
-                self.servers.add("queue", self.queue_server, restore=lambda client: "replaced, empty",
+                self.servers.add("queue", self.queue_server, restore=self._restore_queue_counter,
                                  start=lambda: make_queue_server(groups, queue_options, remote=True, wait=False))
+
+    def _restore_queue_counter(self, client):
+        """A replacement of the queue server starts empty, with the work counter the
+        collector sets know (episodes and env steps handed over, claims of the requests out),
+        so the budget stays exact."""
+        state = self.update_worker.queue_counter_state()
+        client.call("restore_counter", *(state[k] for k in ("episodes", "steps", "received", "samples", "requests")))
+        return "replaced, empty"
 
     def _server_replaced(self, kind, handle, generation):
         setattr(self, _SERVER_ATTRIBUTES[kind], handle)

@@ -22,6 +22,8 @@ Modules: :mod:`~pytorchrl.tools.metrics` (CSV and TensorBoard logs),
 :mod:`~pytorchrl.tools.session` (a training job: ``pytorchrl train`` and ``resume``).
 """
 
+import os
+
 #: File names inside a run directory.
 CONFIG = "config.yaml"
 METRICS = "metrics.csv"
@@ -37,5 +39,15 @@ RESULTS = "results.csv"
 REWARD_PLOT = "reward_vs_time.png"
 CONTROL = "control"
 
-__all__ = ["CONFIG", "METRICS", "HOT_SWAPS", "TENSORBOARD", "MODEL", "CHECKPOINT", "PREVIOUS_CHECKPOINT",
-           "SUMMARY", "RESULTS", "REWARD_PLOT", "CONTROL"]
+
+def process_tmp_path(path):
+    """The temporary name of ``path`` for this process (``<path>.<pid>.tmp``), for a file of
+    the run directory that two processes may write at once (the configuration and logs of a
+    Ray Tune trial that Tune starts again in a new actor while the previous one still
+    closes): each renames its own temporary file into place, never the other's.
+    (``pytorchrl.checkpoint.remove_orphans`` removes those a killed process left.)"""
+    return f"{path}.{os.getpid()}.tmp"
+
+
+__all__ = ["process_tmp_path", "CONFIG", "METRICS", "HOT_SWAPS", "TENSORBOARD", "MODEL", "CHECKPOINT",
+           "PREVIOUS_CHECKPOINT", "SUMMARY", "RESULTS", "REWARD_PLOT", "CONTROL"]

@@ -18,7 +18,7 @@ import warnings
 from collections import defaultdict
 
 from pytorchrl.gc_pause import gc_paused
-from pytorchrl.tools import HOT_SWAPS, METRICS, TENSORBOARD
+from pytorchrl.tools import HOT_SWAPS, METRICS, TENSORBOARD, process_tmp_path
 
 #: Column of metrics.csv holding the environment steps (the x axis of every curve).
 STEP_COLUMN = "Scheme/EnvSteps"
@@ -34,8 +34,8 @@ def _read_csv(path):
 
 
 def _write_csv(path, columns, rows):
-    """Write a whole CSV file atomically (temporary file, then rename)."""
-    tmp = path + ".tmp"
+    """Write a whole CSV file atomically (this process's temporary file, then rename)."""
+    tmp = process_tmp_path(path)
     with open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, columns)
         writer.writeheader()

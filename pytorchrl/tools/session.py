@@ -51,7 +51,8 @@ from pytorchrl.checkpoint import CheckpointError, SaveError, previous_path, remo
 from pytorchrl.config import ConfigError, build_learner, dump_config
 from pytorchrl.learner import NonFiniteUpdatesError
 from pytorchrl.scheme.base.ray_runtime import WorkerError
-from pytorchrl.tools import CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVIOUS_CHECKPOINT, RESULTS, REWARD_PLOT, SUMMARY
+from pytorchrl.tools import (CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVIOUS_CHECKPOINT, RESULTS, REWARD_PLOT,
+                             SUMMARY, process_tmp_path)
 from pytorchrl.tools.control import ControlServer, apply_changes
 from pytorchrl.tools.metrics import RunLog
 from pytorchrl.tools.progress import ProgressDisplay, format_status
@@ -139,7 +140,7 @@ def write_config(run_dir, config, note):
         End of the header comment (where the configuration came from).
     """
     path = os.path.join(run_dir, CONFIG)
-    tmp = path + ".tmp"
+    tmp = process_tmp_path(path)
     with open(tmp, "w") as f:
         f.write(f"# Resolved configuration of this run, written by pytorchrl {pytorchrl.__version__} "
                 f"on {datetime.datetime.now():%Y-%m-%d %H:%M:%S} {note}\n")

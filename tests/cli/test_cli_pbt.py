@@ -77,18 +77,25 @@ def _lr(spec):
                      {"factors": None, "values": None, "log_uniform": None, "resample_probability": 0.25, **spec})
 
 
-def test_perturbations_stay_in_their_ranges_and_say_how():
+def test_perturbations_stay_in_their_ranges_and_say_how_and_when_clipped():
     rng = np.random.default_rng(0)
     seen = set()
     for _ in range(200):
-        value, how = perturb(_lr({"factors": [0.5, 2.0], "log_uniform": [1e-4, 1e-2]}), 8e-3, rng)
+        value, how, clipped = perturb(_lr({"factors": [0.5, 2.0], "log_uniform": [1e-4, 1e-2]}), 8e-3, rng)
         assert 1e-4 <= value <= 1e-2 and how in ("x0.5", "x2", "resampled")
+        # 8e-3 x 2 leaves the range: moved back to its top, and said so.
+        assert clipped == ("the upper bound of log_uniform" if how == "x2" else None), (value, how, clipped)
         seen.add(how)
     assert seen == {"x0.5", "x2", "resampled"}
     assert perturb(_lr({"values": [0.9, 0.95]}), 0.5, rng)[0] in (0.9, 0.95)
     steps = Parameter("k", "storage", "k", "int", 1, None, True,
                       {"factors": [0.5], "values": None, "log_uniform": None, "resample_probability": 0.25})
-    assert perturb(steps, 1, rng) == (1, "x0.5")        # rounded, kept at the lower bound
+    # Rounded to 0, kept at the parameter's lower bound, and said so.
+    assert perturb(steps, 1, rng) == (1, "x0.5", "the parameter's lower bound")
+    fraction = Parameter("gae_lambda", "storage", "gae_lambda", "number", 0.0, 1.0, True,
+                         {"factors": [2.0], "values": None, "log_uniform": None, "resample_probability": 0.25})
+    assert perturb(fraction, 0.9, rng) == (1.0, "x2", "the parameter's upper bound")
+    assert perturb(fraction, 0.4, rng) == (0.8, "x2", None)
 
 
 def test_the_bottom_quantile_copies_the_top_and_members_without_a_return_wait():
@@ -156,9 +163,14 @@ def _tensors(state):
 
 def test_pbt_writes_the_population_and_names_the_best_member(tmp_path, capsys):
     run_dir = tmp_path / "population"
-    # (A progress line every learner.log_every s while the members train: here between
-    # any two of their updates.)
-    assert cli.main(["pbt", pbt_config(tmp_path), "learner.log_every=1e-6", "--run-dir", str(run_dir),
+    # Every copy doubles lr (no resampling), and every member's lr is above half the top of
+    # its range: each perturbed lr leaves the range and is clipped to 0.01, which the line
+    # and population.csv say. (A progress line every learner.log_every s while the members
+    # train: here between any two of their updates.)
+    mutations = {"lr": {"factors": [2.0], "log_uniform": [1.0e-5, 1.0e-2], "resample_probability": 0.0},
+                 "storage.gae_lambda": PBT["mutations"]["storage.gae_lambda"]}
+    config = pbt_config(tmp_path, mutations=mutations, initial={"lr": [6.0e-3, 7.0e-3, 8.0e-3]})
+    assert cli.main(["pbt", config, "learner.log_every=1e-6", "--run-dir", str(run_dir),
                      "--progress", "plain"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
@@ -169,6 +181,11 @@ def test_pbt_writes_the_population_and_names_the_best_member(tmp_path, capsys):
     assert any(progress.fullmatch(line) for line in lines[start + 1:decision]), "\n".join(lines[:decision + 1])
     rows = read_csv(run_dir / "population.csv")
     assert rows, out
+    lr_rows = [row for row in rows if row["name"] == "algorithm.lr"]
+    assert lr_rows and all(row["how"] == "x2, clipped" and float(row["new"]) == 0.01 for row in lr_rows), lr_rows
+    decisions = [line for line in out.splitlines() if " copies member-" in line]
+    assert len(decisions) == len(lr_rows) and all(
+        ", clipped to the upper bound of log_uniform); storage.gae_lambda" in line for line in decisions), decisions
     best = yaml.safe_load((run_dir / "summary.yaml").read_text())["best"]
     assert f"best member: {best}" in out
     for index in range(3):

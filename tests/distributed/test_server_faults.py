@@ -67,15 +67,16 @@ def learner_for(example, *overrides):
     return learner
 
 
-def run_killing(learner, kind, at=KILL_AT, on_infos=lambda infos: None):
+def run_killing(learner, kind, at=KILL_AT, on_infos=lambda infos: None, when=lambda learner: True):
     """Train ``learner`` to the end, killing its scheme's server of ``kind`` (``"replay"``,
-    ``"inference"``, ``"queue"``) once ``at`` env steps are collected; returns the handle
-    killed. ``on_infos`` sees the infos of every step (a ``LayoutProbe.observe``)."""
+    ``"inference"``, ``"queue"``) once ``at`` env steps are collected and ``when(learner)``
+    is true; returns the handle killed. ``on_infos`` sees the infos of every step (a
+    ``LayoutProbe.observe``)."""
     import ray
     killed = None
     while not learner.done():
         on_infos(learner.step())
-        if killed is None and learner.num_samples_collected >= at:
+        if killed is None and learner.num_samples_collected >= at and when(learner):
             killed = getattr(learner.scheme, f"{kind}_server")
             ray.kill(killed, no_restart=True)
     return killed
@@ -233,10 +234,11 @@ def test_the_replay_data_path_counts_lost_samples_and_dropped_priorities():
 
 class StubCollectorSet:
     """What ``ServerLinks`` uses of its collector set: its remote workers and the requests
-    it sends them."""
+    it sends them (its budget is its own: not the queue server's shared work counter)."""
 
     def __init__(self):
         self.submitted, self.episodes_received = [], 0
+        self.shared_budget = False
         self.control = type("Control", (), {"data_server": None})()
 
     def remote_workers(self):
@@ -385,17 +387,18 @@ def test_a_rollout_paused_mid_way_goes_on_where_it_stopped():
 @pytest.mark.usefixtures("ray_servers")
 @pytest.mark.parametrize("example", ["exarl-rma", "exarl-ml-rma-queue"])
 def test_an_episode_budget_ends_with_every_counted_episode_trained_on(example):
-    """learner.target_episodes with the queue server killed: it is replaced (one line,
-    counted, its process named; ``queue_server_checks``), the episodes it took with it
-    (Queues/LostEpisodes) are run again, and the run ends once the budget's episodes are
-    trained on: every episode finished is either trained on or counted lost. With several
-    gradient workers (exarl-ml-rma-queue: stealing) each learns what the others popped of
-    its collectors' rollouts."""
+    """learner.target_episodes with the queue server killed while it holds rollouts: it is
+    replaced (one line, counted, its process named; ``queue_server_checks``), the episodes
+    it took with it (Queues/LostEpisodes) are run again, and the run ends once the budget's
+    episodes are trained on: exactly the budget is counted (each lost episode once, as the
+    one run in its place). With several gradient workers (exarl-ml-rma-queue: stealing) each
+    learns what the others popped of its collectors' rollouts."""
     torch.manual_seed(0)
     budget = 60
     learner = learner_for(example, f"learner.target_episodes={budget}", "learner.target_steps=1000000")
     try:
-        killed = run_killing(learner, "queue", at=600)
+        # Killed while it holds rollouts (whole short episodes, this early): they are lost.
+        killed = run_killing(learner, "queue", at=600, when=lambda lrn: lrn.scheme.queue_stats()["held"] > 0)
         m = learner.get_metrics(add_scheme_metrics=True, add_episodes_metrics=True)
         stats = learner.scheme.queue_stats()
         assert_replaced(learner.scheme, "queue", killed)
@@ -403,7 +406,9 @@ def test_an_episode_budget_ends_with_every_counted_episode_trained_on(example):
         learner.stop()
     assert learner.budget_spent
     assert_one_restart(learner, "queue server", "replaced, empty")
-    assert m["Episodes/Episodes"] - m["Queues/LostEpisodes"] == budget, m
+    # Exact: the episodes lost were run again and counted once (the replacement's work
+    # counter starts from what the collector sets handed over and claimed).
+    assert m["Queues/LostEpisodes"] > 0 and m["Episodes/Episodes"] == learner.num_episodes == budget, m
     queue_server_checks(m, stats)
 
 

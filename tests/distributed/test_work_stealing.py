@@ -1,8 +1,10 @@
 """EXARL's multi-learner RMA queues on a real local Ray: work stealing (``exarl-ml-rma-queue``)
 with a step budget and with an episode budget, one group of collectors slowed down, and the
 short variant (``exarl-ml-rma-queue-short``: no stealing, the run ends when the first group
-is exhausted); and the server's rules that make a finished learner get data: a pop asked
-ahead by a busy learner steps aside while another group is finished."""
+is exhausted); the budget is one work counter shared by every collector (EXARL's), so the
+fast group does most of the work; and the server's rules: a pop asked ahead by a busy
+learner steps aside while another group is finished, and the record of active actors has
+one entry per collector."""
 
 
 import gymnasium as gym
@@ -72,10 +74,18 @@ def _run(learner):
     return learner.scheme.queue_stats(), learner.get_metrics(add_scheme_metrics=True)
 
 
+def _episodes_by_group(learner):
+    """Finished episodes handed over by each gradient worker's group of collectors."""
+    counts = {1: 0, 2: 0}
+    for record in learner.episode_records:
+        counts[record["grad_worker"]] += 1
+    return counts
+
+
 @pytest.mark.parametrize("budget", ["steps", "episodes"])
 def test_a_finished_learner_steals_from_the_slowed_group_and_every_rollout_is_consumed(ray_for_module, budget):
     kwargs = {"target_steps": 1600} if budget == "steps" else {"target_steps": 10 ** 6, "target_episodes": 40}
-    learner = Learner(_scheme("exarl-ml-rma-queue"), **kwargs)
+    learner = Learner(_scheme("exarl-ml-rma-queue"), record_episodes=True, **kwargs)
     try:
         stats, metrics = _run(learner)
     finally:
@@ -85,29 +95,40 @@ def test_a_finished_learner_steals_from_the_slowed_group_and_every_rollout_is_co
     assert stats["stolen_pops"] > 0 and stats["stolen_rollouts"] >= stats["stolen_pops"], stats
     assert metrics["Queues/StolenPops"] == stats["stolen_pops"]
     assert metrics["Queues/PoppedRollouts"] == stats["popped_rollouts"]
-    # All data consumed: every rollout put was popped, nothing is left, no group is active.
+    # All data consumed: every rollout put was popped, nothing is left, no actor is active.
     assert stats["held"] == 0 and stats["puts"] == stats["popped_rollouts"] and stats["active_groups"] == 0, stats
+    assert stats["active_actors"] == 0, stats
     if budget == "steps":
         assert learner.num_samples_collected >= 1600
+        assert stats["counted_steps"] == learner.num_samples_collected
     else:
-        assert learner.num_episodes == 40
+        assert learner.num_episodes == 40 == stats["counted_episodes"]
+        # One work counter for all (EXARL's): the fast group took most of the episodes, and
+        # the slow group did fewer than the half that a fixed share per group gave it (20),
+        # so the run no longer waits for the slow group to play its share.
+        by_group = _episodes_by_group(learner)
+        assert by_group[1] > by_group[2] and by_group[2] < 20, by_group
 
 
 def test_the_short_variant_never_steals_and_ends_with_the_first_exhausted_group(ray_for_module):
-    # The slow group's collectors stall after 100 steps each: its half of the budget (800
-    # steps, 400 per collector) would take them more than 75 s, against about 4 s for the
-    # fast group's half (measured), so however loaded the machine, the fast group is
-    # exhausted first, while the slow group still has rollouts to queue.
-    learner = Learner(_scheme("exarl-ml-rma-queue-short", stall_after=100), target_steps=1600)
+    # The slow group's collectors are stalled from their first step (0.25 s a step): an
+    # episode takes each at least 2 s (8 steps), so that group plays a few episodes at most,
+    # while the fast group plays one in a few milliseconds.
+    learner = Learner(_scheme("exarl-ml-rma-queue-short", stall_after=0), target_steps=10 ** 6, target_episodes=40,
+                      record_episodes=True)
     try:
         stats, _ = _run(learner)
     finally:
         learner.stop()
     assert learner.budget_spent and stats["stolen_pops"] == 0
-    # The fast group handed over its half of the budget and its learner found no more data:
-    # the run ended there, the slow group still active (EXARL's mlrma_queue_short).
-    assert stats["active_groups"] == 1, stats
-    assert learner.num_samples_collected < 1600, learner.num_samples_collected
+    # The first learner to find its group done (nothing left to claim, no request out) and
+    # its queues empty ended the run (EXARL's mlrma_queue_short), whatever the other group's
+    # queues still held: within the budget.
+    by_group = _episodes_by_group(learner)
+    assert sum(by_group.values()) == learner.num_episodes <= 40, by_group
+    # The fast group played the episodes the slow one could not: more than the half that a
+    # fixed share per group gave it (20, the whole run before the counter was shared).
+    assert by_group[1] > 20, by_group
 
 
 # --------------------------------------------------------------- server rules
@@ -132,6 +153,34 @@ def test_a_pop_asked_ahead_steps_aside_while_another_group_is_finished():
     assert server.pop(2, timeout=0)[1][0][0] == {"tag": "c"}
     stats = server.stats()
     assert (stats["stolen_pops"], stats["stolen_rollouts"], stats["active_groups"]) == (1, 1, 1)
+
+
+def test_one_work_counter_and_one_entry_per_actor_in_the_record_of_active_actors():
+    server = QueueServer(GROUPS, size=4, pop="all", steal=True)
+    server.set_episode_budget(3)
+    # Collector (1, 1) is fast: it claims and hands over two episodes while (2, 1) plays one.
+    assert server.claim((1, 1), 1) == (True, 1)
+    assert server.claim((2, 1), 1) == (True, 1)
+    assert server.active_actors() == {(1, 1): True, (1, 2): False, (2, 1): True, (2, 2): False}
+    server.settle((1, 1), 1, 1, 20)
+    assert server.claim((1, 1), 1) == (True, 1)   # the third and last episode of the budget
+    assert server.claim((1, 2), 1) == (False, None) and server.claim((2, 2), 1) == (False, None)
+    # A rollout that did not finish its episode (a long one) frees the claim: claimed again.
+    server.settle((1, 1), 1, 0, 64)
+    assert server.claim((1, 1), 1) == (True, 1)
+    server.settle((1, 1), 1, 1, 30)
+    # Group 1 has no active actor and nothing is left to claim: finished. Group 2's actor is
+    # still playing: group 2 is not, and its learner may not steal.
+    stats = server.stats()
+    assert (stats["active_groups"], stats["active_actors"], stats["counted_episodes"]) == (1, 1, 2), stats
+    server.put((2, 1), rollout("a"), 0)
+    assert server.pop(2, prefetch=True, timeout=0) == (EMPTY, [], False)    # steps aside for group 1
+    outcome, items, stolen = server.pop(1, timeout=0)
+    assert (outcome, [d["tag"] for d, *_ in items], stolen) == (OK, ["a"], True)
+    # Episodes a dead server took with it are given back to the counter.
+    server.settle((2, 1), 1, 1, 10)
+    server.release(1)
+    assert server.claim((2, 2), 1) == (True, 1)
 
 
 def test_a_circular_queue_overwrites_its_oldest_rollout_and_never_waits():

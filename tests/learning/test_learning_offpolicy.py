@@ -40,7 +40,7 @@ def test_sac_solves_pendulum():
     budget = 12_000
     algo_factory, name = SAC.create_factory(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.99, polyak=0.995,
                                             num_updates=1, update_every=1, start_steps=100, mini_batch_size=256,
-                                            test_every=10 ** 9, num_test_episodes=5)
+                                            max_grad_norm=None, test_every=10 ** 9, num_test_episodes=5)
     learner = offpolicy_learner("Pendulum-v1", algo_factory, name, budget)
     try:
         best, steps, history = evaluate_until(learner, -250.0, budget, every=1000, episodes=5)

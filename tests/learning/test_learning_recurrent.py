@@ -36,7 +36,7 @@ def masked_cartpole_learner(recurrent, seed=0):
                                                  feature_extractor_kwargs={"hidden_sizes": [64], "activation": "tanh"},
                                                  shared_policy_value_network=False, **memory)
     # The whole rollout (16 envs x 16 steps) is one mini-batch: sequences stay short.
-    algo_factory, _ = PPO.create_factory(lr=3e-3, num_epochs=10, num_mini_batch=1, gamma=0.98, clip_param=0.2,
+    algo_factory, _ = PPO.create_factory(lr=3e-3, eps=1e-5, num_epochs=10, num_mini_batch=1, gamma=0.98, clip_param=0.2,
                                          entropy_coef=0.0, max_grad_norm=0.5, test_every=10 ** 9)
     scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory, train_envs_factory=train,
                     storage_factory=GAEBuffer.create_factory(size=16, gae_lambda=0.8))

@@ -18,7 +18,7 @@ BUDGET, GOAL = 15_000, -250.0
 #: rl-zoo's Pendulum settings (lr 1e-3, gamma 0.98, one update per step, tau 0.005) with
 #: 1000 random steps first instead of 10000 and mini-batches of 128.
 SETTINGS = dict(lr_q=1e-3, lr_pi=1e-3, gamma=0.98, polyak=0.995, num_updates=1, update_every=1, start_steps=1000,
-                mini_batch_size=128, test_every=10 ** 9, num_test_episodes=5)
+                mini_batch_size=128, max_grad_norm=None, test_every=10 ** 9, num_test_episodes=5)
 
 
 @pytest.mark.parametrize("cls,extra", [(TD3, {"target_update_interval": 2}), (DDPG, {})], ids=["TD3", "DDPG"])

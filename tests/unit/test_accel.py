@@ -597,7 +597,7 @@ def _off_policy_case(cls, space, actor_kwargs=None, batch=None, **algo_kwargs):
 
 
 def _delayed_td3():
-    algo, batch, options = _off_policy_case(TD3, BOX)
+    algo, batch, options = _off_policy_case(TD3, BOX, target_update_interval=2)
     algo.updates_applied = 1          # the policy step of TD3's delay
     return algo, batch, options
 
@@ -616,7 +616,7 @@ SPLIT_CASES = {
     "sac-box-per": lambda: _off_policy_case(SAC, BOX, {"num_critics": 3}),
     "sac-discrete-per": lambda: _off_policy_case(SAC, DISCRETE),
     "ddpg-per": lambda: _off_policy_case(DDPG, BOX),
-    "td3-critic-step": lambda: _off_policy_case(TD3, BOX),
+    "td3-critic-step": lambda: _off_policy_case(TD3, BOX, target_update_interval=2),   # a delay of 2
     "td3-policy-step": _delayed_td3,
 }
 
@@ -720,7 +720,7 @@ def test_batch_signatures_follow_shapes_dtypes_and_keys_only():
 
 
 def test_the_graph_key_holds_the_loss_hyperparameters_and_the_update_variant():
-    td3, batch, _ = _off_policy_case(TD3, BOX)
+    td3, batch, _ = _off_policy_case(TD3, BOX, target_update_interval=2)     # a policy delay of 2
     engine = cuda_graph.CudaGraphUpdate(td3)       # built by hand: no device is needed for the key
     key = engine.signature(batch)
     td3.updates_applied = 1                          # the policy step of the delay: another graph

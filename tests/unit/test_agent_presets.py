@@ -99,7 +99,7 @@ def test_presets_build_on_each_other_and_explicit_keys_win():
 
 def test_another_algorithm_storage_or_family_replaces_the_presets_section():
     config = validate_config({"preset": "PPO", "algorithm": {"name": "A2C"}})
-    assert config["algorithm"]["name"] == "A2C" and config["algorithm"]["lr"] == 7e-4     # A2C's default
+    assert config["algorithm"]["name"] == "A2C" and config["algorithm"]["lr"] == 1e-4     # A2C's default (pytorchrl's)
     assert config["schedules"] == []    # PPO's schedules name clip_param, which A2C has not
     config = validate_config({"preset": "PPO", "storage": {"name": "VanillaOnPolicyBuffer", "size": 16}})
     assert config["storage"] == {"name": "VanillaOnPolicyBuffer", "size": 16}   # no GAEBuffer key left over

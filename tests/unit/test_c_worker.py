@@ -263,3 +263,41 @@ def test_collected_box_actions_are_gaussian_stored_unclipped_and_sent_clipped():
         torch.testing.assert_close(data[prl.LOGP].reshape(-1, 1), logp, atol=1e-4, rtol=1e-4)
     finally:
         w.stop()
+
+
+def test_the_attributes_pytorchrl_documents():
+    """CWorker's attributes as pytorchrl documents them (seed 004): ``obs``, ``rhs`` and
+    ``done`` are the latest observation, recurrent state and done flags of the training
+    environments; ``iter`` counts the rollouts sent; ``update_every`` is a rollout's steps."""
+    worker = make_worker(size=4)
+    try:
+        assert worker.done.tolist() == [False, False] and worker.rhs is worker.state is None
+        assert (worker.index_worker, worker.iter, worker.actor_version, worker.update_every) == (0, 0, 0, 4)
+        assert worker.fraction_samples == 1.0 and worker.compress_data_to_send is False
+        assert worker.envs_test is None and worker.envs_train.num_envs == 2
+        worker.collect_data()
+        # The 4th step ended env 0's episode (it terminates every 4); env 1 is truncated every 3.
+        assert worker.done.tolist() == [True, False] and worker.iter == 1
+        np.testing.assert_array_equal(worker.obs[:, :2], [[0, 0], [1, 1]])   # env 0 reset, env 1 one step on
+        worker.collect_data()
+        assert worker.done.tolist() == [True, False]     # step 8: env 0 ends again, env 1 is at t=2
+    finally:
+        worker.stop()
+
+
+def test_the_worker_set_attributes_pytorchrl_documents():
+    """CWorkerSet's attributes as pytorchrl documents them (seed 004): the worker class, the
+    Ray resources of its remote workers (one CPU, no GPU by default: it must schedule on a
+    machine without one), the workers' keyword arguments and their number."""
+    from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
+    env_factory, action_space, obs_space = VecEnv.create_factory(tagged_env, vec_env_size=2)
+    algo_factory, name = PPO.create_factory()
+    actor_factory = OnPolicyActor.create_factory(obs_space, action_space, name)
+    col_set = CWorkerSet(0, 0, algo_factory, actor_factory, GAEBuffer.create_factory(size=4),
+                         train_envs_factory=env_factory)
+    try:
+        assert col_set.worker_class is CWorker and col_set.num_workers == 0
+        assert col_set.remote_config == {"num_cpus": 1, "num_gpus": 0}
+        assert col_set.worker_params["algo_factory"] is algo_factory and col_set.local_worker().device.type == "cpu"
+    finally:
+        col_set.stop()

@@ -293,6 +293,59 @@ def test_remove_orphans_removes_only_temporary_files_of_the_given_names(tmp_path
     assert sorted(os.listdir(tmp_path)) == ["checkpoint.pt", "notes.tmp"]
 
 
+
+def test_a_dead_processs_temporary_file_is_an_orphan_a_live_ones_is_not(tmp_path):
+    """``<name>.<pid>.tmp`` (``pytorchrl.tools.process_tmp_path``) is removed when its process
+    is gone; another live process's is kept: it may be about to rename it."""
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    live = os.getppid()
+    for name in (f"config.yaml.{dead}.tmp", f"config.yaml.{live}.tmp", f"config.yaml.{os.getpid()}.tmp",
+                 "config.yaml.notes.tmp"):
+        (tmp_path / name).write_bytes(b"x")
+    removed = ckpt.remove_orphans(str(tmp_path), ["config.yaml"])
+    assert sorted(removed) == sorted([f"config.yaml.{dead}.tmp", f"config.yaml.{os.getpid()}.tmp"])
+    assert sorted(os.listdir(tmp_path)) == sorted([f"config.yaml.{live}.tmp", "config.yaml.notes.tmp"])
+
+
+def test_two_processes_write_the_configuration_of_one_run_directory_at_once(tmp_path):
+    """Ray Tune may start a trial in a new actor while the previous one still writes the
+    trial's run directory: each process writes config.yaml through a temporary file of its
+    own, so neither renames the other's away (with one shared config.yaml.tmp the second
+    rename failed with FileNotFoundError: measured in a Tune PBT run). The other process is
+    held between writing its temporary file and renaming it while this one writes."""
+    from pytorchrl.tools.session import write_config
+    written_r, written_w = os.pipe()
+    go_r, go_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        status = 1
+        try:
+            rename = os.replace
+
+            def held(src, dst):
+                os.write(written_w, b"w")
+                os.read(go_r, 1)
+                rename(src, dst)
+
+            os.replace = held
+            write_config(str(tmp_path), {"seed": 1}, "(the other process)")
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(written_w)    # (so that a child that fails before it writes ends the read below)
+    try:
+        assert os.read(written_r, 1) == b"w"       # its temporary file written, not renamed yet
+        write_config(str(tmp_path), {"seed": 2}, "(this process)")
+    finally:
+        os.write(go_w, b"g")
+        _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert "(the other process)" in (tmp_path / "config.yaml").read_text()      # renamed last
+    assert os.listdir(tmp_path) == ["config.yaml"]
+
 # ------------------------------------------------------------------------ reading
 def _damage(path, kind):
     data = open(path, "rb").read()

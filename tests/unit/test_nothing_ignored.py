@@ -83,7 +83,8 @@ def assert_next_step_uses_eps(algo, eps):
 def test_a_hot_swapped_eps_reaches_every_optimizer(algo, numpy_update):
     # No clipping: the reference steps are torch.optim.Adam's on the raw gradients.
     factories = ppo_factories(numpy_update=numpy_update, lr=1e-2, max_grad_norm=None) if algo == "PPO" else \
-        sac_factories(numpy_update=numpy_update, start_steps=0, lr_q=1e-2, lr_pi=1e-2, lr_alpha=1e-2)
+        sac_factories(numpy_update=numpy_update, start_steps=0, lr_q=1e-2, lr_pi=1e-2, lr_alpha=1e-2,
+                      max_grad_norm=None)
     with Learner(Scheme(**factories), target_steps=1000) as learner:
         local = learner.update_worker.local_worker.algo
         assert len(local.optimizers) == (1 if algo == "PPO" else 3)
@@ -118,6 +119,17 @@ REFUSED = [
      "scheme.max_grad_lag: 2 has no effect with scheme.num_grad_workers: 1"),
     ({"preset": "sync-collectors-preemptive", "col_workers_communication": "async"},
      "scheme.fraction_samples: 0.75 has no effect with scheme.col_workers_communication: async"),
+    ({"decentralized_update_execution": True},
+     "scheme.decentralized_update_execution: true has no effect with scheme.num_grad_workers: 1 (one gradient "
+     "worker has no peer to all-reduce its gradients with: it applies its updates itself); remove it, or set "
+     "scheme.num_grad_workers: 2 or more"),
+    ({"col_workers_resources": {"num_cpus": 64, "num_gpus": 4}},
+     "scheme.col_workers_resources: {'num_cpus': 64, 'num_gpus': 4} has no effect with scheme.num_col_workers: 1 "
+     "(one collection worker runs in its gradient worker's process, which no Ray resources are reserved for); "
+     "remove it, or set scheme.num_col_workers: 2 or more"),
+    ({"grad_workers_resources": {"num_cpus": 1}},
+     "scheme.grad_workers_resources: {'num_cpus': 1} has no effect with scheme.num_grad_workers: 1 (one gradient "
+     "worker runs in the learner's process"),
 ]
 
 
@@ -152,6 +164,35 @@ def test_scheme_warns_once_per_option_it_ignores(caplog):
         "collection worker has no stragglers to cut); it is ignored (it acts with num_col_workers=2 or more)",
         "Scheme: max_grad_lag=2 has no effect with grad_workers_communication=prl.SYNC (synchronous gradients are "
         "computed from the current weights); it is ignored (it acts with grad_workers_communication=prl.ASYNC)"]
+
+
+def test_scheme_warns_of_resources_and_all_reduce_a_worker_in_this_process_never_uses(caplog):
+    # Impossible resources on this machine (no GPU, 2 CPUs), asked of workers that run in the
+    # learner's process, and DD-PPO's all-reduce with no peer: each warned about, then the
+    # scheme runs in this process (an episode budget, refused with decentralized updates of
+    # several gradient workers, is taken).
+    caplog.set_level(logging.WARNING, logger="pytorchrl")
+    scheme = Scheme(**ppo_factories(), col_workers_resources={"num_cpus": 64, "num_gpus": 4},
+                    grad_workers_resources={"num_cpus": 64}, decentralized_update_execution=True)
+    try:
+        assert not scheme.uses_ray and not scheme.update_worker.decentralized
+        learner = Learner(scheme, target_steps=10 ** 6, target_episodes=2)
+        while not learner.done():
+            learner.step()
+        assert learner.num_episodes >= 2
+    finally:
+        scheme.stop()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Scheme:")]
+    assert lines == [
+        "Scheme: decentralized_update_execution=True has no effect with num_grad_workers=1 (one gradient worker has "
+        "no peer to all-reduce its gradients with: it applies its updates itself); it is ignored (it acts with "
+        "num_grad_workers=2 or more)",
+        "Scheme: col_workers_resources={'num_cpus': 64, 'num_gpus': 4} has no effect with num_col_workers=1 (one "
+        "collection worker runs in its gradient worker's process, which no Ray resources are reserved for); it is "
+        "ignored (it acts with num_col_workers=2 or more)",
+        "Scheme: grad_workers_resources={'num_cpus': 64} has no effect with num_grad_workers=1 (one gradient worker "
+        "runs in the learner's process, which no Ray resources are reserved for); it is ignored (it acts with "
+        "num_grad_workers=2 or more)"]
 
 
 def test_cli_refuses_an_option_the_layout_never_uses(tmp_path):

@@ -250,7 +250,7 @@ def test_her_relabelled_copies_are_not_counted():
 def test_the_configuration_builds_normalising_actors_and_refuses_what_cannot_apply(tmp_path):
     from pytorchrl.config import ConfigError, build_learner, validate_config
     base = {"seed": 0, "env": {"id": "Pendulum-v1", "vec_env_size": 1},
-            "algorithm": {"name": "SAC", "start_steps": 10, "mini_batch_size": 8},
+            "algorithm": {"name": "SAC", "start_steps": 10, "mini_batch_size": 8, "update_every": 1, "num_updates": 1},
             "storage": {"size": 1000}, "learner": {"target_steps": 30}}
     config = validate_config({**base, "actor": {"normalize_observations": True, "observation_clip": 5.0,
                                                 "hidden_sizes": [8]}})

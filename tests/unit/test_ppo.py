@@ -139,9 +139,10 @@ def test_a2c_loss_by_hand():
 
 
 def test_a2c_defaults():
+    # pytorchrl's A2C: one step on the whole rollout; its storages normalise the advantages.
     algo = A2C.create_factory()[0]("cpu", make_actor(OBS_SPACE, DISCRETE), None)
     assert algo.num_epochs == 1 and algo.num_mini_batch == 1
-    assert algo.normalize_advantages is False
+    assert algo.normalize_advantages is True
 
 
 # ---------------------------------------------------------------------- gradients

@@ -9,8 +9,11 @@ import pytorchrl as prl
 from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.checks import check_communication
+from pytorchrl.config import validate_config
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
+from pytorchrl.scheme.workflows.presets import PRESETS
 
+from cli_helpers import TINY, with_sections
 from distributed_fixtures import factories
 
 pytestmark = pytest.mark.usefixtures("no_ray_import")
@@ -21,6 +24,31 @@ def test_synchronised_is_the_synchronous_mode_and_other_spellings_are_refused():
     assert check_communication("x", prl.ASYNC) == prl.ASYNC
     with pytest.raises(ValueError, match="col_workers_communication must be prl.SYNC"):
         Scheme(**factories(vec_env_size=2, rollout_size=8), col_workers_communication="synchronized")
+
+
+@pytest.mark.parametrize("word, mode", [("sync", prl.SYNC), ("synchronous", prl.SYNC), ("synchronised", prl.SYNC),
+                                        ("async", prl.ASYNC), ("asynchronous", prl.ASYNC)])
+def test_the_scheme_and_the_configuration_take_the_same_words_for_a_mode(word, mode):
+    assert check_communication("x", word) == mode
+    config = validate_config(with_sections(TINY, scheme={"num_col_workers": 2, "col_workers_communication": word,
+                                                         "num_grad_workers": 2, "grad_workers_communication": word}))
+    assert config["scheme"]["col_workers_communication"] == config["scheme"]["grad_workers_communication"] == \
+        ("sync" if mode == prl.SYNC else "async")
+
+
+def test_a_preset_layout_is_a_scheme_s_arguments():
+    # The presets are written in the configuration's words ("sync", "async"): the Scheme takes
+    # them as they are, every preset's, and builds the single-process one here.
+    for preset in PRESETS.values():
+        for key in ("col_workers_communication", "grad_workers_communication"):
+            if key in preset.scheme:
+                check_communication(key, preset.scheme[key])
+    scheme = Scheme(**factories(vec_env_size=2, rollout_size=8), **PRESETS["single-process"].scheme)
+    try:
+        assert scheme.update_worker.grad_communication == prl.SYNC
+        scheme.update_worker.step()
+    finally:
+        scheme.stop()
 
 
 def test_a_scheme_written_with_synchronised_runs_synchronously():

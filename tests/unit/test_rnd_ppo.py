@@ -141,7 +141,7 @@ def test_the_predictor_trains_on_a_random_predictor_proportion_of_each_mini_batc
 
 
 def test_both_value_heads_have_their_loss_and_gradients_reach_the_predictor_never_the_target():
-    algo = _algo(value_loss_coef=0.5)
+    algo = _algo(value_loss_coef=0.5, use_clipped_value_loss=False)   # the plain errors checked below
     batch = _batch(algo)
     _, _, value, ivalue = algo.actor.evaluate_with_int_value(batch[prl.OBS], batch[prl.ACT])
     loss, info = algo.compute_loss(batch)
@@ -266,8 +266,10 @@ def test_the_example_config_trains_from_the_command_line(tmp_path):
 def test_rnd_ppo_runs_with_ray_collectors(ray_session, tmp_path, preset):
     """Ray collectors (synchronous, asynchronous) and remote gradient workers (DD-PPO's
     decentralized updates: the predictor's gradients are all-reduced with the actor's)."""
-    learner, infos = _train(_short(f"scheme.preset={preset}", "scheme.col_workers_resources={num_cpus: 0.25}",
-                                   "scheme.grad_workers_resources={num_cpus: 0.25}"))
+    # (The resources of the level the preset spreads over Ray: a worker of the learner's
+    # process takes none, and the configuration refuses them there.)
+    level = "grad" if preset == "dd-ppo" else "col"
+    learner, infos = _train(_short(f"scheme.preset={preset}", f"scheme.{level}_workers_resources={{num_cpus: 0.25}}"))
     assert learner.scheme.uses_ray and learner.scheme.num_col_workers >= 1
     assert infos and all(math.isfinite(i["Loss"]) for i in infos)
     assert any(i["IntrinsicReward"] > 0 for i in infos)

@@ -15,10 +15,11 @@ class A2C(OnPolicyAlgorithm):
     parameter); its value loss is the mean squared error of the value estimates (as
     pytorchrl's and Stable-Baselines3's, twice PPO's ``0.5 mean((v - R)^2)``), weighted
     by ``value_loss_coef``. Parameters are those of ``OnPolicyAlgorithm`` and the ones
-    below; the defaults follow the usual A2C settings (one epoch, the whole rollout as one
-    mini-batch, no advantage normalisation, ``value_loss_coef`` 0.5 as Stable-Baselines3's
-    ``vf_coef``; 1 is pytorchrl's unweighted loss), not pytorchrl's (``lr_v = lr_pi =
-    1e-4``, ``test_every=5000``, ``num_test_episodes=5``).
+    below. The defaults are those of pytorchrl's ``A2C.create_factory``: ``lr_v = lr_pi =
+    1e-4``, Adam's ``eps`` 1e-8, ``test_every`` 5000, ``num_test_episodes`` 5, one epoch
+    on the whole rollout as one mini-batch, normalised advantages (pytorchrl's storages
+    normalise them) and ``value_loss_coef`` 1 (its unweighted loss; Stable-Baselines3's
+    ``vf_coef`` is 0.5).
 
     Parameters
     ----------
@@ -46,12 +47,12 @@ class A2C(OnPolicyAlgorithm):
     # the actor's parameters); clipped apart, A2C on CartPole reached 500 in 0 of 8 seeds.
     clip_groups_together = True
     # pytorchrl's value loss is the mean squared error (Stable-Baselines3's too), not PPO's
-    # half of it; weighted by value_loss_coef (0.5, as the zoo's vf_coef; 1: pytorchrl's).
+    # half of it; weighted by value_loss_coef (1 by default: pytorchrl's; the zoo's vf_coef is 0.5).
     value_loss_scale = 1.0
 
-    def __init__(self, device, actor, envs=None, lr=7e-4, lr_v=None, lr_pi=None, eps=1e-5, gamma=0.99,
-                 num_epochs=1, num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=0.5,
-                 max_grad_norm=0.5, normalize_advantages=False, test_every=10, num_test_episodes=10,
+    def __init__(self, device, actor, envs=None, lr=1e-4, lr_v=None, lr_pi=None, eps=1e-8, gamma=0.99,
+                 num_epochs=1, num_mini_batch=1, mini_batch_size=None, entropy_coef=0.0, value_loss_coef=1.0,
+                 max_grad_norm=0.5, normalize_advantages=True, test_every=5000, num_test_episodes=5,
                  numpy_update=True, policy_loss_addons=()):
         # (``lr`` sets both rates in the base constructor; the ones given explicitly follow.
         # None, as the hyperparameters of an A2C whose two rates differ read it back, rebuilt

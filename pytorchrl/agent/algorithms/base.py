@@ -75,10 +75,6 @@ class Algorithm(ABC):
     #: Whether ``max_grad_norm`` bounds the norm of every group's gradients taken together
     #: (one clip over all parameters) instead of each group's on its own.
     clip_groups_together = False
-    #: Whether ``compute_gradients`` returns gradients another process could apply; False
-    #: for an algorithm that updates its weights itself (an EXARL agent's ``train``), which
-    #: then runs with one gradient worker only.
-    sends_gradients = True
 
     def __init__(self, device, actor, envs=None):
         self.device = torch.device(device)

@@ -63,6 +63,10 @@ class DDQN(OffPolicyAlgorithm):
         Double-Q targets (true: the online network picks the next action) or DQN's targets
         (false: the target network's maximum, as Stable-Baselines3's DQN; they overestimate
         more, and an update skips the online network's pass over the next observations).
+
+    The defaults are those of pytorchrl's ``DDQN.create_factory`` (``lr`` 1e-4, 50 updates
+    of 64 transitions every 50 env steps after 20,000 random ones, ``max_grad_norm`` 0.5,
+    ``test_every`` 5000; docs/agents.md lists them).
     """
 
     name = "DDQN"
@@ -78,7 +82,7 @@ class DDQN(OffPolicyAlgorithm):
 
     def __init__(self, device, actor, envs=None, lr=1e-4, eps=1e-8, gamma=0.99, polyak=0.995, num_updates=50,
                  update_every=50, start_steps=20000, mini_batch_size=64, target_update_interval=1,
-                 max_grad_norm=None, test_every=10, num_test_episodes=5, initial_epsilon=1.0, epsilon_decay=0.999,
+                 max_grad_norm=0.5, test_every=5000, num_test_episodes=5, initial_epsilon=1.0, epsilon_decay=0.999,
                  min_epsilon=0.05, loss="mse", numpy_update=True, targets_on_collector=False, double_q=True):
         super().__init__(device, actor, envs, gamma=gamma, polyak=polyak, num_updates=num_updates,
                          update_every=update_every, start_steps=start_steps, mini_batch_size=mini_batch_size,

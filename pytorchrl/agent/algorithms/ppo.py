@@ -22,15 +22,17 @@ class PPO(OnPolicyAlgorithm):
         the mean of ``(r - 1) - log r`` over the mini-batch (PPO's KL penalty with a fixed
         coefficient, on top of the clipped surrogate; 0: none).
 
-    All other parameters are those of ``OnPolicyAlgorithm``.
+    All other parameters are those of ``OnPolicyAlgorithm``. The defaults are those of
+    pytorchrl's ``PPO.create_factory`` (``lr`` 1e-4, Adam's ``eps`` 1e-8, ``entropy_coef``
+    0.01, ``test_every`` 1000, ``num_test_episodes`` 5, ...; docs/agents.md lists them).
     """
 
     name = "PPO"
 
-    def __init__(self, device, actor, envs=None, lr=3e-4, eps=1e-5, gamma=0.99, num_epochs=4,
-                 num_mini_batch=1, mini_batch_size=None, clip_param=0.2, entropy_coef=0.0,
+    def __init__(self, device, actor, envs=None, lr=1e-4, eps=1e-8, gamma=0.99, num_epochs=4,
+                 num_mini_batch=1, mini_batch_size=None, clip_param=0.2, entropy_coef=0.01,
                  value_loss_coef=0.5, max_grad_norm=0.5, normalize_advantages=True,
-                 test_every=10, num_test_episodes=10, numpy_update=True, use_clipped_value_loss=True, kl_coef=0.0,
+                 test_every=1000, num_test_episodes=5, numpy_update=True, use_clipped_value_loss=True, kl_coef=0.0,
                  policy_loss_addons=()):
         super().__init__(device, actor, envs, lr=lr, eps=eps, gamma=gamma, num_epochs=num_epochs,
                          num_mini_batch=num_mini_batch, mini_batch_size=mini_batch_size,

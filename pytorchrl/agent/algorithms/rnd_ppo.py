@@ -106,9 +106,10 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
         Keyword arguments of the predictor network (its output size must match the
         target's).
 
-    All other parameters are those of ``PPO``; the defaults are pytorchrl's RND_PPO ones
-    where it has them (``lr`` 1e-4, ``eps`` 1e-8, ``use_clipped_value_loss`` False,
-    ``entropy_coef`` 0.01). ``numpy_update`` asks for a fast path that never serves
+    All other parameters are those of ``PPO``; the defaults are those of pytorchrl's
+    ``RND_PPO.create_factory`` where it has them (``lr`` 1e-4, ``eps`` 1e-8,
+    ``use_clipped_value_loss`` True, ``entropy_coef`` 0.01, ``predictor_proportion`` 2.0,
+    ``test_every`` 1000, ``num_test_episodes`` 5). ``numpy_update`` asks for a fast path that never serves
     RND_PPO's loss: with it (the default) the log says once that the update runs in torch.
     """
 
@@ -123,9 +124,9 @@ class RND_PPO(PPO):  # noqa: N801 (pytorchrl's name)
 
     def __init__(self, device, actor, envs=None, lr=1e-4, eps=1e-8, gamma=0.99, num_epochs=4, num_mini_batch=1,
                  mini_batch_size=None, clip_param=0.2, entropy_coef=0.01, value_loss_coef=0.5, max_grad_norm=0.5,
-                 normalize_advantages=True, test_every=10, num_test_episodes=10, numpy_update=True,
-                 use_clipped_value_loss=False, kl_coef=0.0, policy_loss_addons=(), gamma_intrinsic=0.99,
-                 ext_adv_coeff=2.0, int_adv_coeff=1.0, predictor_proportion=1.0, pre_normalization_steps=50,
+                 normalize_advantages=True, test_every=1000, num_test_episodes=5, numpy_update=True,
+                 use_clipped_value_loss=True, kl_coef=0.0, policy_loss_addons=(), gamma_intrinsic=0.99,
+                 ext_adv_coeff=2.0, int_adv_coeff=1.0, predictor_proportion=2.0, pre_normalization_steps=50,
                  pre_normalization_length=128, intrinsic_rewards_network=None,
                  intrinsic_rewards_target_network_kwargs=None, intrinsic_rewards_predictor_network_kwargs=None):
         if getattr(actor, "ivalue_head", None) is None:

@@ -50,14 +50,18 @@ class SAC(OffPolicyAlgorithm):
         discrete actions.
     eps : float
         Adam's epsilon (of the three optimizers).
+
+    The defaults are those of pytorchrl's ``SAC.create_factory`` (learning rates 1e-4, 50
+    updates of 64 transitions every 50 env steps, ``max_grad_norm`` 0.5, ``test_every``
+    5000; docs/agents.md lists them).
     """
 
     name = "SAC"
     group_lr = {"q": "lr_q", "pi": "lr_pi", "alpha": "lr_alpha"}
 
-    def __init__(self, device, actor, envs=None, lr_q=3e-4, lr_pi=3e-4, lr_alpha=3e-4, gamma=0.99, polyak=0.995,
-                 num_updates=1, update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=1,
-                 max_grad_norm=None, test_every=10, num_test_episodes=5, initial_alpha=1.0, target_entropy=None,
+    def __init__(self, device, actor, envs=None, lr_q=1e-4, lr_pi=1e-4, lr_alpha=1e-4, gamma=0.99, polyak=0.995,
+                 num_updates=50, update_every=50, start_steps=1000, mini_batch_size=64, target_update_interval=1,
+                 max_grad_norm=0.5, test_every=5000, num_test_episodes=5, initial_alpha=1.0, target_entropy=None,
                  numpy_update=True, eps=1e-8):
         super().__init__(device, actor, envs, gamma=gamma, polyak=polyak, num_updates=num_updates,
                          update_every=update_every, start_steps=start_steps, mini_batch_size=mini_batch_size,

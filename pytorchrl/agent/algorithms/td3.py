@@ -33,6 +33,10 @@ class DDPG(OffPolicyAlgorithm):
         As in ``OffPolicyAlgorithm``.
     eps : float
         Adam's epsilon (of both optimizers).
+
+    The defaults are those of pytorchrl's ``DDPG.create_factory`` (``lr_q`` 1e-3, ``lr_pi``
+    1e-4, 50 updates of 64 transitions every 50 env steps, ``max_grad_norm`` 0.5,
+    ``test_every`` 5000; docs/agents.md lists them).
     """
 
     name = "DDPG"
@@ -40,9 +44,9 @@ class DDPG(OffPolicyAlgorithm):
     #: Policy updates happen every ``target_update_interval`` updates (TD3's delay), or every update.
     delayed_policy = False
 
-    def __init__(self, device, actor, envs=None, lr_q=1e-3, lr_pi=1e-3, gamma=0.99, polyak=0.995, num_updates=1,
-                 update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=1,
-                 max_grad_norm=None, test_every=10, num_test_episodes=5, numpy_update=True, eps=1e-8):
+    def __init__(self, device, actor, envs=None, lr_q=1e-3, lr_pi=1e-4, gamma=0.99, polyak=0.995, num_updates=50,
+                 update_every=50, start_steps=1000, mini_batch_size=64, target_update_interval=1,
+                 max_grad_norm=0.5, test_every=5000, num_test_episodes=5, numpy_update=True, eps=1e-8):
         super().__init__(device, actor, envs, gamma=gamma, polyak=polyak, num_updates=num_updates,
                          update_every=update_every, start_steps=start_steps, mini_batch_size=mini_batch_size,
                          target_update_interval=target_update_interval, max_grad_norm=max_grad_norm,
@@ -120,14 +124,18 @@ class TD3(DDPG):
         action range).
     noise_clip : float
         The target noise is clipped to +- this.
+
+    The defaults are those of pytorchrl's ``TD3.create_factory`` (learning rates 1e-4, 50
+    updates of 100 transitions every 50 env steps, ``target_update_interval`` 1: no policy
+    delay, ``max_grad_norm`` 0.5, ``test_every`` 5000; docs/agents.md lists them).
     """
 
     name = "TD3"
     delayed_policy = True
 
-    def __init__(self, device, actor, envs=None, lr_q=1e-3, lr_pi=1e-3, gamma=0.99, polyak=0.995, num_updates=1,
-                 update_every=1, start_steps=1000, mini_batch_size=256, target_update_interval=2,
-                 max_grad_norm=None, test_every=10, num_test_episodes=5, target_noise=0.2, noise_clip=0.5,
+    def __init__(self, device, actor, envs=None, lr_q=1e-4, lr_pi=1e-4, gamma=0.99, polyak=0.995, num_updates=50,
+                 update_every=50, start_steps=1000, mini_batch_size=100, target_update_interval=1,
+                 max_grad_norm=0.5, test_every=5000, num_test_episodes=5, target_noise=0.2, noise_clip=0.5,
                  numpy_update=True, eps=1e-8):
         self.target_noise, self.noise_clip = float(target_noise), float(noise_clip)
         super().__init__(device, actor, envs, lr_q=lr_q, lr_pi=lr_pi, gamma=gamma, polyak=polyak,

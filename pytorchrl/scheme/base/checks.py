@@ -5,9 +5,11 @@ import numpy as np
 
 import pytorchrl as prl
 
-#: Spellings of a communication mode besides ``prl.SYNC`` and ``prl.ASYNC``: pytorchrl's
-#: scripts pass their argparse defaults, which spell the synchronous mode "synchronised".
-_COMMUNICATION_SPELLINGS = {"synchronised": prl.SYNC}
+#: Every word accepted for a communication mode, by the Scheme and the configuration file
+#: alike: ``prl.SYNC`` and ``prl.ASYNC`` (their values), the configuration's "sync" and
+#: "async", and "synchronised", which pytorchrl's scripts pass (their argparse default).
+COMMUNICATION_WORDS = {prl.SYNC: prl.SYNC, "sync": prl.SYNC, "synchronised": prl.SYNC,
+                       prl.ASYNC: prl.ASYNC, "async": prl.ASYNC}
 
 
 def check_communication(name, mode):
@@ -18,19 +20,18 @@ def check_communication(name, mode):
     name : str
         The option's name, for the message (e.g. "col_workers_communication").
     mode : str
-        ``prl.SYNC`` ("synchronous"), ``prl.ASYNC`` ("asynchronous") or "synchronised".
+        A key of ``COMMUNICATION_WORDS``: ``prl.SYNC`` ("synchronous"), "sync" or
+        "synchronised"; ``prl.ASYNC`` ("asynchronous") or "async".
 
     Raises
     ------
     ValueError
         Any other value, naming the valid ones.
     """
-    if mode in (prl.SYNC, prl.ASYNC):
-        return mode
-    if isinstance(mode, str) and mode in _COMMUNICATION_SPELLINGS:
-        return _COMMUNICATION_SPELLINGS[mode]
-    raise ValueError(f"{name} must be prl.SYNC ({prl.SYNC!r}, also spelled 'synchronised') or prl.ASYNC "
-                     f"({prl.ASYNC!r}), got {mode!r}")
+    if isinstance(mode, str) and mode in COMMUNICATION_WORDS:
+        return COMMUNICATION_WORDS[mode]
+    raise ValueError(f"{name} must be prl.SYNC ({prl.SYNC!r}, also spelled 'sync' or 'synchronised') or prl.ASYNC "
+                     f"({prl.ASYNC!r}, also spelled 'async'), got {mode!r}")
 
 
 def check_int(name, value, low, optional=False):
@@ -135,7 +136,7 @@ class Ineffective:
 
 def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async, fraction_samples=1.0,
                         fraction_workers=1.0, max_policy_lag=None, max_grad_lag=None, col_compress=False,
-                        grad_compress=False, decentralized=False):
+                        grad_compress=False, decentralized=False, col_resources=None, grad_resources=None):
     """The options among the keyword arguments that have no effect in this layout (those
     left at their defaults are never listed). Shared by ``Scheme`` (which warns) and the
     configuration (which refuses), so that both follow the same rules.
@@ -162,6 +163,9 @@ def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async
     decentralized : bool
         ``decentralized_update_execution`` (DD-PPO): gradients are all-reduced by
         torch.distributed, not sent.
+    col_resources, grad_resources : dict or None
+        ``col_workers_resources`` and ``grad_workers_resources`` as given (None: not given):
+        Ray resources of remote workers, which a worker in the learner's process never takes.
 
     Returns
     -------
@@ -197,6 +201,18 @@ def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async
         out.append(Ineffective("col_compress_data", col_compress, "num_col_workers", num_col_workers, "2 or more",
                                "one collection worker runs in its gradient worker's process: its rollouts are "
                                "never sent"))
+    if decentralized and num_grad_workers < 2:
+        out.append(Ineffective("decentralized_update_execution", True, "num_grad_workers", num_grad_workers,
+                               "2 or more", "one gradient worker has no peer to all-reduce its gradients with: "
+                               "it applies its updates itself"))
+    for option, resources, setting, count, words in (
+            ("col_workers_resources", col_resources, "num_col_workers", num_col_workers,
+             "one collection worker runs in its gradient worker's process"),
+            ("grad_workers_resources", grad_resources, "num_grad_workers", num_grad_workers,
+             "one gradient worker runs in the learner's process")):
+        if resources is not None and count < 2:
+            out.append(Ineffective(option, dict(resources), setting, count, "2 or more",
+                                   f"{words}, which no Ray resources are reserved for"))
     if grad_compress:
         if num_grad_workers < 2:
             out.append(Ineffective("grad_compress_data", grad_compress, "num_grad_workers", num_grad_workers,

@@ -24,6 +24,44 @@ ROLLOUT_UNITS = ("steps", "episodes")
 POLICIES = ("learned", "random", "server")
 
 
+#: Rollouts a collector keeps while its actor is not ready to send them (an EXARL agent whose
+#: ``has_data`` stays false) before it says so.
+MAX_HELD_ROLLOUTS = 1000
+
+
+def _concatenate(rollouts):
+    """One rollout of several (dicts of arrays or tensors of shape (M, ...), the storage's
+    ``get_data``), joined along their first axis."""
+    first = rollouts[0]
+    out = {}
+    for key, value in first.items():
+        parts = [r[key] for r in rollouts]
+        if isinstance(value, dict):
+            out[key] = _concatenate(parts)
+        elif isinstance(value, torch.Tensor):
+            out[key] = torch.cat(parts)
+        elif isinstance(value, np.ndarray):
+            out[key] = np.concatenate(parts)
+        else:
+            out[key] = value
+    return out
+
+
+def _server_call(proxy, server, method, args, kind, generation):
+    """``call_or_lost(server, method, args, ...)``, through the node's ``proxy`` when there is
+    one (it passes the call on with those of the node's other collectors); a proxy that died
+    is bypassed."""
+    if proxy is not None:
+        import ray
+        from pytorchrl.scheme.base.faults import worker_died
+        try:
+            return ray.get(proxy.forward.remote(server, kind, generation, method, args))
+        except Exception as exc:  # noqa: BLE001 - only a dead proxy is passed over
+            if not worker_died(exc):
+                raise
+    return call_or_lost(server, method, args, kind, generation)
+
+
 def episodes_per_rollout(rollout_unit, rollout_episodes=None):
     """Episodes that end a rollout: ``rollout_episodes``, else 1 with the ``"episodes"``
     unit, else None (the rollout's steps end it)."""
@@ -214,11 +252,28 @@ class CWorker(Worker):
         if weight_board is not None:
             from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, BoardReader
             self._board_reader = BoardReader(weight_board, weight_pull_every or DEFAULT_PULL_EVERY)
+        self._held = []             # (data, info) of rollouts the actor was not ready to send
+        self._done = None           # done flags of the last step taken (see ``done``)
         self._weight_swaps = []     # (step, version) of the rollout running
         self._pulled_bytes = 0
         self._episode_starts = True  # the next step begins an episode (read the board "each episode")
 
     # ---------------------------------------------------------------- properties
+    @property
+    def rhs(self):
+        """Latest policy recurrent hidden state (pytorchrl's name of ``state``; None for an
+        actor without memory)."""
+        return self.state
+
+    @property
+    def done(self):
+        """Latest train environment done flags, one per environment: whether the last step
+        taken ended its episode (terminated or truncated); all False before the first step
+        and after the environments were reset."""
+        if self._done is None and self.envs_train is not None:
+            self._done = np.zeros(self.envs_train.num_envs, dtype=bool)
+        return self._done
+
     @property
     def update_every(self):
         """Vectorized environment steps in one rollout (at most: episodes may end it first)."""
@@ -228,7 +283,7 @@ class CWorker(Worker):
     # ---------------------------------------------------------------- collection
     def collect_data(self, listen_to=(), data_to_cpu=True, weights=None, version=None, round_id=None,
                      pack_data=None, replay_server=None, queue_server=None, server_generation=None,
-                     max_episodes=None):
+                     max_episodes=None, data_proxy=None):
         """Collect one rollout and return it with information about the collection.
 
         Parameters
@@ -262,6 +317,11 @@ class CWorker(Worker):
             End this rollout with the step that ends this many episodes (fewer than
             ``rollout_episodes`` when an episode budget has fewer left). None:
             ``rollout_episodes``.
+        data_proxy : ray.actor.ActorHandle or None
+            This worker's node proxy (``pytorchrl.scheme.workflows.worker_proxy``): the
+            insert into ``replay_server`` or the put into ``queue_server`` is handed to it,
+            which passes it on with those of the node's other collectors as one message (a
+            proxy found dead is bypassed: the call goes to the server).
 
         Returns
         -------
@@ -280,7 +340,10 @@ class CWorker(Worker):
             not finished (no data, no samples: ask again once the replacement is given). With a weight board:
             ``weight_swaps``, the (step, version) of every version pulled during the rollout
             (``version`` is then the one its first step acted with, the oldest), and
-            ``pulled_bytes``, the size of the weights loaded. ``obs_moments``: the count,
+            ``pulled_bytes``, the size of the weights loaded. ``held`` True (data None, no
+            samples, no episodes): the actor was not ready to send the rollout (an EXARL
+            agent without data, ``ExaActor.ready_to_send``): it is kept and sent, and its
+            samples and episodes reported, with a later one. ``obs_moments``: the count,
             mean and variance of the rollout's observations, when the actor normalises them
             (``ObservationNormalizer.moments``).
         """
@@ -328,6 +391,13 @@ class CWorker(Worker):
         if self._board_reader is not None:
             info.update(weight_swaps=self._weight_swaps, pulled_bytes=self._pulled_bytes)
             self._weight_swaps, self._pulled_bytes = [], 0
+        ready = getattr(self.actor, "ready_to_send", None)
+        if ready is not None:
+            # (An EXARL agent's actor: it sends only when the agent has data.)
+            data, info = self._send_when_ready(ready, data, info)
+            if data is None:
+                self.iter += 1
+                return None, info
         if replay_server is not None or queue_server is not None:
             # Compressed here and unpacked by the replay server when inserted, or by the
             # gradient worker when popped: the queue holds what was sent. A queue's rollout
@@ -337,14 +407,14 @@ class CWorker(Worker):
                        else data)
             if replay_server is not None:
                 # (Waits as long as the server's rate limiter says.)
-                outcome, lost = call_or_lost(replay_server, "insert", (payload, info["version"]), "replay",
+                outcome, lost = _server_call(data_proxy, replay_server, "insert", (payload, info["version"]), "replay",
                                              server_generation)
                 info["replay_outcome"] = outcome or "lost"
             else:
                 # (Waits for room in this worker's queue: back-pressure.)
-                outcome, lost = call_or_lost(queue_server, "put", ((self.index_parent, self.index_worker), payload,
-                                                                   info["version"], None, len(info["episodes"])),
-                                             "queue", server_generation)
+                outcome, lost = _server_call(data_proxy, queue_server, "put",
+                                             ((self.index_parent, self.index_worker), payload, info["version"], None,
+                                              len(info["episodes"])), "queue", server_generation)
                 info["queue_outcome"] = outcome or "lost"
             if payload is not data:
                 info.update(raw_bytes=payload.raw_bytes, sent_bytes=payload.sent_bytes)
@@ -360,6 +430,31 @@ class CWorker(Worker):
             info["server_lost"] = lost
         self.iter += 1
         return data, info
+
+    def _send_when_ready(self, ready, data, info):
+        """``(data, info)`` to send: the rollout with those kept before it, once the actor's
+        ``ready_to_send(data)`` says so; until then ``(None, report)``, the rollout kept and
+        the report saying so (``held`` True, no samples and no episodes: they are reported
+        with the rollout that sends them, so counts and budgets see them once)."""
+        if not ready(data):
+            self._held.append((data, info))
+            if len(self._held) > MAX_HELD_ROLLOUTS:
+                raise ValueError(f"the actor's agent said it has no data to send (ExaAgent.has_data) after "
+                                 f"{MAX_HELD_ROLLOUTS} rollouts of {self.update_every} steps: a collector sends "
+                                 f"only when it has; make has_data true once the agent remembers experiences")
+            report = dict(collected_samples=0, steps=0, col_time=info["col_time"], version=info["version"],
+                          episodes=[], index_worker=self.index_worker, cut=False, held=True)
+            if "TestReward" in info:
+                report["TestReward"] = info["TestReward"]
+            return None, report
+        if not self._held:
+            return data, info
+        held, self._held = self._held + [(data, info)], []
+        merged = dict(info, collected_samples=sum(i["collected_samples"] for _, i in held),
+                      steps=sum(i["steps"] for _, i in held), col_time=sum(i["col_time"] for _, i in held),
+                      version=held[0][1]["version"], episodes=[e for _, i in held for e in i["episodes"]],
+                      cut=any(i["cut"] for _, i in held))
+        return _concatenate([d for d, _ in held]), merged
 
     def _rollout_version(self, first_version):
         """Weight version of the rollout just collected: ``first_version`` (the actor's when
@@ -513,6 +608,7 @@ class CWorker(Worker):
         else:
             # Stopped by its inference server's death: on from the step it was waiting for.
             num_steps, steps, cut, ended, stepping, spent, state, episodes = paused
+        last_step = None
         try:
             for _ in range(num_steps - steps if stepping else 0):
                 # Checked at the step boundary only, so a cut rollout holds whole transitions.
@@ -536,6 +632,7 @@ class CWorker(Worker):
                 if self._step_log is not None:
                     obs = storage.current_obs().copy()
                 next_obs, rew, term, trunc, final_obs = envs.step_numpy(env_action)
+                last_step = (term, trunc)
                 if self._step_log is not None:
                     self._step_log.write(obs, env_action, rew, next_obs, term, trunc, final_obs)
                 step = {ACT: env_action, **extras, REW: rew, TERM: term, TRUNC: trunc, OBS2: next_obs,
@@ -553,6 +650,8 @@ class CWorker(Worker):
                     if ended >= episodes:
                         break
             stepping = False
+            if last_step is not None:
+                self._done = np.logical_or(np.asarray(last_step[0]), np.asarray(last_step[1])).reshape(-1)
             storage.finish(state)
         except ServerLost:
             # Raised by the inference server's acting program before the step (or the
@@ -576,6 +675,7 @@ class CWorker(Worker):
             self.obs = self.envs_train.reset_numpy().copy()
             self.state = self.actor.initial_state(self.envs_train.num_envs)
             self._episode_starts = True
+            self._done = None   # (reset: no step taken)
 
     def _load_pulled(self, step, version, weights):
         """Load weights pulled from the board before step ``step`` of the rollout (a version
@@ -718,6 +818,7 @@ class CWorker(Worker):
         if component_name == "envs_train":
             self.obs = self.envs_train.reset_numpy().copy()
             self._episode_starts = True
+            self._done = None
         if component_name in ("envs_train", "actor") and self.envs_train is not None:
             self.state = self.actor.initial_state(self.envs_train.num_envs)
         return component_name

@@ -131,10 +131,13 @@ class CWorkerSet(WorkerSet):
         ``"inference"``; the queue server's is ``queues.generation``): one more each time
         the scheme replaced a dead one. None: all 0.
     worker_proxy : bool
-        Synchronous collection (without preemption): every round goes through one proxy
-        per node (DistributedReinforcementLearning.jl's WorkerProxy, see
-        ``pytorchrl.scheme.workflows.worker_proxy``), which receives the weights once for
-        its node's collectors and hands their rollouts back as one message.
+        One proxy per node (DistributedReinforcementLearning.jl's WorkerProxy, see
+        ``pytorchrl.scheme.workflows.worker_proxy``), which receives each weight version
+        once for its node's collectors. Synchronous collection (without preemption): every
+        round goes through the proxies, which hand their node's rollouts back as one
+        message. Asynchronous: the requests carry a reference to the node's copy of the
+        weights, and with a data server (replay, queues) each node's rollouts are passed on
+        to it together.
     rollout_episodes, rollout_steps : int or None
         Passed to every ``CWorker``: a rollout ends with its ``rollout_episodes``-th
         episode, and holds at most ``rollout_steps`` steps (EXARL's
@@ -153,6 +156,13 @@ class CWorkerSet(WorkerSet):
     budget, asks the last requests for only the episodes left, and exactly that many
     episodes are run (with one environment per collector; a request to a collector of
     several environments may end several episodes on its last step, which then all count).
+
+    On the queue data path the budget is not this set's: it is the queue server's work
+    counter, shared by every collector of every gradient worker (EXARL's "claim the next
+    episode" counter, ``pytorchrl.scheme.workflows.queues.WorkCounter``). Each request claims
+    its episodes there before it goes out and settles the claim when it reports, so the
+    collectors that are faster take more of the work; the set is finished once none of its
+    requests is out and nothing is left to claim.
 
     Failures. A data server that dies is replaced by the scheme (see ``ServerLinks``): the
     set counts what its workers lost with it and sends their next requests to the
@@ -225,10 +235,10 @@ class CWorkerSet(WorkerSet):
             raise ValueError("block_rounds needs asynchronous collection with requests_in_flight=1: a block round "
                              "sends every worker one request with the same weights")
         self.block_rounds = bool(block_rounds)
-        if worker_proxy and num_workers and (communication != prl.SYNC or fraction_samples < 1.0
-                                             or fraction_workers < 1.0):
-            raise ValueError("worker_proxy needs synchronous collection without preemption (fraction_samples and "
-                             "fraction_workers 1): a proxy hands its node's rollouts over together")
+        if worker_proxy and num_workers and communication == prl.SYNC and (fraction_samples < 1.0
+                                                                           or fraction_workers < 1.0):
+            raise ValueError("worker_proxy does not cut stragglers (fraction_samples and fraction_workers 1): a "
+                             "proxy hands its node's rollouts of a synchronous round over together")
         self.requests_in_flight = requests_in_flight
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
@@ -249,6 +259,12 @@ class CWorkerSet(WorkerSet):
         self.episodes_received = 0
         self.step_budget = None     # env steps to hand over in all (None: no limit)
         self.samples_received = 0
+        # Queue data path: the budget is the queue server's work counter, shared by every set.
+        self.shared_budget = queues is not None and num_workers > 0
+        self._claims = {}           # request ref -> (collector, episodes it claimed), shared budget
+        # A claim was refused, and nothing this set knows of has freed work since: no request
+        # is asked of the counter (a finished group polls before every mini-batch).
+        self._counter_refused = False
         # The local worker's rollouts never leave this process: nothing to compress. With
         # remote workers it collects nothing and keeps no training environments. Of several
         # gradient workers (indices 1..N) only the first evaluates: the others hold the same
@@ -428,18 +444,88 @@ class CWorkerSet(WorkerSet):
 
     def _finished(self):
         """The budget is handed over and, on the queue data path (where every rollout out
-        is queued whatever happens), no request is out any more."""
-        return self._budget_spent() and not (self.queues is not None and self._in_flight)
+        is queued whatever happens), no request is out any more. With the shared work
+        counter: no request is out (or waits for a server's replacement) and none could be
+        claimed now."""
+        if not self.shared_budget:
+            return self._budget_spent() and not (self.queues is not None and self._in_flight)
+        if self._in_flight or self.servers.deferred or self.servers.stash or self.servers.unsettled():
+            return False
+        self._start_requests()
+        return not self._in_flight and not self.servers.deferred
 
     def _may_request(self, handing_over=0, samples=0):
         """Whether one more request may go out: always without a budget; with one, while
         the episodes handed over (``handing_over`` more are on their way) and those that the
         requests out may finish (one each, with whole-episode rollouts) stay below it, and
         while the env steps handed over (``samples`` more on their way) stay below the step
-        budget."""
+        budget. With the shared work counter the claim made when sending decides."""
+        if self.shared_budget:
+            return True
         if self.step_budget is not None and self.samples_received + samples >= self.step_budget:
             return False
         return self._episodes_left(handing_over) > 0
+
+    # ------------------------------------------------------- shared work counter
+    def _collector_key(self, worker):
+        """(gradient worker index, collector index) of remote ``worker`` in the work counter."""
+        return self.index_parent, self._remote_workers.index(worker) + 1
+
+    def _counter_call(self, method, *args):
+        """``method(*args)`` of the queue server's work counter (raises ``ServerLost``)."""
+        from pytorchrl.scheme.base.servers import ServerClient
+        return ServerClient(self.queues.server, kind="queue", generation=self.queues.generation).call(method, *args)
+
+    def _settle(self, ref, episodes=0, samples=0):
+        """Settle the claim of request ``ref`` with the ``episodes`` and ``samples`` it handed
+        over (already counted here). A server found dead is left to the caller's recovery:
+        its replacement's counter is made from this set's counts (``queue_counter_state``)."""
+        key, claimed = self._claims.pop(ref)
+        try:
+            self._counter_call("settle", key, claimed, episodes, samples)
+        except ServerLost as lost:
+            return lost
+        return None
+
+    def _report_to_counter(self, ref, worker, data, winfo):
+        """Count the report ``(data, winfo)`` of request ``ref``, settle its claim and send
+        ``worker`` its next request if one is granted; returns the report. A queue server
+        found dead meanwhile is replaced (here, or by the update worker: the loss is raised
+        out of this call), and the report waits in the stash until then, to be handed over
+        by the next ``collect``: what it holds is counted once, here and by the learner."""
+        # Counted before the counter hears of it: a replacement of the queue server is given
+        # this set's counts.
+        self.episodes_received += len(winfo["episodes"])
+        self.samples_received += winfo["collected_samples"]
+        entry = (data, winfo)
+        self.servers.stash.append(entry)
+        if len(winfo["episodes"]) < self._claims[ref][1]:
+            # It did not finish what it claimed (a long episode goes on): claimable again.
+            self._counter_refused = False
+        lost = self._settle(ref, len(winfo["episodes"]), winfo["collected_samples"])
+        if lost is not None:
+            self.servers.defer(worker, lost)
+        elif not self.block_rounds:
+            self._submit(worker)
+        # (By identity: a rollout's arrays do not compare.)
+        del self.servers.stash[next(i for i, e in enumerate(self.servers.stash) if e is entry)]
+        return entry
+
+    def counter_changed(self):
+        """The work counter may have work again (a replaced queue server, episodes this set
+        lost with a dead one): claims are asked of it again."""
+        self._counter_refused = False
+
+    def queue_counter_state(self):
+        """What this set knows of the work counter, for the replacement of a dead queue
+        server: ``(episodes handed over, env steps handed over, {collector: [requests out,
+        episodes they claimed]})``."""
+        requests = {}
+        for key, claimed in self._claims.values():
+            entry = requests.setdefault(key, [0, 0])
+            entry[0] += 1
+            entry[1] += claimed
+        return self.episodes_received, self.samples_received, requests
 
     def _episodes_left(self, handing_over=0):
         """Episodes of the budget that no rollout handed over (``handing_over`` more on their
@@ -509,7 +595,9 @@ class CWorkerSet(WorkerSet):
         self._round += 1
         self.stats["rounds"] = self._round
         for _, winfo in rollouts:
-            if not winfo.get("data_lost"):   # (a lost rollout's episodes and steps are run again)
+            # (A lost rollout's episodes and steps are run again; with the shared work counter
+            # they were counted when reported.)
+            if not winfo.get("data_lost") and not self.shared_budget:
                 self.episodes_received += len(winfo["episodes"])
                 self.samples_received += winfo["collected_samples"]
             winfo["policy_lag"] = self.version - winfo["version"]
@@ -530,6 +618,8 @@ class CWorkerSet(WorkerSet):
         stale = self._in_flight.drop(self._remote_workers[position])
         for ref in stale:
             self.servers.dropped(ref)
+            if ref in self._claims:
+                self._settle(ref)   # (a dead server: its replacement is made from this set's counts)
         try:
             self.recovery.remote_failed(position, exc)
         finally:
@@ -688,6 +778,12 @@ class CWorkerSet(WorkerSet):
                 data, winfo = ray.get(ready[0])
             except RayError as exc:
                 self.servers.dropped(ready[0])
+                if ready[0] in self._claims:
+                    self._settle(ready[0])
+                if self.proxies is not None and self.proxies.explains(exc):
+                    # Its node proxy died with the weights it was to load: asked again.
+                    self._submit(worker)
+                    continue
                 # Its other queued requests go with it (a dead worker fails them all; a worker
                 # whose environments failed refuses them until they are rebuilt), and the
                 # replacement (or the rebuilt worker) gets as many new ones, and this one's.
@@ -695,11 +791,20 @@ class CWorkerSet(WorkerSet):
                 self._recover(position, exc)
                 self._submit(self._remote_workers[position])
                 continue
+            generation = self.servers.generation_of(ready[0])
             self.servers.reported(ready[0], winfo)
             if "server_lost" in winfo:
+                if ready[0] in self._claims:
+                    if generation is not None and generation < self.servers.generations["queue"]:
+                        # Its claim went to the replacement with this set's counts: settled there.
+                        self._settle(ready[0])
+                    else:
+                        self._claims.pop(ready[0])   # (the dead server's counter is gone with it)
                 # Its next request waits for the replacement (stashed: what it still hands over).
                 self.servers.lost(worker, data, winfo)
                 continue
+            if self.shared_budget:
+                return [self._report_to_counter(ready[0], worker, data, winfo)]
             lag = self.version - winfo["version"]
             # On the queue path the rollout is already queued: its lag counts when it is popped.
             dropped = self.queues is None and self.max_policy_lag is not None and lag > self.max_policy_lag
@@ -742,14 +847,40 @@ class CWorkerSet(WorkerSet):
                         self._submit(w)
 
     def _submit(self, worker, handing_over=0):
+        """Send ``worker`` a rollout request; returns whether it went out (with the shared
+        work counter, only when its claim is granted)."""
         # Weights pulled, or actions from an inference server: the request carries none.
         # (``handing_over``: episodes of a rollout just received, not counted yet.)
+        if self.shared_budget:
+            if self._counter_refused:
+                return False
+            key = self._collector_key(worker)
+            try:
+                granted, max_episodes = self._counter_call("claim", key, self.episodes_per_request)
+            except ServerLost as lost:
+                self.servers.defer(worker, lost)
+                return False
+            if not granted:
+                self._counter_refused = True
+                return False
+        else:
+            max_episodes = self._request_episodes(self._episodes_left(handing_over))
         weights, version = self.weights.for_request()
+        kwargs = self.servers.request_kwargs()
+        if self.proxies is not None:
+            # DistributedReinforcementLearning.jl's WorkerProxy: the node's copy of the
+            # weights, and the node's rollouts passed on to the data server together.
+            if weights is not None:
+                weights = self.proxies.node_weights(worker, weights, version, self.weights.broadcast.nbytes)
+            if kwargs:
+                kwargs["data_proxy"] = self.proxies.proxy_of(worker)
         ref = worker.collect_data.remote(weights=weights, version=version, pack_data=True,
-                                         max_episodes=self._request_episodes(self._episodes_left(handing_over)),
-                                         **self.servers.request_kwargs())
+                                         max_episodes=max_episodes, **kwargs)
         self._in_flight[ref] = worker
         self.servers.sent(ref)
+        if self.shared_budget:
+            self._claims[ref] = (key, max_episodes or 0)
+        return True
 
     # ------------------------------------------------------------------ control
     def apply_to_all(self, method, *args):

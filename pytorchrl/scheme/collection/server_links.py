@@ -100,6 +100,10 @@ class ServerLinks:
             self._sent[ref] = generation
             self.ledger.sent(generation)
 
+    def generation_of(self, ref):
+        """Generation of the queue server request ``ref`` carried (None: not a queue request)."""
+        return self._sent.get(ref)
+
     def dropped(self, ref):
         """Request ``ref`` will never report (its worker died): nothing it carried was put."""
         if ref in self._sent:
@@ -149,6 +153,15 @@ class ServerLinks:
         elif defer:
             self._send_deferred()
 
+    def defer(self, worker, lost):
+        """``worker``'s next request waits for the replacement of the server that ``lost``
+        (a ``ServerLost``) reports dead, which is asked for unless done already."""
+        self.deferred.append(worker)
+        if lost.generation >= self.generations[lost.kind]:
+            self.recover(lost)
+        else:
+            self._send_deferred()
+
     # ------------------------------------------------------------ replacement
     def set_server(self, kind, server, generation):
         """Use ``server`` (of ``generation``), the replacement of the dead server of
@@ -161,6 +174,8 @@ class ServerLinks:
         elif kind == "queue":
             self.queues.server, self.queues.generation = server, int(generation)
             self.ledger.generation = int(generation)
+            if self.set.shared_budget:
+                self.set.counter_changed()
         elif kind == "inference":
             self.inference_server = server
             s.worker_params.update(inference_server=server, inference_generation=int(generation))
@@ -204,6 +219,15 @@ class ServerLinks:
             self.stats["lost_rollouts"] += rollouts
             self.stats["lost_episodes"] += episodes
             self.set.episodes_received -= episodes
+            if episodes and self.set.shared_budget:
+                # The shared work counter hands them out again (the server is the replacement:
+                # a loss is known once the dead one is replaced). One that died meanwhile is
+                # given this set's counts when it is replaced in turn.
+                self.set.counter_changed()
+                try:
+                    self.set._counter_call("release", episodes)
+                except ServerLost:
+                    pass
 
     def unsettled(self):
         """Whether what a dead queue server took with it is not known yet."""

@@ -277,7 +277,9 @@ class GWorker(Worker):
             if self._data_path is not None:
                 if data is not None:  # this process's collector: remote ones inserted theirs
                     self._data_path.insert_local(data, winfo["version"])
-            elif self._queue_path is None:   # (queued rollouts are added when popped)
+            elif self._queue_path is None and data is not None:
+                # (Queued rollouts are added when popped; a collector that keeps its rollout,
+                # its actor not ready to send it, hands over none.)
                 self.storage.add_data(data)
             samples += winfo["collected_samples"]
             col_time = max(col_time, winfo["col_time"])
@@ -408,6 +410,11 @@ class GWorker(Worker):
                 return self._queue_path.set_server(server, generation)
             return self.col_workers.servers.ledger.take_pops() if self.col_workers.servers.ledger else {}
         return {}
+
+    def queue_counter_state(self):
+        """What this worker's collector set knows of the queue server's work counter
+        (``CWorkerSet.queue_counter_state``), for a replacement of the server."""
+        return self.col_workers.queue_counter_state()
 
     def settle_queue(self, popped):
         """Every gradient worker's pops of this worker's collectors' rollouts from dead queue

@@ -1,5 +1,6 @@
 """UWorker: applies gradients and broadcasts new weight versions."""
 
+import os
 import time
 
 import torch
@@ -109,6 +110,7 @@ class UWorker(Worker):
         self.stats = {"dropped_gradients": 0}
         self.broadcast = WeightBroadcast(self.local_worker.get_weights, stats=self.stats)
         self.servers = None   # the scheme's ServerSupervisor (watch_servers)
+        self._budgets = {}    # method -> amount of the budgets set (the queue server's counter, restored)
 
     @property
     def version(self):
@@ -301,25 +303,31 @@ class UWorker(Worker):
 
     def set_episode_budget(self, episodes):
         """Let the collectors hand over at most ``episodes`` finished episodes in all (None:
-        no limit), shared among the gradient workers (the first ones take one more when it
-        does not divide). Once they are all trained on (with ``budget_end="first"``: once
-        one gradient worker's are), ``step`` reports ``budget_spent``. Not with
-        decentralized updates: a gradient worker that stops would leave its peers waiting
-        in their all-reduce."""
+        no limit). On the queue data path the budget is the queue server's work counter,
+        shared by every collector (EXARL's: a fast group of collectors does more of the
+        work); elsewhere it is shared among the gradient workers (the first ones take one
+        more when it does not divide). Once they are all trained on (with
+        ``budget_end="first"``: once one gradient worker's group is done), ``step`` reports
+        ``budget_spent``. Not with decentralized updates of several gradient workers: one
+        that stops would leave its peers waiting in their all-reduce."""
         return self._set_budget("set_episode_budget", episodes, "an episode budget (learner.target_episodes)")
 
     def set_step_budget(self, steps):
         """Let the collectors hand over about ``steps`` env steps in all (None: no limit),
-        shared among the gradient workers as ``set_episode_budget`` shares episodes; the
-        queue data path's budget (``learner.target_steps``), whose run ends once the data
-        is trained on."""
+        kept as ``set_episode_budget`` keeps episodes; the queue data path's budget
+        (``learner.target_steps``), whose run ends once the data is trained on."""
         return self._set_budget("set_step_budget", steps, "a step budget on the queue data path")
 
     def _set_budget(self, method, amount, words):
-        if amount is not None and self.decentralized:
+        remotes = self.grad_workers.remote_workers()
+        if amount is not None and self.decentralized and remotes:
             raise ValueError(f"{words} needs a central update: with decentralized_update_execution a gradient "
                              f"worker whose budget is spent would leave the others waiting in their all-reduce")
-        remotes = self.grad_workers.remote_workers()
+        self._budgets[method] = amount
+        if self.queue_server is not None:
+            from pytorchrl.scheme.base.servers import ServerClient
+            ServerClient(self.queue_server, kind="queue", generation=self._queue_generation).call(method, amount)
+            return amount
         if not remotes:
             return getattr(self.local_worker, method)(amount)
         n = len(remotes)
@@ -327,6 +335,22 @@ class UWorker(Worker):
         outcomes = gather([getattr(w, method).remote(share) for w, share in zip(remotes, shares)])
         self._raise_failures(outcomes)
         return amount
+
+    def queue_counter_state(self):
+        """The work counter a replacement of the dead queue server starts from, as the
+        collector sets know it (``CWorkerSet.queue_counter_state``, added up): the
+        arguments of ``QueueServer.restore_counter``. A gradient worker that does not answer
+        (it died) is left out: its replacement's collectors start anew."""
+        states = [self.local_worker.queue_counter_state()]
+        remotes = self.grad_workers.remote_workers()
+        states += [value for value, exc in gather([w.queue_counter_state.remote() for w in remotes]) if exc is None]
+        received = sum(r for r, _, _ in states)
+        samples = sum(n for _, n, _ in states)
+        requests = {}
+        for _, _, reqs in states:
+            requests.update(reqs)
+        return dict(episodes=self._budgets.get("set_episode_budget"), steps=self._budgets.get("set_step_budget"),
+                    received=received, samples=samples, requests=requests)
 
     def _submit(self, worker):
         ref = worker.step.remote(weights=self._weights(), version=self.version, pack_grads=True)
@@ -426,11 +450,24 @@ class UWorker(Worker):
         for position, exc in sorted(dead.items()):
             stale = self._in_flight.drop(self.grad_workers.remote_workers()[position])
             drain(stale, timeout=self.grad_workers.fault_policy.start_timeout_s)
+            self._reset_queue_group(position + 1)
             new = self.grad_workers.replace_worker(
                 position, f"died ({death_cause(exc)})",
                 prepare=lambda w: [w.set_weights.remote(self._weights(), self.version)])
             if self.grad_communication == prl.ASYNC:
                 self._submit(new)
+
+    def _reset_queue_group(self, index):
+        """The collectors of gradient worker ``index`` died with it: their claims on the queue
+        server's work counter are free again (a server found dead is replaced later, from the
+        counts of the living)."""
+        if self.queue_server is None:
+            return
+        from pytorchrl.scheme.base.servers import ServerClient, ServerLost
+        try:
+            ServerClient(self.queue_server, kind="queue", generation=self._queue_generation).call("reset_group", index)
+        except ServerLost:
+            pass
 
     def _reform(self, dead, succeeded=()):
         """Decentralized updates: replace the gradient workers that died and form the
@@ -611,9 +648,15 @@ class UWorker(Worker):
         return self.local_worker.evaluate(num_episodes)
 
     def save_model(self, fname):
-        """Save the actor's state dict to ``fname``; returns the path."""
+        """Save the actor's state dict to ``fname``; returns the path. An actor that saves
+        more of its own (an EXARL agent's ``save``, ``save_own``) does so into the directory
+        of ``fname``."""
         self.sync_local_weights()
-        torch.save(self.local_worker.actor.state_dict(), fname)
+        actor = self.local_worker.actor
+        torch.save(actor.state_dict(), fname)
+        save_own = getattr(actor, "save_own", None)
+        if save_own is not None:
+            save_own(os.path.dirname(os.path.abspath(fname)))
         return fname
 
     def stop(self):

@@ -216,9 +216,9 @@ _PRESETS = [
             "queues": _queues(size=4, pop="all", prefetch=True, selection="random")}),
     Preset("exarl-ml-rma-queue",
            "EXARL's multi-learner RMA queue: one group of actors per learner, each with a bounded queue the "
-           "learner drains (prefetching); a learner whose group is finished (its share of the budget handed "
-           "over) drains the other groups' queues (work stealing); the run ends when every group is done and "
-           "every queue is empty",
+           "learner drains (prefetching), the budget one work counter shared by every actor; a learner whose "
+           "group is finished (no actor active, nothing left to claim) drains the other groups' queues (work "
+           "stealing); the run ends when no actor is active and every queue is empty",
            {**_RMA_COLLECTORS, **_RMA_LEARNERS,
             "queues": _queues(size=4, pop="all", prefetch=True, selection="binned", steal=True)}),
     Preset("exarl-ml-rma-queue-short",

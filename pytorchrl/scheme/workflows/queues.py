@@ -19,8 +19,8 @@ Options (``scheme.queues``, ``QUEUE_DEFAULTS``):
   of its own collectors, a contiguous bin; of them the one whose head is oldest) or
   ``random`` (a random non-empty queue among all collectors', as EXARL's RMA learners
   read a random actor's window).
-- ``steal``: a gradient worker whose group is finished (its collectors have handed over
-  their share of the budget, episodes or env steps, and have nothing in flight) and whose
+- ``steal``: a gradient worker whose group is finished (none of its collectors has a
+  request out and nothing is left of the budget to claim, see below) and whose
   own queues are empty pops from the other gradient workers' queues (EXARL's
   multi-learner work stealing). While some group is finished the other workers' pops
   asked ahead (prefetch) take nothing: a rollout queued while its owner trains stays for
@@ -31,16 +31,29 @@ Options (``scheme.queues``, ``QUEUE_DEFAULTS``):
   help each other).
 - ``kind``: ``fifo`` (a bounded queue: a put into a full one waits) or ``circular`` (a
   circular buffer: a put into a full one overwrites its oldest rollout, counted in
-  ``overwritten``, and never waits): EXARL's RMA memory-pool data structures.
+  ``overwritten``, and never waits): EXARL's RMA memory-pool data structures. Or a user's
+  memory pool: a subclass of EXARL's ``ExaData`` (``pytorchrl.agent.exarl``), or its import
+  path ("package.module:Class"), built once with one window (rank) per queue; the server
+  pushes each rollout into its window and pops the window its selection rule picks. What
+  the pool does with a full window is its own (its ``push`` says what it lost, counted in
+  ``overwritten``): a put never waits.
 - ``route``: ``collector`` (one queue per collector) or ``learner`` (one queue per
   gradient worker, and each collector puts into a random one that has room; ours).
 - ``num_cpus``: Ray CPUs of the server actor.
 
-The server keeps EXARL's record of active actors as one flag per gradient worker's group
-(``set_finished``): stealing and the end read it.
+The budget of a run on this path (episodes, ``learner.target_episodes``, or env steps,
+``learner.target_steps``) is one shared work counter in the server (``WorkCounter``, EXARL's
+"claim the next episode" counter): every collector set claims each request's episodes from
+it before sending the request, and settles the claim with what the rollout held when it is
+reported, so a fast group of collectors does more of the work than a slow one. The server
+also keeps EXARL's record of active actors, one entry per collector (its bitmap): a
+collector is active while a request of its is out. A gradient worker's group is finished
+when none of its collectors is active and nothing is left to claim; stealing and the end
+read that.
 """
 
 import collections
+import math
 import random
 import threading
 import time
@@ -73,6 +86,34 @@ POP_POLL_S = 0.5
 MAX_CONCURRENCY = 64
 
 
+def pool_class(kind):
+    """The ``ExaData`` subclass that ``kind`` names (the class, or its import path
+    "package.module:Class" or "package.module.Class"), or None for ``fifo`` and ``circular``.
+
+    Raises
+    ------
+    ValueError
+        Neither a built-in kind nor an importable ``ExaData`` subclass, in one line.
+    """
+    if isinstance(kind, str) and kind in KINDS:
+        return None
+    from pytorchrl.agent.exa_data import ExaData
+    cls = kind
+    if isinstance(kind, str):
+        import importlib
+        module, _, name = kind.replace(":", ".").rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name) if module else None
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ValueError(f"queues kind must be one of {', '.join(map(repr, KINDS))} or the import path of an "
+                             f"ExaData subclass ('package.module:Class'); {kind!r} cannot be imported "
+                             f"({type(exc).__name__}: {exc})") from None
+    if not (isinstance(cls, type) and issubclass(cls, ExaData)):
+        raise ValueError(f"queues kind must be one of {', '.join(map(repr, KINDS))} or an ExaData subclass (EXARL's "
+                         f"memory pool, pytorchrl.agent.exarl.ExaData), got {kind!r}")
+    return cls
+
+
 def queue_options(options):
     """``QUEUE_DEFAULTS`` updated with ``options``, checked.
 
@@ -88,7 +129,8 @@ def queue_options(options):
     """
     out = merge_options("queues", options, QUEUE_DEFAULTS)
     check_int("queues size", out["size"], 1)
-    for key, valid in (("pop", POPS), ("selection", SELECTIONS), ("route", ROUTES), ("kind", KINDS), ("end", ENDS)):
+    pool_class(out["kind"])
+    for key, valid in (("pop", POPS), ("selection", SELECTIONS), ("route", ROUTES), ("end", ENDS)):
         if out[key] not in valid:
             raise ValueError(f"queues {key} must be one of {', '.join(map(repr, valid))}, got {out[key]!r}")
     for key in ("prefetch", "steal"):
@@ -185,6 +227,156 @@ def _nbytes(data):
     return total
 
 
+class WorkCounter:
+    """EXARL's shared work counter and its record of active actors, for every collector of
+    every gradient worker (the queue server holds one; it is not thread-safe by itself: the
+    server guards it).
+
+    A collector set claims the episodes of each request before it sends it (``claim``) and
+    settles the claim when the request reports (``settle``): the episodes the rollout
+    finished are then handed over, and the ones it did not finish (a long episode goes on in
+    the next rollout) are free to be claimed again. So the episodes handed over plus those
+    claimed never pass the budget, whichever collectors do the work.
+
+    Parameters
+    ----------
+    collectors : iterable of tuple
+        (gradient worker index, collector index) of every collector.
+
+    Attributes
+    ----------
+    episodes, steps : int or None
+        The budget: finished episodes, env steps (None: no limit).
+    received, samples : int
+        Finished episodes and env steps handed over (episodes lost with a dead server are
+        taken off, ``release``: they are run again).
+    claimed : int
+        Episodes the requests out may still finish.
+    requests : dict
+        Collector -> [requests out, episodes they claimed]: a collector is active while it
+        has a request out (EXARL's bitmap of active actors, one entry per actor).
+    """
+
+    def __init__(self, collectors):
+        self.episodes = self.steps = None
+        self.received = self.samples = self.claimed = 0
+        self.requests = {tuple(c): [0, 0] for c in collectors}
+
+    @property
+    def has_budget(self):
+        """Whether a budget of episodes or env steps was set."""
+        return self.episodes is not None or self.steps is not None
+
+    def left(self):
+        """Episodes that may still be claimed (``math.inf`` without an episode budget), 0
+        once the env steps handed over reach the step budget."""
+        if self.steps is not None and self.samples >= self.steps:
+            return 0
+        if self.episodes is None:
+            return math.inf
+        return max(0, self.episodes - self.received - self.claimed)
+
+    def claim(self, collector, wanted):
+        """Claim the episodes of one request of ``collector``.
+
+        Parameters
+        ----------
+        collector : tuple
+            (gradient worker index, collector index).
+        wanted : int or None
+            Episodes the request would finish at most (None: not bounded, a request of
+            env steps: then it may go out while episodes are left to hand over).
+
+        Returns
+        -------
+        (bool, int or None)
+            Whether the request may go out, and the episodes it may finish (``wanted``,
+            fewer when fewer are left; None: not bounded).
+        """
+        left = self.left()
+        if left <= 0:
+            return False, None
+        granted = wanted if wanted is None or left == math.inf else int(min(wanted, left))
+        entry = self.requests[tuple(collector)]
+        entry[0] += 1
+        entry[1] += granted or 0
+        self.claimed += granted or 0
+        return True, granted
+
+    def settle(self, collector, claimed, episodes, samples):
+        """A request of ``collector`` that claimed ``claimed`` episodes reported: ``episodes``
+        finished episodes and ``samples`` env steps were handed over (0 and 0 when its
+        rollout was lost: they are run again)."""
+        entry = self.requests[tuple(collector)]
+        entry[0] = max(0, entry[0] - 1)
+        entry[1] = max(0, entry[1] - int(claimed or 0))
+        self.claimed = max(0, self.claimed - int(claimed or 0))
+        self.received += int(episodes)
+        self.samples += int(samples)
+
+    def release(self, episodes):
+        """Take ``episodes`` handed over back (lost with a dead server): they are run again."""
+        self.received = max(0, self.received - int(episodes))
+
+    def reset(self, collectors):
+        """Forget the requests of ``collectors`` (their gradient worker died with them): what
+        they claimed is free again."""
+        for c in collectors:
+            entry = self.requests[tuple(c)]
+            self.claimed = max(0, self.claimed - entry[1])
+            entry[0] = entry[1] = 0
+
+    def active(self, collector):
+        """Whether ``collector`` has a request out."""
+        return self.requests[tuple(collector)][0] > 0
+
+    def finished(self, collectors):
+        """Whether none of ``collectors`` is active and nothing is left to claim: they will
+        hand nothing more over (a budget is set)."""
+        return self.has_budget and self.left() <= 0 and not any(self.active(c) for c in collectors)
+
+
+class PoolWindow:
+    """One window (rank) of a user's ``ExaData`` memory pool, as the queue server sees its
+    queues: the pool holds the items; the window keeps the put order of what it holds (the
+    "oldest head first" of binned selection, and the sizes).
+
+    Parameters
+    ----------
+    pool : ExaData
+        The pool.
+    rank : int
+        The window's rank in it.
+    """
+
+    def __init__(self, pool, rank):
+        self.pool, self.rank = pool, rank
+        self.seqs = deque()
+
+    def __len__(self):
+        return len(self.seqs)
+
+    def __getitem__(self, index):
+        return (self.seqs[index],)
+
+    def append(self, entry):
+        """Push ``(seq, data, version, collector, episodes)`` (the pool gets all but ``seq``);
+        returns 1 when the pool lost an item for it (EXARL's ``lost``), else 0."""
+        seq, *item = entry
+        _, lost = self.pool.push(tuple(item), self.rank)
+        self.seqs.append(seq)
+        if lost:
+            self.seqs.popleft()   # it holds one fewer: the oldest overwritten, or this one refused
+        return int(bool(lost))
+
+    def popleft(self):
+        """The next item of the window, ``(seq, data, version, collector, episodes)``, or None
+        when the pool had none."""
+        item = self.pool.pop(self.rank, 1)
+        seq = self.seqs.popleft()
+        return None if item is None else (seq, *item)
+
+
 class QueueServer(ServerProcess):
     """Bounded rollout queues shared by every collector and gradient worker.
 
@@ -205,9 +397,11 @@ class QueueServer(ServerProcess):
         Whether a gradient worker whose group is finished pops from other bins.
     route : str
         ``"collector"`` (a queue per collector) or ``"learner"`` (a queue per gradient worker).
-    kind : str
+    kind : str or type
         ``"fifo"`` (a put into a full queue waits) or ``"circular"`` (it overwrites the
-        queue's oldest rollout).
+        queue's oldest rollout), or a user's memory pool: an ``ExaData`` subclass or its
+        import path (see ``pool_class``), built as ``cls(object, size, comm_size=<queues>,
+        max_model_lag=None, name="queues")``.
     seed : int or None
         Seed of the random choices (random selection, random routing).
     """
@@ -223,15 +417,25 @@ class QueueServer(ServerProcess):
             self.bins = {g: [(g, c) for c in cols] for g, cols in groups.items()}
         else:
             self.bins = {g: [(g,)] for g in groups}
-        self.queues = {key: deque() for keys in self.bins.values() for key in keys}
+        keys = [key for keys in self.bins.values() for key in keys]
+        pool = pool_class(kind)
+        if pool is None:
+            self.queues = {key: deque() for key in keys}
+            self.pool = None
+        else:
+            # The max_policy_lag bound is applied when popped, by the gradient worker.
+            self.pool = pool(object, size, comm_size=len(keys), max_model_lag=None, name="queues")
+            self.queues = {key: PoolWindow(self.pool, rank) for rank, key in enumerate(keys)}
         self._rng = random.Random(seed)
         self._seq = 0          # put order over all queues: "oldest head" compares these
         self._closed = False
         self._paused = 0
-        self._finished = set()  # EXARL's record of active actors, per group: the groups with none left
+        self._finished = set()  # groups a worker said were finished (pop), without a budget
+        self.actors = {g: [(g, c) for c in cols] for g, cols in groups.items()}
+        self.counter = WorkCounter(k for keys in self.actors.values() for k in keys)
         self.counters = {"puts": 0, "pops": 0, "popped_rollouts": 0, "stolen_pops": 0, "stolen_rollouts": 0,
                          "overwritten": 0, "put_blocked_s": 0.0, "pop_blocked_s": 0.0, "bytes_in": 0,
-                         "max_size": 0}
+                         "max_size": 0, "put_messages": 0}
 
     # -------------------------------------------------------------- collectors
     def put(self, collector, data, version, timeout=None, episodes=0):
@@ -257,6 +461,30 @@ class QueueServer(ServerProcess):
         str
             ``"ok"``, ``"timeout"`` or ``"closed"`` (the run is stopping: the data is dropped).
         """
+        with self.cond:
+            self.counters["put_messages"] += 1
+        return self._put(collector, data, version, timeout, episodes)
+
+    def put_many(self, items):
+        """Put several rollouts sent as one message (a node's ``WorkerProxy`` passes its
+        collectors' on together), each as ``put`` would, in order: one that waits for room
+        holds the others back.
+
+        Parameters
+        ----------
+        items : list of tuple
+            ``put``'s arguments, one tuple per rollout.
+
+        Returns
+        -------
+        list of str
+            ``put``'s outcome of each.
+        """
+        with self.cond:
+            self.counters["put_messages"] += 1
+        return [self._put(*args) for args in items]
+
+    def _put(self, collector, data, version, timeout=None, episodes=0):
         collector = tuple(collector)
         deadline = None if timeout is None else time.perf_counter() + timeout
         t0 = time.perf_counter()
@@ -273,11 +501,13 @@ class QueueServer(ServerProcess):
                 self.cond.wait(remaining)
             self.counters["put_blocked_s"] += time.perf_counter() - t0
             queue = self.queues[key]
-            if len(queue) >= self.size:    # circular (or admitted beyond the bound while paused)
+            # (Full: circular, or admitted beyond the bound while paused; a user's pool decides itself.)
+            if self.pool is None and len(queue) >= self.size:
                 if self.kind == "circular":
                     queue.popleft()
                     self.counters["overwritten"] += 1
-            queue.append((self._seq, data, int(version), collector, int(episodes)))
+            lost = queue.append((self._seq, data, int(version), collector, int(episodes)))
+            self.counters["overwritten"] += lost or 0
             self._seq += 1
             self.counters["puts"] += 1
             self.counters["bytes_in"] += _nbytes(data)
@@ -294,9 +524,9 @@ class QueueServer(ServerProcess):
         else:
             keys = [k for keys in self.bins.values() for k in keys]
         room = [k for k in keys if len(self.queues[k]) < self.size]
-        if not room and (self._paused or self.kind == "circular"):
+        if not room and (self._paused or self.kind == "circular" or self.pool is not None):
             # A gradient worker waits for its collectors (admit beyond the bound), or a
-            # circular queue overwrites its oldest rollout.
+            # circular queue overwrites its oldest rollout (a user's pool decides itself).
             room = keys
         return self._rng.choice(room) if room else None
 
@@ -309,9 +539,10 @@ class QueueServer(ServerProcess):
         group : int
             The gradient worker's index.
         finished : bool
-            Its collectors will put nothing more (their share of the budget is handed
-            over and nothing is in flight): the group is recorded as finished, and with
-            ``steal`` the worker may pop from other bins once its own are empty.
+            Its collectors will put nothing more: recorded for a server without a budget.
+            With a budget the work counter says when a group is finished (none of its
+            collectors active, nothing left to claim); with ``steal`` a worker whose group is
+            finished pops from other bins once its own are empty.
         timeout : float or None
             Seconds to wait for a rollout (None: until one comes or the server is closed;
             0: do not wait).
@@ -340,7 +571,7 @@ class QueueServer(ServerProcess):
             while True:
                 if self._closed:
                     return CLOSED, [], False
-                if prefetch and self.steal and self._finished - {group}:
+                if prefetch and self.steal and any(self._group_finished(g) for g in self.bins if g != group):
                     return EMPTY, [], False
                 key, stolen = self._pop_source(group)
                 if key is not None:
@@ -353,6 +584,7 @@ class QueueServer(ServerProcess):
             self.counters["pop_blocked_s"] += time.perf_counter() - t0
             q = self.queues[key]
             taken = [q.popleft()] if self.pop_mode == "one" else [q.popleft() for _ in range(len(q))]
+            taken = [item for item in taken if item is not None]   # (a user's pool found empty)
             self.counters["pops"] += 1
             self.counters["popped_rollouts"] += len(taken)
             if stolen:
@@ -369,7 +601,7 @@ class QueueServer(ServerProcess):
         own = [k for k in self.bins[group] if self.queues[k]]
         if own:
             return self._oldest(own), False
-        if self.steal and group in self._finished:
+        if self.steal and self._group_finished(group):
             others = [k for g, keys in self.bins.items() if g != group for k in keys if self.queues[k]]
             if others:
                 return self._oldest(others), True
@@ -377,6 +609,86 @@ class QueueServer(ServerProcess):
 
     def _oldest(self, keys):
         return min(keys, key=lambda k: self.queues[k][0][0])
+
+    def _group_finished(self, group):
+        """Whether the collectors of gradient worker ``group`` will put nothing more: with a
+        budget, none of them has a request out and nothing is left to claim (the work
+        counter); without one, its worker said so in a pop."""
+        if self.counter.has_budget:
+            return self.counter.finished(self.actors[group])
+        return group in self._finished
+
+    def _finished_groups(self):
+        return sum(1 for g in self.bins if self._group_finished(g))
+
+    # ------------------------------------------------------------- work counter
+    def set_episode_budget(self, episodes):
+        """The run's budget of finished episodes, shared by every collector (None: no limit)."""
+        with self.cond:
+            self.counter.episodes = None if episodes is None else int(episodes)
+            self.cond.notify_all()
+        return episodes
+
+    def set_step_budget(self, steps):
+        """The run's budget of env steps handed over, shared by every collector (None: no
+        limit): no request goes out once that many are in (the requests out may pass it by
+        a rollout each)."""
+        with self.cond:
+            self.counter.steps = None if steps is None else int(steps)
+            self.cond.notify_all()
+        return steps
+
+    def restore_counter(self, episodes, steps, received, samples, requests):
+        """Put back the work counter of the server this one replaces, as its clients know it.
+
+        Parameters
+        ----------
+        episodes, steps : int or None
+            The budget.
+        received, samples : int
+            Finished episodes and env steps the collector sets have handed over.
+        requests : dict
+            Collector -> [requests out, episodes they claimed], of every collector set.
+        """
+        with self.cond:
+            c = self.counter
+            c.episodes, c.steps, c.received, c.samples = episodes, steps, int(received), int(samples)
+            for key, (n, claimed) in requests.items():
+                c.requests[tuple(key)] = [int(n), int(claimed)]
+            c.claimed = sum(claimed for _, claimed in c.requests.values())
+            self.cond.notify_all()
+        return True
+
+    def claim(self, collector, wanted):
+        """Claim one request of ``collector`` from the work counter (see ``WorkCounter.claim``):
+        ``(may go out, episodes it may finish)``."""
+        with self.cond:
+            out = self.counter.claim(collector, wanted)
+            self.cond.notify_all()
+            return out
+
+    def settle(self, collector, claimed, episodes, samples):
+        """A request of ``collector`` reported (see ``WorkCounter.settle``); a group may have
+        finished: the waits see it."""
+        with self.cond:
+            self.counter.settle(collector, claimed, episodes, samples)
+            self.cond.notify_all()
+        return True
+
+    def release(self, episodes):
+        """Episodes handed over that a dead server took with it: claimable again."""
+        with self.cond:
+            self.counter.release(episodes)
+            self.cond.notify_all()
+        return True
+
+    def reset_group(self, group):
+        """The collectors of gradient worker ``group`` died with it: their claims are free
+        again (its replacement's collectors claim anew)."""
+        with self.cond:
+            self.counter.reset(self.actors[group])
+            self.cond.notify_all()
+        return True
 
     # ------------------------------------------------------------------ control
     def pause_sampling(self):
@@ -410,8 +722,8 @@ class QueueServer(ServerProcess):
         them again at once."""
         deadline = time.perf_counter() + timeout
         with self.cond:
-            finished = len(self._finished)
-            while not (self._closed or len(self._finished) != finished or any(self.queues.values())):
+            finished = self._finished_groups()
+            while not (self._closed or self._finished_groups() != finished or any(self.queues.values())):
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
                     return False
@@ -426,13 +738,24 @@ class QueueServer(ServerProcess):
     def stats(self):
         """Counters: ``puts``, ``pops``, ``popped_rollouts``, ``stolen_pops`` and
         ``stolen_rollouts`` (pops from another group's queues, and the rollouts they took),
-        ``overwritten`` (rollouts a circular queue dropped for newer ones), ``put_blocked_s``
+        ``overwritten`` (rollouts a circular queue dropped for newer ones), ``put_messages``
+        (the put calls received: a proxy's ``put_many`` is one message for several), ``put_blocked_s``
         (collectors' time waiting for room), ``pop_blocked_s`` (gradient workers' time
         waiting for data), ``bytes_in`` (bytes put), ``max_size`` (largest queue seen),
-        ``held`` (rollouts in the queues now), ``active_groups`` (groups not finished)."""
+        ``held`` (rollouts in the queues now), ``active_groups`` (groups not finished),
+        ``active_actors`` (collectors with a request out: EXARL's bitmap, one entry each),
+        ``counted_episodes`` and ``counted_steps`` (handed over, on the work counter)."""
         with self.cond:
+            c = self.counter
             return dict(self.counters, held=sum(len(q) for q in self.queues.values()),
-                        active_groups=len(self.bins) - len(self._finished))
+                        active_groups=len(self.bins) - self._finished_groups(),
+                        active_actors=sum(1 for k in c.requests if c.active(k)),
+                        counted_episodes=c.received, counted_steps=c.samples)
+
+    def active_actors(self):
+        """EXARL's bitmap of active actors: collector -> whether it has a request out."""
+        with self.cond:
+            return {k: self.counter.active(k) for k in self.counter.requests}
 
 
 def make_queue_server(groups, options, remote, seed=None, wait=True):

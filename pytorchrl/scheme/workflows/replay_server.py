@@ -154,6 +154,7 @@ class ReplayServer(ServerProcess):
         self.limiter = RateLimiter(samples_per_insert, min_size_to_sample, error_buffer)
         self.priority_updates = 0
         self.refused_inserts = 0
+        self.insert_messages = 0   # insert and insert_many calls: the messages received
         self.latest_version = None
         self._start = time.perf_counter()
 
@@ -187,6 +188,27 @@ class ReplayServer(ServerProcess):
         str
             ``"ok"``, ``"timeout"`` or ``"closed"`` (the learner stopped: the data is dropped).
         """
+        self.insert_messages += 1
+        return self._insert(data, version, timeout)
+
+    def insert_many(self, items):
+        """Insert several rollouts sent as one message (a node's ``WorkerProxy`` passes its
+        collectors' on together), each as ``insert`` would, in order.
+
+        Parameters
+        ----------
+        items : list of tuple
+            ``insert``'s arguments, one tuple per rollout.
+
+        Returns
+        -------
+        list of str
+            ``insert``'s outcome of each.
+        """
+        self.insert_messages += 1
+        return [self._insert(*args) for args in items]
+
+    def _insert(self, data, version=None, timeout=None):
         data = unpack(data)   # (outside the limiter's lock: other threads insert and sample meanwhile)
         n = int(data[REW].shape[0])
         lim = self.limiter
@@ -290,12 +312,15 @@ class ReplayServer(ServerProcess):
         """Counters: ``size``, ``inserts``, ``samples`` (transitions), ``measured_ratio``,
         ``insert_blocked_s``, ``sample_blocked_s``, ``inserts_per_s``, ``samples_per_s`` (since
         the server started), ``priority_updates``, ``refused_inserts`` (inserts not
-        admitted within their timeout: the caller keeps or drops the data), ``latest_version``."""
+        admitted within their timeout: the caller keeps or drops the data), ``latest_version``,
+        ``insert_messages`` (the insert calls received: a proxy's ``insert_many`` is one
+        message for several rollouts) and ``insert_messages_per_s``."""
         s = self.limiter.stats()
         elapsed = max(1e-9, time.perf_counter() - self._start)
         s.update(inserts_per_s=s["inserts"] / elapsed, samples_per_s=s["samples"] / elapsed,
                  priority_updates=self.priority_updates, refused_inserts=self.refused_inserts,
-                 latest_version=self.latest_version)
+                 latest_version=self.latest_version, insert_messages=self.insert_messages,
+                 insert_messages_per_s=self.insert_messages / elapsed)
         return s
 
 
