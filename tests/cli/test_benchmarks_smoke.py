@@ -723,11 +723,12 @@ def test_work_stealing_report_compares_run_time_and_return():
     def rec(steal, seed, time_s, ret):
         return {"steal": steal, "seed": seed, "time_s": time_s, "train_return_last100": ret, "train_episodes": 120,
                 "stolen_pops": 3 if steal else 0, "stolen_rollouts": 5 if steal else 0, "puts": 140,
-                "popped": 140, "held": 0, "updates": 2900, "env_steps": 3000}
+                "popped": 140, "held": 0, "updates": 2900, "env_steps": 3000,
+                "steps_by_group": {1: 1900, 2: 1100}}
 
     records = [rec(True, 0, 10.0, 20.0), rec(False, 0, 15.0, 24.0), rec(False, 1, 14.0, 22.0), rec(True, 1, 9.0, 26.0)]
     table = mod.render(mod.summarize(records))
-    assert "| steal true | 9.5 | 10.0 9.0 | 23.0 (120 ep.) | 20.0 26.0 | 3 3 | 5 5 | 140/140 140/140 | 2900 2900 |" \
+    assert "| steal true | 9.5 | 10.0 9.0 | 23.0 (120 ep.) | 20.0 26.0 | 1900/1100 1900/1100 | 3 3 | 5 5 | 140/140 140/140 | 2900 2900 |" \
         in table
     assert ("steal true vs false: median run time 9.5 s vs 14.5 s (1.53x as fast); median train return 23.0 vs 23.0 "
             "(steal false): ok.") in table and mod.RETURN_NOTE in table
