@@ -230,6 +230,10 @@ BLOCKS = {
     ("docs/architecture.md", "if kl_coef != 0.0:"): Check(EXCERPT, where="pytorchrl/agent/accel/losses/actor_critic.py"),
     # ------------------------------------------------------------------ docs/benchmarks.md
     ("docs/benchmarks.md", "pytorchrl train examples/configs/ppo_cartpole.yaml --run-dir runs/one"): Check(RUN),
+    # (hours of training: the zoo's smoke test runs a row with --quick, resumes it and reads its table)
+    ("docs/benchmarks.md", "python benchmarks/zoo/run.py                       # every row; hours on 2 cores; "
+                           "resumable"):
+        Check(ELSEWHERE, where="test_benchmarks_smoke::test_zoo_quick_run_writes_results_the_table_and_resumes"),
     # ------------------------------------------------------------------ docs/cluster.md
     ("docs/cluster.md", "# on the head node: the cluster's token (once: it is written to ~/.ray/auth_token), then "
                         "the head"):

@@ -18,8 +18,8 @@ PBT = {"population": 2, "interval": 128, "quantile": 0.5, "execution": "ray", "m
 SCHEME = {"num_col_workers": 2, "col_workers_resources": {"num_cpus": 0.25}}
 
 
-def _config(tmp_path, target_steps=512):
-    return write_config(tmp_path, tiny(learner={"target_steps": target_steps}, scheme=SCHEME, pbt=PBT), "pbt.yaml")
+def _config(tmp_path, target_steps=512, scheme=SCHEME):
+    return write_config(tmp_path, tiny(learner={"target_steps": target_steps}, scheme=scheme, pbt=PBT), "pbt.yaml")
 
 
 def test_a_copy_between_actors_brings_the_weights_and_the_values_reach_every_worker(ray_session, tmp_path):
@@ -64,9 +64,9 @@ def test_pbt_with_ray_actors_end_to_end(ray_session, tmp_path, capsys):
 
 
 def test_a_member_whose_actor_dies_is_dropped_and_the_rest_go_on(ray_session, tmp_path, capsys):
-    config = load_config(_config(tmp_path, target_steps=384))
+    # (One collector, in its member's process: no resources of its own to ask for.)
+    config = load_config(_config(tmp_path, target_steps=384, scheme={"num_col_workers": 1}))
     config["pbt"]["population"], config["pbt"]["initial"] = 3, {"lr": [1.0e-4, 1.0e-3, 3.0e-3]}
-    config["scheme"] = {**config["scheme"], "num_col_workers": 1}
     config["run_dir"] = str(tmp_path / "population")
     (tmp_path / "population").mkdir()
     population = Population(config, config["run_dir"], progress="plain")
