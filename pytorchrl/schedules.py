@@ -62,8 +62,10 @@ class Schedule:
             return self.end if step >= self.start_step else self.start
         end_step = self.end_step if self.end_step is not None else total_steps
         frac = min(1.0, max(0.0, (step - self.start_step) / max(1, end_step - self.start_step)))
-        value = self.start + frac * (self.end - self.start)
-        return int(round(value)) if isinstance(self.start, int) and isinstance(self.end, int) else value
+        # At the end exactly ``end``: start + (end - start) can miss it by a rounding, and
+        # that value, within ``min_relative_change`` of the last one sent, was never sent.
+        value = self.end if frac >= 1.0 else self.start + frac * (self.end - self.start)
+        return int(round(value)) if isinstance(self.start, int) and isinstance(self.end, int) else float(value)
 
     def due(self, step, total_steps):
         """The value to send now, or None when the change since the last one is too small."""

@@ -69,6 +69,12 @@ def test_due_sends_only_worthwhile_changes():
     assert t.due(50, 100) is None
     assert t.due(100, 100) == pytest.approx(0.99)
 
+    # ... exactly, though start + (end - start) rounds away from it (1.0 + (0.07 - 1.0) is
+    # 0.07000000000000006): stepped by 16, epsilon stopped at 0.07062 with the end unsent
+    u = Schedule("initial_epsilon", start=1.0, end=0.07, end_step=24_000)
+    sent = [v for v in (u.due(step, 120_000) for step in range(0, 30_000, 16)) if v is not None]
+    assert sent[-1] == 0.07 and u.value(24_000, 120_000) == 0.07
+
 
 @pytest.mark.parametrize("kwargs", [
     dict(name="lr", target="actor", start=1.0, end=0.0),
