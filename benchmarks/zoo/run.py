@@ -157,8 +157,11 @@ def code_under_test(clean_head):
     return directory, commit + (f"+{facts['pytorchrl_diff_sha256']}" if facts.get("git_dirty") else "")
 
 
-def verdict(row, stats, by_name_stats):
-    """What the row's IQM says against its published figure, baseline or goal."""
+def verdict(row, stats, by_name_stats, zoo_stats=None):
+    """What the row's IQM says against its published figure, baseline or goal, and, where
+    the zoo itself ran here (``zoo_stats``: rl-zoo3's ``summarize`` on the same seeds),
+    against that: a published figure is one trained agent, and the zoo's own seeds show
+    how far a second one lands from it."""
     sign = 1.0 if row.higher_is_better else -1.0
     words = []
     if row.goal is not None:
@@ -183,6 +186,13 @@ def verdict(row, stats, by_name_stats):
             words.append("within the published spread")
         else:
             words.append(f"BELOW the published spread ({pub.mean - pub.std:.1f})")
+    if zoo_stats is not None:
+        if sign * stats["iqm"] >= sign * zoo_stats["iqm"]:
+            words.append(f"at or above rl-zoo3 here ({fmt_score(zoo_stats['iqm'])})")
+        elif zoo_stats["ci"][0] <= stats["iqm"] <= zoo_stats["ci"][1]:
+            words.append(f"within rl-zoo3's interval here ({fmt_score(zoo_stats['iqm'])})")
+        else:
+            words.append(f"BELOW rl-zoo3 here ({fmt_score(zoo_stats['iqm'])})")
     return "; ".join(words)
 
 
@@ -229,9 +239,11 @@ def report(rows, out, curves_dir=None):
         speed = f"{statistics.median(speeds):,.0f}" if speeds else ""
         wall = statistics.median(r["train_seconds"] for r in res)
         codes = sorted({r.get("code", "?") for r in res})
+        zoo_stats = summarize([r["final"] for r in zoo_results[row.name]]) if zoo_results[row.name] else None
         table.append([row.name, f"{int(st['steps']):,}", str(st["n"]), finals, fmt_score(st["mean"]),
                       f"{fmt_score(st['iqm'])} [{fmt_score(st['ci'][0])}, {fmt_score(st['ci'][1])}]", published,
-                      verdict(row, st, stats_by_name), rlzoo_cell(zoo_results[row.name]), speed, f"{wall:,.0f}",
+                      verdict(row, st, stats_by_name, zoo_stats), rlzoo_cell(zoo_results[row.name]), speed,
+                      f"{wall:,.0f}",
                       ", ".join(codes)])
         if curves_dir and not row.measure:
             os.makedirs(curves_dir, exist_ok=True)
