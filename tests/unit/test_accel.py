@@ -18,7 +18,7 @@ import torch.nn as nn
 
 import pytorchrl as prl
 from pytorchrl.agent import accel
-from pytorchrl.agent.accel import cuda_graph, private_torch, threads
+from pytorchrl.agent.accel import cuda_graph, private_torch, sampling, threads
 from pytorchrl.agent.accel.adam import NumpyAdam
 from pytorchrl.agent.accel.losses import actor_critic, deterministic, q_learning, sac
 from pytorchrl.agent.accel.networks import matmul
@@ -286,6 +286,81 @@ def test_sac_and_deterministic_kernels_gradients_are_autograds():
     (expected,) = _grad_of(loss, (q1,))
     assert deterministic.policy_loss(NUMPY, q1.detach().numpy())[1] == pytest.approx(float(expected[0, 0]))
 
+
+
+def test_discrete_sac_losses_are_the_exact_expectations():
+    g = torch.Generator().manual_seed(4)
+    k, n, a = 2, 20, 4
+    q_all = torch.randn(k, n, a, generator=g, requires_grad=True)
+    logits = torch.randn(n, a, generator=g, requires_grad=True)
+    log_probs = torch.log_softmax(logits, -1)
+    probs = log_probs.exp()
+    log_alpha = torch.tensor(-0.7, requires_grad=True)
+    alpha = log_alpha.detach().exp()
+    pi_loss, alpha_loss, entropy = sac.discrete_policy_and_alpha_losses(TORCH, q_all, log_probs, probs, log_alpha,
+                                                                        alpha, 0.9)
+    # What discrete SAC wrote inline before the kernel (algorithms/sac.py).
+    q_pi = q_all.detach().min(0).values
+    expected_pi = (probs * (alpha * log_probs - q_pi)).sum(-1).mean()
+    expected_entropy = -(probs * log_probs).sum(-1, keepdim=True).detach()
+    expected_alpha = (log_alpha * (expected_entropy - 0.9)).mean()
+    assert float(pi_loss.detach()) == float(expected_pi.detach())
+    assert torch.equal(entropy, expected_entropy)
+    assert float(alpha_loss.detach()) == pytest.approx(float(expected_alpha.detach()), rel=1e-6)
+    assert not entropy.requires_grad
+    # The critics stay outside the policy loss's gradient; the logits get the inline loss's.
+    g_logits, g_q = torch.autograd.grad(pi_loss, (logits, q_all), allow_unused=True, retain_graph=True)
+    (e_logits,) = _grad_of(expected_pi, (logits,))
+    torch.testing.assert_close(g_logits, e_logits, rtol=0, atol=0)
+    assert g_q is None
+    assert float(_grad_of(alpha_loss, (log_alpha,))[0]) == pytest.approx(float((expected_entropy - 0.9).mean()))
+    # The soft target: exact expectation over the next actions; numpy and torch agree.
+    rew, disc = torch.randn(n, 1, generator=g), (torch.rand(n, 1, generator=g) > 0.3).float() * 0.99
+    q2, lp2 = torch.randn(n, a, generator=g), torch.log_softmax(torch.randn(n, a, generator=g), -1)
+    y = sac.soft_target(rew, disc, q2, lp2, alpha, probs_next=lp2.exp())
+    assert torch.equal(y, rew + disc * (lp2.exp() * (q2 - alpha * lp2)).sum(-1, keepdim=True))
+    y_n = sac.soft_target(rew.numpy(), disc.numpy(), q2.numpy(), lp2.numpy(), float(alpha), probs_next=lp2.exp().numpy())
+    np.testing.assert_allclose(y_n, y.numpy(), atol=1e-6)
+
+
+def test_the_bellman_target_is_one_formula_for_numpy_and_torch():
+    g = torch.Generator().manual_seed(5)
+    rew, value = torch.randn(30, 1, generator=g), torch.randn(30, 1, generator=g)
+    disc = (torch.rand(30, 1, generator=g) > 0.3).float() * 0.99     # 0 after a termination
+    y = q_learning.bellman_target(rew, disc, value)
+    assert torch.equal(y, rew + disc * value)
+    assert torch.equal(y[disc == 0], rew[disc == 0])
+    np.testing.assert_array_equal(q_learning.bellman_target(rew.numpy(), disc.numpy(), value.numpy()), y.numpy())
+
+
+def test_the_gaussian_log_density_is_one_formula_for_numpy_and_torch():
+    g = torch.Generator().manual_seed(6)
+    mean, log_std = torch.randn(40, 3, generator=g), torch.randn(3, generator=g) * 0.5
+    x = mean + torch.randn(40, 3, generator=g) * log_std.exp()
+    z = (x - mean) / log_std.exp()
+    logp = sampling.gaussian_log_density(z, log_std)
+    normal = torch.distributions.Normal(mean, log_std.exp())
+    torch.testing.assert_close(logp, normal.log_prob(x).sum(-1, keepdim=True), atol=1e-5, rtol=1e-6)
+    np.testing.assert_array_equal(sampling.gaussian_log_density(z.numpy(), log_std.numpy()), logp.numpy())
+    torch.testing.assert_close(sampling.gaussian_entropy(log_std), normal.entropy()[0].sum(), atol=1e-6, rtol=1e-6)
+    assert sampling.gaussian_entropy(log_std.numpy()) == pytest.approx(float(sampling.gaussian_entropy(log_std)))
+
+
+def test_the_categorical_sample_never_draws_a_zero_probability_action():
+    weights = np.array([[0.0, 1.0, 0.0, 2.0, 0.0], [3.0, 0.0, 0.0, 1.0, 0.0]], dtype=np.float32)
+    # The edges of [0, 1): a draw of exactly 0 and the largest float32 and float64 draws.
+    for dtype in (np.float32, np.float64):
+        for u in (0.0, 1e-9, 1.0 / 3.0, 0.25, 0.75, np.nextafter(dtype(1), dtype(0))):
+            action = sampling.categorical_sample(weights, np.full((2, 1), u, dtype=dtype))
+            assert action.dtype == np.int64 and action.shape == (2, 1)
+            assert np.all(weights[np.arange(2), action[:, 0]] > 0), (u, dtype, action)
+    assert sampling.categorical_sample(weights, np.zeros((2, 1)))[:, 0].tolist() == [1, 0]
+    rng = np.random.default_rng(0)
+    probs = np.array([0.1, 0.0, 0.6, 0.3], dtype=np.float32)
+    draws = sampling.categorical_sample(np.repeat(probs[None] * 5.0, 100000, axis=0), rng.random((100000, 1)))
+    freq = np.bincount(draws[:, 0], minlength=4) / len(draws)
+    assert freq[1] == 0.0
+    np.testing.assert_allclose(freq, probs, atol=0.01)
 
 # ------------------------------------------------------- private torch operators
 def test_private_operators_and_their_public_fallbacks_give_the_same_numbers():

@@ -36,6 +36,7 @@ from pytorchrl.agent.accel.losses import deterministic, q_learning, sac
 from pytorchrl.agent.accel.networks import (LANE_MIN_WEIGHTS, NumpyEnsemble, activation_grad, bf16_matmul, column,
                                             float2d, matmul, program_of, set_grads, view)
 from pytorchrl.agent.accel.observations import numpy_normalizer
+from pytorchrl.agent.accel.sampling import categorical_sample
 from pytorchrl.agent.accel.threads import Lanes, ThreadChoice, limit_blas_threads, update_threads
 from pytorchrl.agent.accel.xp import NUMPY
 
@@ -153,10 +154,8 @@ class NumpyOffPolicyActing:
             if self.discrete:
                 if deterministic:
                     return out.argmax(axis=1)[:, None], {}, state
-                z = out - out.max(axis=1, keepdims=True)
-                cdf = np.exp(z).cumsum(axis=1)
-                u = self.actor.np_rng.random((n, 1)) * cdf[:, -1:]
-                return np.minimum((cdf <= u).sum(axis=1), self.num_actions - 1)[:, None].astype(np.int64), {}, state
+                weights = np.exp(out - out.max(axis=1, keepdims=True))
+                return categorical_sample(weights, self.actor.np_rng.random((n, 1))), {}, state
             d = self.act_dim
             mean = out[:, :d]
             if deterministic:
@@ -286,14 +285,14 @@ class NumpyDDQNUpdate(_NumpyUpdate):
                 lambda: self._q(self.net.forward(np.concatenate([obs, obs2]), copy=0, cache=cache)),
                 lambda: self._q(self.target.forward(obs2, copy=0)))
             q_all = q_both[:n]
-            target = rew + disc * q_learning.next_values(NUMPY, q_target, q_both[n:])
+            target = q_learning.bellman_target(rew, disc, q_learning.next_values(NUMPY, q_target, q_both[n:]))
             cache = [h[:n] for h in cache]      # the backward pass is the observations' only
         else:
             # DQN's targets: the target network's maximum (no online pass over obs2).
             q_all, q_target = self.lanes.run(
                 lambda: self._q(self.net.forward(obs, copy=0, cache=cache)),
                 lambda: self._q(self.target.forward(obs2, copy=0)))
-            target = rew + disc * q_learning.next_values(NUMPY, q_target)
+            target = q_learning.bellman_target(rew, disc, q_learning.next_values(NUMPY, q_target))
         q = NUMPY.take(q_all, act)
         loss, td, g = q_learning.td_loss(NUMPY, q, target, w, algo.loss)
 
@@ -521,7 +520,7 @@ class NumpyTD3Update(_NumpyUpdate):
             return self.target.forward(np.concatenate([obs2, a2], axis=1)).min(axis=0)
 
         q, q2 = self.lanes.run(online, next_values)
-        q_loss, td, dq = q_learning.critic_loss(NUMPY, q, rew + disc * q2, w)
+        q_loss, td, dq = q_learning.critic_loss(NUMPY, q, q_learning.bellman_target(rew, disc, q2), w)
         info = {"LossQ": float(q_loss), "QMean": float(q.mean())}
 
         def critics_backward():

@@ -23,11 +23,9 @@ from pytorchrl.agent.accel.losses.actor_critic import categorical_actor_critic, 
 from pytorchrl.agent.accel.networks import float2d, pair_of, program_of, set_grads, view
 from pytorchrl.agent.accel.threads import limit_blas_threads
 from pytorchrl.agent.accel.observations import numpy_normalizer
+from pytorchrl.agent.accel.sampling import categorical_sample, gaussian_log_density
 from pytorchrl.agent.accel.xp import NUMPY, TORCH
 from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead
-
-_HALF_LOG_2PI = 0.5 * np.log(2 * np.pi)
-
 
 def _trunk(actor):
     """``(program, None)`` of an on-policy actor's feature networks (a shared ``MLP``, a
@@ -95,19 +93,16 @@ class NumpyPolicy:
         if self.discrete:
             log_probs = NUMPY.log_softmax(out)
             if deterministic:
-                action = log_probs.argmax(axis=1)
+                action = log_probs.argmax(axis=1).astype(np.int64)[:, None]
             else:
                 # Inverse-CDF sampling: one uniform number per row.
-                cdf = np.exp(log_probs).cumsum(axis=1)
-                u = self.rng.random((len(out), 1), dtype=np.float32) * cdf[:, -1:]
-                action = np.minimum((cdf < u).sum(axis=1), out.shape[1] - 1)
-            action = action.astype(np.int64)[:, None]
+                action = categorical_sample(np.exp(log_probs), self.rng.random((len(out), 1), dtype=np.float32))
             logp = np.take_along_axis(log_probs, action, axis=1)
             return action, {ACT: action, LOGP: logp, VAL: value}, state
         std = np.exp(self.log_std)
         action = out if deterministic else out + std * self.rng.standard_normal(out.shape, dtype=np.float32)
         zs = (action - out) / std
-        logp = (-0.5 * zs * zs - self.log_std - _HALF_LOG_2PI).sum(axis=1, keepdims=True)
+        logp = gaussian_log_density(zs, self.log_std)
         env_action = np.clip(action, self.low, self.high)
         return env_action, {ACT: action, LOGP: logp.astype(np.float32), VAL: value}, state
 

@@ -5,13 +5,11 @@ because building a distribution object costs more than the whole network forward
 the acting path (see ANCHORS.md).
 """
 
-import math
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-_LOG_2PI = math.log(2 * math.pi)
+from pytorchrl.agent.accel.sampling import gaussian_entropy, gaussian_log_density
 
 
 class CategoricalHead(nn.Module):
@@ -76,7 +74,7 @@ class DiagGaussianHead(nn.Module):
 
     def _log_prob(self, mean, action):
         z = (action - mean) * torch.exp(-self.log_std)
-        return (-0.5 * z.pow(2) - self.log_std - 0.5 * _LOG_2PI).sum(-1, keepdim=True)
+        return gaussian_log_density(z, self.log_std)
 
     def sample(self, features, deterministic=False):
         """Return (action (B, D), log-probability (B, 1))."""
@@ -91,7 +89,7 @@ class DiagGaussianHead(nn.Module):
         """Return (log-probability (B, 1), entropy (B, 1)) of ``action`` (B, D)."""
         mean = self.linear(features)
         log_std = self.log_std if entropy_grad else self.log_std.detach()
-        entropy = (0.5 + 0.5 * _LOG_2PI + log_std).sum().expand(mean.shape[0], 1)
+        entropy = gaussian_entropy(log_std).expand(mean.shape[0], 1)
         return self._log_prob(mean, action), entropy
 
     def distribution(self, features):

@@ -150,8 +150,8 @@ class DDQN(OffPolicyAlgorithm):
         """Targets (B, 1) of tensors on this algorithm's device (``discount``: gamma^n, 0
         after termination): double-Q ``rew + discount * Q_target(obs2, argmax_a Q(obs2, a))``,
         or ``rew + discount * max_a Q_target(obs2, a)`` without ``double_q``."""
-        return rew + discount * self.next_values(self.target.q_values(obs2)[0],
-                                                 lambda: self.actor.q_values(obs2)[0])
+        return q_learning.bellman_target(rew, discount, self.next_values(self.target.q_values(obs2)[0],
+                                                                         lambda: self.actor.q_values(obs2)[0]))
 
     def next_values(self, q_target, q_online):
         """Value (N, 1) of the next observations from the target network's Q-values
@@ -246,4 +246,4 @@ class DDQN(OffPolicyAlgorithm):
         q_target = self.target.memory_step(next_obs, target_states[pos, cols].reshape(T * B, -1))[0][0]
         values = self.next_values(
             q_target, lambda: self.actor.memory_step(next_obs, states[pos, cols].reshape(T * B, -1))[0][0])
-        return batch[REW] + batch[DISCOUNT] * values.reshape(T, B, 1)
+        return q_learning.bellman_target(batch[REW], batch[DISCOUNT], values.reshape(T, B, 1))

@@ -120,15 +120,12 @@ class SAC(OffPolicyAlgorithm):
         if actor.discrete:
             with torch.no_grad():
                 _, logp2, p2 = actor.sample_policy(obs2)
-                q2 = target.q_values(obs2).min(0).values
-                y = rew + discount * (p2 * (q2 - alpha * logp2)).sum(-1, keepdim=True)
+                y = sac.soft_target(rew, discount, target.q_values(obs2).min(0).values, logp2, alpha, probs_next=p2)
             q_all = actor.q_values(obs)
             q = q_all.gather(2, act.long().unsqueeze(0).expand(q_all.shape[0], -1, -1))
             _, logp, p = actor.sample_policy(obs)
-            q_pi = q_all.detach().min(0).values
-            pi_loss = (p * (alpha * logp - q_pi)).sum(-1).mean()
-            entropy = -(p * logp).sum(-1, keepdim=True).detach()
-            alpha_loss = (log_alpha * (entropy - self.target_entropy)).mean()
+            pi_loss, alpha_loss, entropy = sac.discrete_policy_and_alpha_losses(
+                TORCH, q_all, logp, p, log_alpha, alpha, self.target_entropy)
         else:
             a = actor.scaler.from_env(act)
             with torch.no_grad():

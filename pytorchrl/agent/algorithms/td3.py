@@ -92,7 +92,7 @@ class DDPG(OffPolicyAlgorithm):
         a = actor.scaler.from_env(act)
         with torch.no_grad():
             q2 = self.target.q_values(obs2, self.next_actions(obs2)).min(0).values
-            y = rew + discount * q2
+            y = q_learning.bellman_target(rew, discount, q2)
         q = actor.q_values(obs, a)
         q_loss, td, _ = q_learning.critic_loss(TORCH, q, y, weights, grad=False)
         losses = {"q": q_loss}

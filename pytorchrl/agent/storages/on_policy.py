@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, ADV, DONE, IADV, IRET, IREW, IVAL, LOGP, OBS, RET, REW, RHS, TERM, TRUNC, TRUNC_VAL, VAL
+from pytorchrl.agent.accel.losses.q_learning import bellman_target
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.storages.base import Storage, as_numpy
 
@@ -60,7 +61,7 @@ def compute_gae(rew, val, term, trunc, trunc_val, gamma, gae_lambda):
         Advantages and return targets (adv + value), shape (T, N, 1).
     """
     not_ended = 1.0 - torch.maximum(term, trunc)
-    delta = rew + gamma * next_values(val[1:], not_ended, trunc, trunc_val) - val[:-1]
+    delta = bellman_target(rew, gamma, next_values(val[1:], not_ended, trunc, trunc_val)) - val[:-1]
     adv = reverse_scan(delta, gamma * gae_lambda * not_ended)
     return adv, adv + val[:-1]
 

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, ADV, DONE, IVAL, LOGP, OBS, RET, REW, RHS, TERM, TRUNC, VAL
+from pytorchrl.agent.accel.losses.q_learning import bellman_target
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.storages.on_policy import VanillaOnPolicyBuffer, next_values, reverse_scan
 
@@ -88,13 +89,13 @@ def compute_vtrace(rew, val, term, trunc, trunc_val, log_ratio, gamma, vtrace_la
     rho = _truncated(ratio, clip_rho_threshold)
     c = vtrace_lambda * _truncated(ratio, clip_c_threshold)
     not_ended = 1.0 - torch.maximum(term, trunc)
-    delta = rho * (rew + gamma * next_values(val[1:], not_ended, trunc, trunc_val) - val[:-1])
+    delta = rho * (bellman_target(rew, gamma, next_values(val[1:], not_ended, trunc, trunc_val)) - val[:-1])
     # Traces stop at episode ends: what follows belongs to another episode.
     vs = val[:-1] + reverse_scan(delta, gamma * c * not_ended)
     # v_{s+1} of the advantage: the next target while the episode goes on; past the last
     # step and at a truncation nothing more is known than the critic's value.
     next_vs = next_values(torch.cat([vs[1:], val[-1:]]), not_ended, trunc, trunc_val)
-    adv = _truncated(ratio, clip_pg_rho_threshold) * (rew + gamma * next_vs - val[:-1])
+    adv = _truncated(ratio, clip_pg_rho_threshold) * (bellman_target(rew, gamma, next_vs) - val[:-1])
     return adv, vs
 
 

@@ -1,9 +1,21 @@
-"""Q-learning losses: DQN's TD loss, its targets and dueling heads, and the critic loss of
-the actor-critics (SAC, DDPG, TD3).
+"""Q-learning losses: the one-step Bellman target, DQN's TD loss, its targets and dueling
+heads, and the critic loss of the actor-critics (SAC, DDPG, TD3).
 
 Gradients are with respect to the Q-values the networks output, per element of the
 mini-batch (the 1/N of the mean included).
 """
+
+
+def bellman_target(rew, discount, next_value):
+    """The Bellman target ``r + discount * V(s')``: written once for every algorithm, on
+    numpy arrays or torch tensors alike (DQN's, SAC's and TD3's targets, the TD residuals
+    of GAE and V-trace).
+
+    ``discount`` carries the episode end: the replay's ``DISCOUNT`` is gamma^n, 0 after a
+    termination; the on-policy storages pass gamma and a ``next_value`` already zero after
+    a termination (``storages.on_policy.next_values``).
+    """
+    return rew + discount * next_value
 
 
 def dueling_q(xp, out):
@@ -100,4 +112,4 @@ def critic_loss(xp, q, target, weights=None, scale=1.0, grad=True):
     return loss, td, (td * (2.0 * scale / n) if weights is None else td * (weights * (2.0 * scale / n)))
 
 
-__all__ = ["dueling_q", "next_values", "td_loss", "critic_loss"]
+__all__ = ["bellman_target", "dueling_q", "next_values", "td_loss", "critic_loss"]

@@ -1,15 +1,19 @@
-"""Soft Actor-Critic with Box actions (Haarnoja et al., 2018): the tanh-squashed Gaussian
-policy and the policy, entropy-coefficient and target terms.
+"""Soft Actor-Critic (Haarnoja et al., 2018): the tanh-squashed Gaussian policy of Box
+actions, the soft target, and the policy and entropy-coefficient losses of Box and Discrete
+actions (Christodoulou, 2019).
 
 Gradients are with respect to the policy network's output (mean and raw log-std), the
-critics' outputs and log(alpha), per sample of a mini-batch of N.
+critics' outputs and log(alpha), per sample of a mini-batch of N. Discrete SAC runs on the
+reference path only (autograd differentiates its losses).
 """
 
 import math
 
+from pytorchrl.agent.accel.losses.q_learning import bellman_target
+from pytorchrl.agent.accel.sampling import gaussian_log_density
+
 #: Range of the policy's log standard deviation.
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _LOG2 = math.log(2.0)
 
 
@@ -42,8 +46,7 @@ def squashed_gaussian(xp, out, noise):
     u = mean + std * noise
     a = xp.tanh(u)
     z = (u - mean) / std
-    logp = (-0.5 * z * z - log_std - _HALF_LOG_2PI).sum(axis=1, keepdims=True)
-    logp = logp - (2.0 * (_LOG2 - u - xp.softplus(-2.0 * u))).sum(axis=1, keepdims=True)
+    logp = gaussian_log_density(z, log_std) - (2.0 * (_LOG2 - u - xp.softplus(-2.0 * u))).sum(axis=1, keepdims=True)
     return a, logp, (raw, std, noise, a)
 
 
@@ -58,10 +61,26 @@ def squashed_gaussian_grad(xp, cache, g_action, g_logp):
     return xp.concatenate([g_u, g_log_std])
 
 
-def soft_target(rew, discount, q_next, logp_next, alpha):
-    """SAC's target ``r + discount (min_k Q_target(s', a') - alpha log pi(a'|s'))`` from the
-    target critics' minimum ``q_next`` (N, 1) at the next actions and their log-probability."""
-    return rew + discount * (q_next - alpha * logp_next)
+def soft_target(rew, discount, q_next, logp_next, alpha, probs_next=None):
+    """SAC's target ``r + discount V(s')`` with the soft value ``V(s') = min_k Q_target(s',
+    a') - alpha log pi(a'|s')``.
+
+    Box actions: ``q_next`` (N, 1), the target critics' minimum at the sampled next actions,
+    and ``logp_next`` (N, 1) their log-probability. Discrete actions (``probs_next`` (N, A)
+    given): ``q_next`` and ``logp_next`` (N, A) over every action, and the value is their
+    exact expectation under the policy's probabilities ``probs_next``.
+    """
+    value = q_next - alpha * logp_next
+    if probs_next is not None:
+        value = (probs_next * value).sum(axis=-1, keepdims=True)
+    return bellman_target(rew, discount, value)
+
+
+def _alpha_loss(log_alpha, entropy, target_entropy):
+    """The entropy-coefficient loss ``log_alpha mean(H - target)`` and its gradient
+    ``mean(H - target)`` with respect to ``log_alpha`` (``entropy`` outside the gradient)."""
+    gap = (entropy - target_entropy).mean()
+    return log_alpha * gap, gap
 
 
 def policy_and_alpha_losses(xp, q_pi, logp_pi, log_alpha, alpha, target_entropy, grad=True):
@@ -96,9 +115,8 @@ def policy_and_alpha_losses(xp, q_pi, logp_pi, log_alpha, alpha, target_entropy,
         minimum) and d alpha_loss / d log_alpha.
     """
     entropy = -xp.stop(logp_pi)
-    gap = (entropy - target_entropy).mean()
     pi_loss = (alpha * logp_pi - xp.amin(q_pi, axis=0)).mean()
-    alpha_loss = log_alpha * gap
+    alpha_loss, gap = _alpha_loss(log_alpha, entropy, target_entropy)
     if not grad:
         return pi_loss, alpha_loss, entropy, None
     n = logp_pi.shape[0]
@@ -106,5 +124,35 @@ def policy_and_alpha_losses(xp, q_pi, logp_pi, log_alpha, alpha, target_entropy,
     return pi_loss, alpha_loss, entropy, (alpha * (1.0 / n), -1.0 / n, best, gap)
 
 
+def discrete_policy_and_alpha_losses(xp, q_all, log_probs, probs, log_alpha, alpha, target_entropy):
+    """Discrete SAC's policy loss ``mean_s sum_a pi(a|s) (alpha log pi(a|s) - min_k Q_k(s, a))``
+    (the expectation over the actions computed exactly, the critics outside the gradient)
+    and the entropy-coefficient loss of ``policy_and_alpha_losses`` with the exact entropy
+    ``H = -sum_a pi log pi`` (outside the gradient). Values only: the reference path
+    differentiates them.
+
+    Parameters
+    ----------
+    xp : namespace
+        ``TORCH`` (or ``NUMPY``).
+    q_all : array (K, N, A)
+        The critics' Q-values of every action.
+    log_probs, probs : array (N, A)
+        The policy's log-probabilities and probabilities.
+    log_alpha, alpha, target_entropy
+        As in ``policy_and_alpha_losses``.
+
+    Returns
+    -------
+    pi_loss, alpha_loss : 0-d arrays
+    entropy : array (N, 1)
+    """
+    q_pi = xp.amin(xp.stop(q_all), axis=0)
+    pi_loss = (probs * (alpha * log_probs - q_pi)).sum(axis=-1).mean()
+    entropy = -xp.stop((probs * log_probs).sum(axis=-1, keepdims=True))
+    alpha_loss, _ = _alpha_loss(log_alpha, entropy, target_entropy)
+    return pi_loss, alpha_loss, entropy
+
+
 __all__ = ["LOG_STD_MIN", "LOG_STD_MAX", "squashed_gaussian", "squashed_gaussian_grad", "soft_target",
-           "policy_and_alpha_losses"]
+           "policy_and_alpha_losses", "discrete_policy_and_alpha_losses"]
