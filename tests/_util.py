@@ -6,6 +6,7 @@ while the internals (buffers, fused networks) change.
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 import pytorchrl as prl
@@ -13,6 +14,14 @@ from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.algorithms import PPO
 from pytorchrl.agent.storages.base import FINAL_OBS, as_numpy
+
+
+def needs_extra(module, extra):
+    """``import module``, or skip the calling test (the whole test module when called at its
+    top level) saying which extra of setup.py installs it: collection never fails for a
+    missing optional package."""
+    __tracebackhide__ = True      # the skip is reported at the caller's line
+    return pytest.importorskip(module, reason=f'needs the "{extra}" extra: pip install "pytorchrl[{extra}]"')
 
 
 def make_actor(obs_space, action_space, algorithm_name="PPO", hidden=(16,), **kwargs):

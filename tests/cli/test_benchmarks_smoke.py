@@ -11,6 +11,7 @@ import tempfile
 
 import pytest
 
+from _util import needs_extra
 from cli_helpers import REPO
 
 BENCH = os.path.join(REPO, "benchmarks")
@@ -507,7 +508,7 @@ def test_atari_ours_worker_prints_a_complete_record(tmp_path):
     the orchestrator reads, the same objective as SB3, the last rollout trained on in full,
     the real games' scores read from the episode log (a random Breakout game lasts some 170
     steps: about ten end in 8 x 256 steps)."""
-    pytest.importorskip("ale_py")
+    needs_extra("ale_py", "atari")
     rec = worker_record("atari_ppo/worker_ours.py", ["--steps", 2048, "--seed", 1, "--precision", "bf16",
                                                "--eval-episodes", 1, "--eval-max-steps", 60], cwd=tmp_path)
     assert rec["system"] == "ours-bf16" and rec["precision"] == "bf16" and rec["game"] == "BreakoutNoFrameskip-v4"

@@ -17,12 +17,14 @@ import sys
 import threading
 import time
 
-import psutil
 import pytest
 
 from pytorchrl import checkpoint as ckpt
 
+from _util import needs_extra
 from cli_helpers import REPO, env, pytorchrl, read_csv
+
+psutil = needs_extra("psutil", "test")
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -15,6 +15,7 @@ import yaml
 
 from pytorchrl import cli
 
+from _util import needs_extra
 from cli_helpers import assert_one_line_error, env, pytorchrl_in_process, read_csv, tiny, write_config
 
 #: Layout of a ``.wandb`` file: a 7-byte header (":W&B", magic 0xBEE1, version 0), then
@@ -90,7 +91,7 @@ def _parse_run(records):
 @pytest.fixture
 def wandb_env(tmp_path, monkeypatch):
     """wandb quiet and writing nowhere but under the test's directory."""
-    pytest.importorskip("wandb")   # (the tests without it check what is said when it is missing)
+    needs_extra("wandb", "wandb")   # (the tests without it check what is said when it is missing)
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-default"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
@@ -210,7 +211,7 @@ def test_a_run_that_fails_finishes_its_wandb_run_as_failed(wandb_env):
 
 
 def test_online_run_without_a_login_is_one_line(tmp_path):
-    pytest.importorskip("wandb")
+    needs_extra("wandb", "wandb")
     # No API key anywhere (HOME without a .netrc): W&B refuses to start an online run.
     variables = dict(env(), HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_SILENT="true")
     for name in ("WANDB_API_KEY", "WANDB_MODE", "NETRC"):

@@ -18,7 +18,7 @@ def tune(ray_session):
     try:
         import ray.tune
     except ImportError as exc:   # ray.tune raises ImportError (not ModuleNotFoundError) without its extras
-        pytest.skip(f"ray[tune] is not installed: {exc}")
+        pytest.skip(f'needs the "tune" extra: pip install "pytorchrl[tune]" ({exc})')
     return ray.tune
 
 

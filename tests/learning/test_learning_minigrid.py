@@ -14,10 +14,11 @@ import pytest
 from pytorchrl.config import load_config
 from pytorchrl.config.build import build_learner
 
+from _util import needs_extra
 from cli_helpers import REPO
 from learning_helpers import train_until
 
-pytest.importorskip("minigrid")
+needs_extra("minigrid", "minigrid")
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("no_ray_import")]
 

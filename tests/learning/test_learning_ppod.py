@@ -15,9 +15,10 @@ import os
 
 import pytest
 
+from _util import needs_extra
 from cli_helpers import REPO
 
-pytest.importorskip("minigrid")
+needs_extra("minigrid", "minigrid")
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.usefixtures("no_ray_import")]
 

@@ -3,6 +3,7 @@ every agent preset's example configuration validates and trains a tiny budget (t
 ones on the session's shared local Ray instance); explicit keys win over a preset; family
 options, ids and packages are checked with one clear message."""
 
+import importlib.util
 import os
 
 import numpy as np
@@ -15,6 +16,7 @@ from pytorchrl.config.loader import resolve_agent_preset
 from pytorchrl.config.build import build_actor_factory, build_env_factories
 from pytorchrl.config.schema import FEATURE_EXTRACTORS
 
+from _util import needs_extra
 from cli_helpers import REPO, assert_one_line_error, pytorchrl_in_process, tiny, train_checking_float32
 from distributed_fixtures import LayoutProbe
 
@@ -45,12 +47,20 @@ def _example(agent):
     return os.path.join(EXAMPLES, agent.file)
 
 
+#: The package of each environment family that needs one, and the extra that installs it.
+FAMILY_PACKAGES = {"atari": ("ale_py", "atari"), "mujoco": ("mujoco", "mujoco")}
+
+
+def _family(agent):
+    return resolve_agent_preset(agent)["env"].get("family", "gym")
+
+
 def _needs(agent):
-    """Skip when the agent's simulator cannot load here (ale-py, MuJoCo)."""
-    family = resolve_agent_preset(agent)["env"].get("family", "gym")
-    if family == "atari":
-        pytest.importorskip("ale_py")
-    elif family == "mujoco":
+    """Skip when the agent's simulator cannot load here (ale-py, MuJoCo), naming its extra."""
+    family = _family(agent)
+    if family in FAMILY_PACKAGES:
+        needs_extra(*FAMILY_PACKAGES[family])
+    if family == "mujoco":
         try:
             from pytorchrl.envs import mujoco_train_env_factory
             mujoco_train_env_factory(resolve_agent_preset(agent)["env"]["id"], 0, 0).close()
@@ -103,6 +113,7 @@ def test_another_algorithm_storage_or_family_replaces_the_presets_section():
     assert config["schedules"] == []    # PPO's schedules name clip_param, which A2C has not
     config = validate_config({"preset": "PPO", "storage": {"name": "VanillaOnPolicyBuffer", "size": 16}})
     assert config["storage"] == {"name": "VanillaOnPolicyBuffer", "size": 16}   # no GAEBuffer key left over
+    needs_extra("mujoco", "mujoco")     # (the family's configuration checks its package)
     config = validate_config({"preset": "PPO", "env": {"family": "mujoco", "id": "Hopper-v5"}})
     assert config["env"]["vec_env_size"] == 1 and config["env"]["family"] == "mujoco"
 
@@ -156,7 +167,13 @@ def test_presets_command_lists_the_agents(capsys):
 
 
 def _uses_ray(name):
-    scheme = load_config(_example(AGENT_PRESETS[name]))["scheme"]
+    agent = AGENT_PRESETS[name]
+    if _family(agent) in FAMILY_PACKAGES and importlib.util.find_spec(FAMILY_PACKAGES[_family(agent)][0]) is None:
+        # Its configuration does not load without the simulator (a ConfigError at collection):
+        # test_agent_preset_trains skips it, naming the extra. (The examples with a
+        # simulator run in one process.)
+        return False
+    scheme = load_config(_example(agent))["scheme"]
     return scheme["num_col_workers"] > 1 or scheme["num_grad_workers"] > 1
 
 
@@ -206,7 +223,10 @@ def _train_tiny(name, check_layout=False):
     ({"episodic_life": True}, "env.episodic_life: is an option of the atari family; env.family is 'gym', "
                               "which has none"),
     ({"family": "atar"}, "env.family: expected one of 'gym', 'atari', 'mujoco', 'minigrid', 'robotics', got 'atar' (did you mean 'atari'?)"),
-    ({"family": "mujoco", "id": "Pendulum-v1"}, "env.id: 'Pendulum-v1' is not an environment of the mujoco family"),
+    pytest.param({"family": "mujoco", "id": "Pendulum-v1"},
+                 "env.id: 'Pendulum-v1' is not an environment of the mujoco family",
+                 marks=pytest.mark.skipif(importlib.util.find_spec("mujoco") is None,
+                                          reason='needs the "mujoco" extra: pip install "pytorchrl[mujoco]"')),
     ({"family": "mujoco", "id": "HalfCheetah-v5", "frame_stack": 0}, "env.frame_stack: must be >= 1, got 0"),
     ({"family": "mujoco", "id": "HalfCheetah-v5", "clip_rewards": True},
      "env.clip_rewards: is an option of the atari family; env.family is 'mujoco', which has options frame_skip, "
@@ -222,7 +242,7 @@ def test_family_options_and_ids_are_checked(env, expected):
 
 
 def test_atari_family_ids_and_options(tmp_path):
-    pytest.importorskip("ale_py")
+    needs_extra("ale_py", "atari")
     for env, expected in [
             ({"family": "atari", "id": "CartPole-v1"}, "env.id: 'CartPole-v1' is not an environment of the atari "
                                                        "family"),
@@ -239,7 +259,7 @@ def test_atari_family_ids_and_options(tmp_path):
 
 
 def test_atari_family_builds_frames_and_a_cnn_actor():
-    pytest.importorskip("ale_py")
+    needs_extra("ale_py", "atari")
     config = validate_config(tiny(env={"family": "atari", "id": "BreakoutNoFrameskip-v4", "frame_stack": 2,
                                        "max_episode_steps": 30, "sticky_actions": True, "test_env": True}))
     train, test, action_space, obs_space = build_env_factories(config)
@@ -265,7 +285,7 @@ def test_actor_precision_reaches_the_image_extractors_of_both_families_and_train
     """actor.precision goes to the image feature extractor of PPO's actor and of DDQN's
     (its observation extractor); bf16 trains a tiny budget with float32 weights; a flat
     observation space (mlp) refuses it; it cannot change while training."""
-    pytest.importorskip("ale_py")
+    needs_extra("ale_py", "atari")
     from pytorchrl.tools.control import resolve_key
 
     atari = {"family": "atari", "id": "PongNoFrameskip-v4", "frame_stack": 2, "max_episode_steps": 40,
@@ -296,7 +316,7 @@ def test_actor_precision_reaches_the_image_extractors_of_both_families_and_train
 
 def test_evaluation_plays_whole_games_of_the_family(tmp_path):
     """`pytorchrl evaluate` rebuilds a run's environment with its family's test factory."""
-    pytest.importorskip("ale_py")
+    needs_extra("ale_py", "atari")
     import torch
 
     from pytorchrl.tools.evaluate import build_policy

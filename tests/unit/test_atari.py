@@ -4,7 +4,9 @@ reward clipping and delay, frame stack, time limit, real game statistics, seedin
 import numpy as np
 import pytest
 
-pytest.importorskip("ale_py")
+from _util import needs_extra
+
+needs_extra("ale_py", "atari")
 
 from pytorchrl.agent.env import VecEnv  # noqa: E402
 from pytorchrl.envs import atari_test_env_factory, atari_train_env_factory  # noqa: E402

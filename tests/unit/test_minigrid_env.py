@@ -15,7 +15,9 @@ from pytorchrl.config.build import build_actor_factory, build_env_factories
 from pytorchrl.envs import minigrid_test_env_factory, minigrid_train_env_factory
 from pytorchrl.envs.minigrid import MISSION_BITS, mission_bits
 
-pytest.importorskip("minigrid")
+from _util import needs_extra
+
+needs_extra("minigrid", "minigrid")
 
 TASK = "MiniGrid-Empty-5x5-v0"
 

@@ -5,11 +5,14 @@ import pytest
 
 from pytorchrl.envs import mujoco_test_env_factory, mujoco_train_env_factory
 
+from _util import needs_extra
+
 TASK = "HalfCheetah-v5"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def mujoco_available():
+    needs_extra("mujoco", "mujoco")
     try:
         mujoco_train_env_factory(TASK, 0, 0).close()
     except Exception as exc:  # no mujoco package, no OpenGL-free build, ...

@@ -17,7 +17,9 @@ from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-pytest.importorskip("gymnasium_robotics")
+from _util import needs_extra
+
+needs_extra("gymnasium_robotics", "robotics")
 
 K = 2
 
