@@ -64,7 +64,7 @@ MODULE_MARKERS = {"ray": "ray", "subprocess": "subprocess"}
 #: Helpers of tests/ whose use marks a test (beyond what they themselves reach).
 HELPER_MARKERS = {"NetnsCluster": ("netns", "ray", "subprocess"), "learning_helpers": ("learning",)}
 #: Fixtures of this file whose use marks a test (the others mark nothing).
-CONFTEST_FIXTURE_MARKERS = {"ray_session": ("ray",)}
+CONFTEST_FIXTURE_MARKERS = {"ray_session": ("ray",), "ray_for_module": ("ray",)}
 
 
 # ---------------------------------------------------------------------- markers
@@ -268,6 +268,24 @@ def ray_session():
     if started and ray.is_initialized():
         _warn_of_actors_left(ray)
         ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_for_module(ray_session, request):
+    """The session's Ray instance (``ray_session``) for a test module whose functions or
+    classes reach Ray workers: the workers cannot import tests/, so the helpers of
+    tests/distributed_fixtures.py are sent to them by value, and so are the modules that the
+    test module lists in ``RAY_BY_VALUE``: module names (``__name__`` for itself) or
+    functions returning a module (imported only when Ray is)."""
+    import importlib
+
+    from distributed_fixtures import register_for_ray
+    modules = []
+    for entry in getattr(request.module, "RAY_BY_VALUE", ()):
+        module = entry() if callable(entry) else importlib.import_module(entry)
+        modules.append(module.__name__)
+    register_for_ray(*modules)
+    return ray_session
 
 
 def _live_actors():

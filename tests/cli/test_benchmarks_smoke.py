@@ -141,10 +141,7 @@ def test_machine_load_probe():
 # ------------------------------------------------ distributed benchmarks (issue 3)
 # Our side only, on tiny budgets, in this process with the session's Ray instance (2 CPUs):
 # the benchmark functions join an initialised Ray instead of starting one.
-@pytest.fixture(scope="module")
-def bench_ray(ray_session):
-    _bench_module("workerlib.envs").register_with_ray()   # env functions reach the Ray workers by value
-    return ray_session
+RAY_BY_VALUE = (lambda: _bench_module("workerlib.envs"),)     # env functions reach the Ray workers by value
 
 
 def test_rllib_worker_shares_the_hyperparameters():
@@ -156,7 +153,7 @@ def test_rllib_worker_shares_the_hyperparameters():
 
 
 @pytest.mark.timeout(300)
-def test_distributed_cartpole_ours_record(bench_ray):
+def test_distributed_cartpole_ours_record(ray_for_module):
     import time
     mod = _load_bench("distributed_cartpole/worker_ours.py")
     args = mod.parse_args(["--steps", "4000", "--envs-per-collector", "8", "--cpus-per-collector", "0.25",
@@ -205,7 +202,7 @@ def test_distributed_cartpole_report():
 
 
 @pytest.mark.timeout(300)
-def test_scaling_latency_measures_sync_and_async(bench_ray):
+def test_scaling_latency_measures_sync_and_async(ray_for_module):
     mod = _load_bench("scaling_latency/run.py")
     args = mod.parse_args(["--rounds", "2", "--warmup", "1", "--rollout", "16"])
     assert args.mode_list == ["sync", "async", "async-q2"]
@@ -231,7 +228,7 @@ def test_scaling_latency_measures_sync_and_async(bench_ray):
     assert f"{summary[('sync', 2)]['train_return']:.1f} (" in table
 
 
-def test_replay_server_bench_reports_rates_and_ratio(bench_ray):
+def test_replay_server_bench_reports_rates_and_ratio(ray_for_module):
     """benchmarks/replay_server/run.py on a tiny budget: rates, and a measured ratio held within
     the error buffer."""
     mod = _load_bench("replay_server/run.py")
@@ -246,7 +243,7 @@ def test_replay_server_bench_reports_rates_and_ratio(bench_ray):
     assert f"| {r['train_return_last100']:.1f} ({r['train_episodes']} ep.) |" in table and mod.RETURN_NOTE in table
 
 
-def test_seed_inference_bench_reports_batches_and_rates(bench_ray):
+def test_seed_inference_bench_reports_batches_and_rates(ray_for_module):
     """benchmarks/seed_inference/run.py on a tiny budget: batch sizes and rates of the server."""
     mod = _load_bench("seed_inference/run.py")
     args = mod.parse_args(["--collectors", "2", "--envs", "2", "--steps", "600", "--rollout", "16",
@@ -264,7 +261,7 @@ def test_seed_inference_bench_reports_batches_and_rates(bench_ray):
 
 
 @pytest.mark.timeout(300)
-def test_straggler_is_cut_with_preemption(bench_ray):
+def test_straggler_is_cut_with_preemption(ray_for_module):
     mod = _load_bench("straggler/run.py")
     args = mod.parse_args(["--collectors", "2", "--rollout", "32", "--rounds", "2", "--warmup", "1",
                            "--cpus-per-collector", "0.25"])
@@ -288,7 +285,7 @@ def test_straggler_is_cut_with_preemption(bench_ray):
 
 
 @pytest.mark.timeout(300)
-def test_compression_images_counts_bytes(bench_ray):
+def test_compression_images_counts_bytes(ray_for_module):
     mod = _load_bench("compression_images/run.py")
     # Games of 8 steps: some end in every round, and the return is measured.
     args = mod.parse_args(["--envs", "1", "--rollout", "8", "--rounds", "1", "--warmup", "1", "--hidden", "8",
@@ -765,7 +762,7 @@ def test_spaces_cartpole_quick_writes_records_with_returns(tmp_path, capsys):
 
 
 @pytest.mark.timeout(300)
-def test_server_startup_measures_servers_that_do_without_torch(bench_ray):
+def test_server_startup_measures_servers_that_do_without_torch(ray_for_module):
     mod = _load_bench("server_startup/run.py")
     args = mod.parse_args(["--quick"])
     assert (args.repeats, args.servers) == (1, 1)

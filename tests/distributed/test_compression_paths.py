@@ -114,9 +114,7 @@ def _train(name, *overrides):
 
 
 @pytest.mark.timeout(300)
-def test_collectors_compress_on_the_replay_server_and_queue_paths(ray_session):
-    from distributed_fixtures import register_for_ray
-    register_for_ray()
+def test_collectors_compress_on_the_replay_server_and_queue_paths(ray_for_module):
     learner, raw, sent, stats = _train("drl-actor-model", "learner.target_steps=1500",
                                        "scheme.replay_server.min_size_to_sample=200")
     # Int64 actions and 0/1 flags compress: fewer bytes went than the rollouts hold.

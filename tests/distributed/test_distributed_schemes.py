@@ -35,7 +35,7 @@ SYNC, ASYNC = prl.SYNC, prl.ASYNC
 BUDGET = 20_000
 LEARNED = 45.0
 
-# Every test of this module runs on the session's Ray (tests/distributed/conftest.py).
+# Every test of this module runs on the session's Ray (ray_for_module, tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("ray_for_module")
 
 

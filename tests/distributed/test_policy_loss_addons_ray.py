@@ -15,13 +15,12 @@ from pytorchrl.agent.algorithms.policy_loss_addons import AttractionKL, SavedAct
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-from distributed_fixtures import SMALL, factories, free_cpus, register_for_ray, resources_released, wait_gone
+from distributed_fixtures import SMALL, factories, free_cpus, resources_released, wait_gone
 
 
 @pytest.mark.parametrize("num_col_workers, num_grad_workers", [(1, 2), (2, 1)],
                          ids=["remote-gradient-workers", "remote-collectors"])
-def test_attraction_kl_trains_on_ray_workers(ray_session, tmp_path, num_col_workers, num_grad_workers):
-    register_for_ray()
+def test_attraction_kl_trains_on_ray_workers(ray_for_module, tmp_path, num_col_workers, num_grad_workers):
     torch.manual_seed(0)
     parts = factories(vec_env_size=4, rollout_size=16)
     behaviour = parts["actor_factory"]("cpu")

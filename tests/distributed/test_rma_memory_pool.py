@@ -16,7 +16,7 @@ from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.weight_board import WeightBoard
 
 from cli_helpers import REPO, tiny
-from distributed_fixtures import ddqn_factories, register_for_ray
+from distributed_fixtures import ddqn_factories
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 
@@ -89,8 +89,7 @@ def test_the_configuration_takes_the_read_frequency_and_the_queue_kind():
 
 
 @pytest.mark.timeout(300)
-def test_exarl_rma_reads_the_board_per_episode_and_a_circular_pool_accounts_for_every_put(ray_session):
-    register_for_ray()
+def test_exarl_rma_reads_the_board_per_episode_and_a_circular_pool_accounts_for_every_put(ray_for_module):
     learner = build_learner(load_config(os.path.join(EXARL, "exarl-rma.yaml"),
                                         ["learner.target_steps=1500", "learner.tensorboard=false",
                                          "env.test_env=false", "scheme.queues.kind=circular"]))

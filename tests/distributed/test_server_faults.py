@@ -34,7 +34,7 @@ from pytorchrl.scheme.workflows.rate_limiter import OK
 from pytorchrl.scheme.workflows.replay_server import ReplayDataPath
 
 from cli_helpers import REPO
-from distributed_fixtures import LayoutProbe, register_for_ray
+from distributed_fixtures import LayoutProbe
 
 EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 #: Env steps of a run that must survive its server's death; the server dies at a third.
@@ -44,14 +44,6 @@ KILL_AT = TARGET // 3
 #: fewer updates per transition, no evaluation.
 CHEAP = {"drl-actor-model": ["scheme.replay_server.samples_per_insert=2"]}
 CHEAP_DEFAULT = ["algorithm.num_updates=4"]
-
-
-@pytest.fixture
-def ray_servers(ray_session):
-    """The session's Ray instance, for the tests that start remote servers (the others run
-    in this process and are unit tests)."""
-    register_for_ray()
-    return ray_session
 
 
 def learner_for(example, *overrides):
@@ -134,7 +126,7 @@ def queue_server_checks(m, stats):
     assert m["Queues/LostRollouts"] >= 0 and m["Queues/LostEpisodes"] >= 0
 
 
-@pytest.mark.usefixtures("ray_servers")
+@pytest.mark.usefixtures("ray_for_module")
 @pytest.mark.parametrize("example,kind,done,overrides,checks", [
     ("drl-actor-model", "replay", "replaced, empty", ["scheme.replay_server.min_size_to_sample=500"],
      replay_server_checks),
@@ -163,7 +155,7 @@ def test_killed_server_is_replaced_and_the_run_reaches_its_target(example, kind,
 
 
 # ------------------------------------------------------------------ replay server
-@pytest.mark.usefixtures("ray_servers")
+@pytest.mark.usefixtures("ray_for_module")
 def test_replay_server_replacement_holds_the_last_checkpoints_transitions(tmp_path):
     """With checkpoint_replay the checkpoint keeps the server's transitions, and a
     replacement starts from them (its line says how many, and from when)."""
@@ -308,7 +300,7 @@ def wait_until_dead(handle, deadline_s=60.0):
     raise AssertionError(f"the killed actor still answers after {deadline_s} s")
 
 
-@pytest.mark.usefixtures("ray_servers")
+@pytest.mark.usefixtures("ray_for_module")
 def test_a_collector_whose_inference_server_was_killed_waits_for_the_replacement():
     """A collector whose inference server was killed reports its rollout paused (it is not
     taken for dead), as often as asked, until it is given the replacement; then the same
@@ -384,7 +376,7 @@ def test_a_rollout_paused_mid_way_goes_on_where_it_stopped():
 
 
 # ------------------------------------------------------------------- queue server
-@pytest.mark.usefixtures("ray_servers")
+@pytest.mark.usefixtures("ray_for_module")
 @pytest.mark.parametrize("example", ["exarl-rma", "exarl-ml-rma-queue"])
 def test_an_episode_budget_ends_with_every_counted_episode_trained_on(example):
     """learner.target_episodes with the queue server killed while it holds rollouts: it is
@@ -433,7 +425,7 @@ def test_queue_ledger_counts_what_a_dead_generation_held():
 
 
 # -------------------------------------------------------------- the supervisor
-@pytest.mark.usefixtures("ray_servers")
+@pytest.mark.usefixtures("ray_for_module")
 def test_a_server_that_keeps_dying_ends_the_run_with_one_line():
     """The workers' restart limit applies to each server: the next death ends the run with
     a WorkerFailure naming it and the cause; a stale report (an older generation) changes

@@ -19,7 +19,10 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-from distributed_fixtures import SMALL, factories, free_cpus, register_for_ray, resources_released, wait_gone
+from distributed_fixtures import SMALL, factories, free_cpus, resources_released, wait_gone
+
+#: Sent to Ray workers by value (tests/conftest.py's ray_for_module): this module's functions.
+RAY_BY_VALUE = (__name__,)
 
 
 class RecordingGAEBuffer(GAEBuffer):
@@ -32,13 +35,6 @@ class RecordingGAEBuffer(GAEBuffer):
         RecordingGAEBuffer.received.append({k: (tuple(v.shape), v.dtype) for k, v in data.items()
                                             if isinstance(v, torch.Tensor)})
         super().add_data(data)
-
-
-@pytest.fixture(scope="module")
-def ray_for_module(ray_session):
-    """The session's Ray instance, with this module's storage class sent to workers by value."""
-    register_for_ray(__name__)
-    return ray_session
 
 
 @pytest.mark.parametrize("env_id, obs_size, action_shape, action_dtype", [

@@ -21,7 +21,10 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.queues import EMPTY, OK, QueueServer
 
-from distributed_fixtures import SMALL, SleepyStep, register_for_ray
+from distributed_fixtures import SMALL, SleepyStep
+
+#: Sent to Ray workers by value (tests/conftest.py's ray_for_module): this module's functions.
+RAY_BY_VALUE = (__name__,)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,12 +63,6 @@ def _scheme(preset, delay=0.03, stall_after=None):
                   col_workers_resources=SMALL, grad_workers_resources=SMALL, max_policy_lag=None)
     return Scheme(algo_factory=algo, actor_factory=actor, storage_factory=ReplayBuffer.create_factory(size=5000),
                   train_envs_factory=train, **layout)
-
-
-@pytest.fixture(scope="module")
-def ray_for_module(ray_session):
-    register_for_ray(__name__)
-    return ray_session
 
 
 def _run(learner):

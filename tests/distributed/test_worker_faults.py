@@ -26,23 +26,19 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.faults import FaultPolicy, WorkerFailure
 
 from cli_helpers import REPO as ROOT, TESTS
-from distributed_fixtures import (PPO_KWARGS, SMALL, broken_cartpole, factories, free_cpus, register_for_ray,
+from distributed_fixtures import (PPO_KWARGS, SMALL, broken_cartpole, factories, free_cpus,
                                   resources_released, wait_gone)
 from fault_envs import crashing_cartpole
-from fault_envs import register_for_ray as register_fault_envs_for_ray
+
+#: Sent to Ray workers by value (tests/conftest.py's ray_for_module): the fault environments.
+RAY_BY_VALUE = ("fault_envs",)
+pytestmark = pytest.mark.usefixtures("ray_for_module")
 
 SYNC, ASYNC = prl.SYNC, prl.ASYNC
 
 #: Environment steps of a run that must survive its failures (8 envs x 32 steps per
 #: rollout: 256 samples per rollout).
 TARGET = 6_000
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_for_module(ray_session):
-    register_for_ray()
-    register_fault_envs_for_ray()
-    return ray_session
 
 
 def _events(learner):

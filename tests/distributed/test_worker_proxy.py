@@ -20,8 +20,11 @@ from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
 from cli_helpers import TESTS, tiny
-from distributed_fixtures import SMALL, ddqn_factories, factories, register_for_ray, wait_gone, wait_until
+from distributed_fixtures import SMALL, ddqn_factories, factories, wait_gone, wait_until
 from netns_cluster import NetnsCluster
+
+#: Sent to Ray workers by value (tests/conftest.py's ray_for_module): this module's functions.
+RAY_BY_VALUE = (__name__,)
 
 
 # ------------------------------------------------------------------ refusals
@@ -74,7 +77,6 @@ class GateServer:
 def test_a_proxy_passes_on_together_what_its_collectors_hand_it_while_a_message_is_on_its_way(ray_for_module):
     ray = ray_for_module
     from pytorchrl.scheme.workflows.worker_proxy import WorkerProxy
-    register_for_ray(__name__)
     gate = ray.remote(GateServer).options(max_concurrency=4, num_cpus=0).remote()
     proxy = WorkerProxy()
     answers = {}

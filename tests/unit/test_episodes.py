@@ -2,7 +2,6 @@
 
 import csv
 import json
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -16,6 +15,9 @@ from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import GAEBuffer
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
+
+#: Sent to Ray workers by value (tests/conftest.py's ray_for_module): this module's functions.
+RAY_BY_VALUE = (__name__,)
 
 
 class RandomLengthEnv(gym.Env):
@@ -36,14 +38,6 @@ class RandomLengthEnv(gym.Env):
 
 def random_length_env():
     return RandomLengthEnv()
-
-
-@pytest.fixture
-def ray_here(ray_session):
-    """The session's Ray instance, its workers able to unpickle this module's environment."""
-    from ray import cloudpickle
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    return ray_session
 
 
 def build(algo_cls=PPO, envs=1, size=16, **scheme_kwargs):
@@ -93,7 +87,7 @@ def test_the_version_is_saved_and_restored(tmp_path):
         assert infos[0]["version"] == 3 and resumed.update_worker.local_worker.col_workers.version == 3
 
 
-def test_the_lag_bound_drops_stale_data(ray_here):
+def test_the_lag_bound_drops_stale_data(ray_for_module):
     # Two async collectors: when a round starts, the other collector's rollout was asked for
     # one publication ago. With a bound of 0 every such rollout is dropped.
     with Learner(build(num_col_workers=2, col_workers_communication=prl.ASYNC, max_policy_lag=0,
@@ -138,7 +132,7 @@ def test_a_resumed_run_runs_only_the_episodes_left(tmp_path):
         assert resumed.num_episodes == 9 and resumed.budget_spent
 
 
-def test_an_episode_budget_over_async_collectors_runs_exactly_n(ray_here):
+def test_an_episode_budget_over_async_collectors_runs_exactly_n(ray_for_module):
     with Learner(build(A2C, num_col_workers=2, col_workers_communication=prl.ASYNC, col_rollout_unit="episodes",
                        col_workers_resources={"num_cpus": 0.25}),
                  target_steps=10 ** 6, target_episodes=11, record_episodes=True) as learner:
@@ -148,7 +142,7 @@ def test_an_episode_budget_over_async_collectors_runs_exactly_n(ray_here):
         assert learner.update_worker.local_worker.col_workers._in_flight == {}
 
 
-def test_an_episode_budget_is_shared_by_gradient_workers(ray_here):
+def test_an_episode_budget_is_shared_by_gradient_workers(ray_for_module):
     # 2 gradient workers take 6 and 5 episodes; the one done first sends no gradient while
     # the other trains on, and the run ends once both are done.
     with Learner(build(A2C, num_grad_workers=2, grad_workers_resources={"num_cpus": 0.25},

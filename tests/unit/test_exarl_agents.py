@@ -25,8 +25,10 @@ from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.queues import OK, QueueServer
 
-from distributed_fixtures import register_for_ray
 from learning_helpers import greedy_returns_along_run
+
+#: Sent to Ray workers by value (tests/conftest.py's ray_for_module): this module's functions.
+RAY_BY_VALUE = (__name__,)
 
 
 # ------------------------------------------------- written against EXARL only
@@ -244,12 +246,6 @@ def test_an_exa_data_subclass_is_the_memory_pool_of_the_rma_queues():
 def _spaces():
     env = make_exa_env()
     return env.observation_space, env.action_space
-
-
-@pytest.fixture(scope="module")
-def ray_for_module(ray_session):
-    register_for_ray(__name__)
-    return ray_session
 
 
 @pytest.mark.timeout(300)

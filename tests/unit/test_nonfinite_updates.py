@@ -31,6 +31,9 @@ from pytorchrl.scheme import Scheme
 
 from _util import make_actor
 
+#: Sent to Ray workers by value (tests/conftest.py's ray_for_module): the fault environments.
+RAY_BY_VALUE = ("fault_envs",)
+
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, shape=(4,), dtype=np.float32)
 
 
@@ -244,17 +247,15 @@ def test_weights_with_nan_are_never_saved(tmp_path):
 # --------------------------------------------------------- remote gradients
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("decentralized", [True, False], ids=["dd-ppo", "central-sync"])
-def test_remote_gradient_workers_all_skip_a_nan_gradient(ray_session, decentralized):
+def test_remote_gradient_workers_all_skip_a_nan_gradient(ray_for_module, decentralized):
     """Two remote gradient workers; only gradient worker 2's rewards turn NaN. DD-PPO: the
     all-reduced gradient is NaN on both, both skip, their weights stay identical. Central:
     the averaged gradient is NaN and the update worker skips it. Either way the learner
     stops after ``max_nonfinite_updates`` and the weights are the last finite ones."""
     import ray
 
-    from distributed_fixtures import SMALL, register_for_ray
+    from distributed_fixtures import SMALL
     import fault_envs
-    register_for_ray()
-    fault_envs.register_for_ray()
     train, action_space, obs_space = VecEnv.create_factory(
         fault_envs.nan_reward_cartpole, {"nan_from": 20, "nan_grad_worker": 2}, vec_env_size=2, seed=0)
     algo_factory, name = PPO.create_factory(num_epochs=2, num_mini_batch=1)
