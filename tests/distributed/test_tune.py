@@ -78,15 +78,28 @@ def test_tunes_pbt_perturbs_in_place_with_reused_actors(tune, tmp_path):
     # decision copies the better member into the worse (asynchronous PBT skips the exploit
     # of a member that reports first, having no checkpoint yet).
     config = _config(tune.grid_search([1e-4, 3e-3]), learner={"target_steps": 512})
-    scheduler = tune.schedulers.PopulationBasedTraining(
-        time_attr="env_steps", perturbation_interval=128, quantile_fraction=0.5, synch=True,
-        hyperparam_mutations={"algorithm": {"lr": tune.loguniform(1e-5, 1e-2)}})
-    tuner = tune.Tuner(tune.with_resources(_trainable(), {"cpu": 0.5}), param_space=config,
-                       tune_config=tune.TuneConfig(scheduler=scheduler, metric="train_return", mode="max",
-                                                   reuse_actors=True),
-                       run_config=tune.RunConfig(storage_path=str(tmp_path), name="pbt", stop={"env_steps": 512},
-                                                 verbose=0, sync_config=tune.SyncConfig(sync_artifacts=True)))
-    results = tuner.fit()
+
+    def fit(attempt):
+        scheduler = tune.schedulers.PopulationBasedTraining(
+            time_attr="env_steps", perturbation_interval=128, quantile_fraction=0.5, synch=True,
+            hyperparam_mutations={"algorithm": {"lr": tune.loguniform(1e-5, 1e-2)}})
+        tuner = tune.Tuner(tune.with_resources(_trainable(), {"cpu": 0.5}), param_space=config,
+                           tune_config=tune.TuneConfig(scheduler=scheduler, metric="train_return", mode="max",
+                                                       reuse_actors=True, time_budget_s=150),
+                           run_config=tune.RunConfig(storage_path=str(tmp_path), name=f"pbt{attempt}",
+                                                     stop={"env_steps": 512}, verbose=0,
+                                                     sync_config=tune.SyncConfig(sync_artifacts=True)))
+        return scheduler, tuner.fit()
+
+    # Tune's synchronous PBT can stall on a loaded machine: the run made no progress until the
+    # test's 600 s timeout in 2 of about 20 runs with both CPUs busy, none in 16 on a quiet
+    # machine (Tune's controller loop still turning; likely the race of ray-project/ray#28511,
+    # a trial left RUNNING that is never asked for a step while the other waits PAUSED). The
+    # time budget ends such a run, which is run once more; a run that ends with a trial
+    # errored is never run again.
+    scheduler, results = fit(0)
+    if not results.errors and any(r.metrics.get("env_steps", 0) < 512 for r in results):
+        scheduler, results = fit(1)
     assert not results.errors
     details = []
     for result in results:
