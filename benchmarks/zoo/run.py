@@ -202,12 +202,12 @@ def fmt_score(value):
     return f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}"
 
 
-def rlzoo_cell(results):
-    """The table's cell of rl-zoo3's runs of a row: its seeds' scores, IQM and interval, and
-    its median env steps/s (empty without runs)."""
+def rlzoo_cell(results, st):
+    """The table's cell of rl-zoo3's runs of a row: its seeds' scores, IQM and interval
+    (``st``: ``summarize`` of their scores, which the verdict uses too), and its median env
+    steps/s (empty without runs)."""
     if not results:
         return ""
-    st = summarize([r["final"] for r in results])
     scores = " ".join(f"{r['final']:.1f}" for r in sorted(results, key=lambda r: r["seed"]))
     speed = statistics.median(r["steps_per_s"] for r in results)
     return f"{scores}; {st['iqm']:.1f} [{st['ci'][0]:.1f}, {st['ci'][1]:.1f}]; {speed:,.0f}"
@@ -242,7 +242,7 @@ def report(rows, out, curves_dir=None):
         zoo_stats = summarize([r["final"] for r in zoo_results[row.name]]) if zoo_results[row.name] else None
         table.append([row.name, f"{int(st['steps']):,}", str(st["n"]), finals, fmt_score(st["mean"]),
                       f"{fmt_score(st['iqm'])} [{fmt_score(st['ci'][0])}, {fmt_score(st['ci'][1])}]", published,
-                      verdict(row, st, stats_by_name, zoo_stats), rlzoo_cell(zoo_results[row.name]), speed,
+                      verdict(row, st, stats_by_name, zoo_stats), rlzoo_cell(zoo_results[row.name], zoo_stats), speed,
                       f"{wall:,.0f}",
                       ", ".join(codes)])
         if curves_dir and not row.measure:
