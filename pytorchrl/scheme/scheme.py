@@ -3,6 +3,7 @@
 import logging
 
 import pytorchrl as prl
+from pytorchrl.agent.protocols import ActorFactory, AlgorithmFactory, StorageFactory
 from pytorchrl.scheme.base.checks import (batching_refused, check_communication, check_fraction, check_int,
                                           ineffective_options)
 from pytorchrl.scheme.base.faults import FaultPolicy
@@ -206,7 +207,8 @@ class Scheme:
         The running data servers (None where the layout has none).
     """
 
-    def __init__(self, algo_factory, actor_factory, storage_factory, train_envs_factory,
+    def __init__(self, algo_factory: AlgorithmFactory, actor_factory: ActorFactory,
+                 storage_factory: StorageFactory, train_envs_factory,
                  test_envs_factory=no_envs, num_col_workers=1, col_compress_data=False,
                  col_workers_communication=prl.SYNC, col_workers_resources=None,
                  col_preemption_thresholds=None, num_grad_workers=1, grad_compress_data=False,

@@ -19,8 +19,9 @@ from pytorchrl.agent import accel
 from pytorchrl.agent.accel.cuda_graph import graph_accelerator
 from pytorchrl.agent.accel.gradients import clip_grad_norm, clip_norms, grad_norm, grads_finite, scale_grads
 from pytorchrl.agent.algorithms.collector_side import CollectorSide
-from pytorchrl.agent.algorithms.hyperparameters import HyperparameterRegistry, check_parameter
+from pytorchrl.agent.algorithms.hyperparameters import HyperparameterRegistry
 from pytorchrl.agent.algorithms.optimization import Optimization, make_adam
+from pytorchrl.agent.factory import check_parameter
 
 
 @accel.accelerated(graph_accelerator())

@@ -6,6 +6,9 @@ holds its own, or acts with those of the gradient worker of its process (see
 ``CWorker``'s ``borrow_from``).
 """
 
+from pytorchrl.agent.protocols import (ActorFactory, ActorProtocol, AlgorithmFactory, AlgorithmProtocol,
+                                      StorageFactory, StorageProtocol)
+
 #: Components ``replace_agent_component`` may replace.
 AGENT_COMPONENTS = ("actor", "algo", "storage", "envs_train", "envs_test")
 #: Those a gradient worker holds (the others are a collector's environments).
@@ -18,7 +21,8 @@ def check_component_name(component_name):
         raise ValueError(f"unknown agent component {component_name!r}; valid: {list(AGENT_COMPONENTS)}")
 
 
-def build_agent(device, actor_factory, algo_factory, storage_factory, envs=None):
+def build_agent(device, actor_factory: ActorFactory, algo_factory: AlgorithmFactory, storage_factory: StorageFactory,
+                envs=None) -> tuple[ActorProtocol, AlgorithmProtocol, StorageProtocol]:
     """Build an actor, its algorithm and a storage, in that order (each needs the ones before).
 
     Parameters

@@ -7,6 +7,7 @@ import torch
 
 from pytorchrl import ACT, OBS2, REW, RHS, TERM, TRUNC
 from pytorchrl.agent.env import EnvError
+from pytorchrl.agent.protocols import ActorFactory, AlgorithmFactory, StorageFactory
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.components import (AGENT_COMPONENTS, LEARNER_COMPONENTS, build_agent,  # noqa: F401
                                               check_component_name, rebuild_learner_component)
@@ -175,7 +176,8 @@ class CWorker(Worker):
     ``collector_state`` first, and an algorithm whose statistics hold data skips it).
     """
 
-    def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
+    def __init__(self, index_worker, index_parent, algo_factory: AlgorithmFactory, actor_factory: ActorFactory,
+                 storage_factory: StorageFactory,
                  fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, initial_weights=None, device=None, rollout_unit="steps",
                  policy="learned", step_log_dir=None, weight_board=None, weight_pull_every=None,

@@ -12,6 +12,7 @@ import math
 import time
 
 import pytorchrl as prl
+from pytorchrl.agent.protocols import ActorFactory, AlgorithmFactory, StorageFactory
 from pytorchrl.scheme.base.checks import check_communication, check_fraction, check_int
 from pytorchrl.scheme.base.faults import InFlight, drain
 from pytorchrl.scheme.base.servers import ServerLost
@@ -196,7 +197,8 @@ class CWorkerSet(WorkerSet):
 
     # The parameters up to worker_remote_config keep pytorchrl's positional order (scripts
     # pass them positionally); the ones it does not have follow.
-    def __init__(self, num_workers, index_parent, algo_factory, actor_factory, storage_factory,
+    def __init__(self, num_workers, index_parent, algo_factory: AlgorithmFactory, actor_factory: ActorFactory,
+                 storage_factory: StorageFactory,
                  local_device=None, initial_weights=None, fraction_samples=1.0, total_parent_workers=0,
                  compress_data_to_send=False, train_envs_factory=no_envs, test_envs_factory=no_envs,
                  worker_remote_config=None, fraction_workers=1.0, communication=prl.SYNC,

@@ -30,6 +30,7 @@ import time
 import numpy as np
 import torch
 
+from pytorchrl.agent.protocols import ActorFactory, ActorProtocol, AlgorithmFactory, AlgorithmProtocol
 from pytorchrl.scheme.base.checks import check_int, check_non_negative, merge_options
 from pytorchrl.scheme.base.servers import ServerClient, ServerProcess
 
@@ -63,7 +64,7 @@ def inference_server_options(options):
     return out
 
 
-def check_server_agent(actor, algo):
+def check_server_agent(actor: ActorProtocol, algo: AlgorithmProtocol):
     """Refuse an agent that cannot act through a central server.
 
     Parameters
@@ -132,7 +133,7 @@ class InferenceServer(ServerProcess):
         ``max_batch`` and the timeout end the gathering).
     """
 
-    def __init__(self, actor, algo, max_batch=64, timeout_ms=2.0, num_callers=None):
+    def __init__(self, actor: ActorProtocol, algo: AlgorithmProtocol, max_batch=64, timeout_ms=2.0, num_callers=None):
         inference_server_options({"max_batch": max_batch, "timeout_ms": timeout_ms})
         check_server_agent(actor, algo)
         self.actor = actor
@@ -156,8 +157,8 @@ class InferenceServer(ServerProcess):
         self._thread.start()
 
     @classmethod
-    def from_factories(cls, algo_factory, actor_factory, max_batch=64, timeout_ms=2.0, num_callers=None,
-                       initial_weights=None):
+    def from_factories(cls, algo_factory: AlgorithmFactory, actor_factory: ActorFactory, max_batch=64, timeout_ms=2.0,
+                       num_callers=None, initial_weights=None):
         """A server whose actor and algorithm are built on the CPU by the scheme's factories.
 
         Parameters

@@ -35,13 +35,17 @@ class Preset:
         them: EXARL's ASYNC computes DDQN's targets on the collectors). A preset sets only
         ``scheme:`` values: the configuration file writes these; ``pytorchrl presets``
         prints them and the tests train the layout with them. None: any algorithm.
+    off_policy_algorithm : bool
+        Whether the algorithm of ``algorithm`` learns from replayed data (the scheme names
+        no algorithm class: tests/unit/test_protocols.py checks this against the class).
     """
 
-    def __init__(self, name, description, scheme, algorithm=None):
+    def __init__(self, name, description, scheme, algorithm=None, off_policy_algorithm=False):
         self.name = name
         self.description = description
         self.scheme = dict(scheme)
         self.algorithm = dict(algorithm) if algorithm else None
+        self.off_policy_algorithm = bool(off_policy_algorithm)
 
     @property
     def uses_ray(self):
@@ -52,11 +56,7 @@ class Preset:
     def off_policy(self):
         """True when the layout needs an off-policy algorithm (its data path is a replay
         server, or the algorithm it is meant for is one)."""
-        if self.scheme.get("data_path") == "replay_server":
-            return True
-        from pytorchrl.agent.algorithms import ALGORITHMS
-        name = (self.algorithm or {}).get("name")
-        return name is not None and not ALGORITHMS[name].on_policy
+        return self.scheme.get("data_path") == "replay_server" or self.off_policy_algorithm
 
     def __repr__(self):
         return f"Preset({self.name!r})"
@@ -161,7 +161,7 @@ _PRESETS = [
            {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": HALF_CPU,
             "max_policy_lag": 4, "num_grad_workers": 1, "grad_workers_communication": "sync",
             "col_rollout_unit": "episodes"},
-           algorithm={"name": "DDQN", "targets_on_collector": True}),
+           algorithm={"name": "DDQN", "targets_on_collector": True}, off_policy_algorithm=True),
     Preset("exarl-nonblocking-async",
            "EXARL's non-blocking async workflow (off-policy): N actors collect without waiting for the learner "
            "(two requests in flight) and pull the newest weights from a weight board every few steps, "
@@ -169,7 +169,7 @@ _PRESETS = [
            {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": HALF_CPU,
             "col_requests_in_flight": 2, "col_weights": "pull",
             "num_grad_workers": 1, "grad_workers_communication": "sync"},
-           algorithm={"name": "DDQN"}),
+           algorithm={"name": "DDQN"}, off_policy_algorithm=True),
     Preset("exarl-seed",
            "EXARL's SEED workflow: N actors send only observations; a central inference server batches those "
            "of every actor, acts with the learner's weights and answers with actions; the learner keeps the "
@@ -177,7 +177,7 @@ _PRESETS = [
            {"num_col_workers": 2, "col_workers_communication": "async", "col_workers_resources": QUARTER_CPU,
             "num_grad_workers": 1, "grad_workers_communication": "sync", "col_policy": "server",
             "inference_server": {"max_batch": 64, "timeout_ms": 2.0, "num_cpus": 0.25}},
-           algorithm={"name": "DDQN"}),
+           algorithm={"name": "DDQN"}, off_policy_algorithm=True),
     Preset("exarl-seed-a2c",
            "EXARL's SEED A2C workflow: as exarl-seed, but each actor keeps its episode's trajectory and sends "
            "it whole when the episode ends; the learner takes one A2C step on each",

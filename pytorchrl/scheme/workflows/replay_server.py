@@ -18,6 +18,8 @@ import numpy as np
 import torch
 
 from pytorchrl import INDEX, REW, TD_ERROR
+from pytorchrl.agent.protocols import (ActorFactory, AlgorithmFactory, ReplayStorageProtocol, StorageFactory,
+                                      provides)
 from pytorchrl.scheme.base.checks import check_non_negative, merge_options
 from pytorchrl.scheme.base.servers import ServerClient, ServerLost, ServerPath, ServerProcess
 from pytorchrl.scheme.transport import unpack
@@ -97,9 +99,8 @@ def check_data_path(data_path, options, storage_factory, num_col_workers, async_
                 "(they act with data_path='replay_server')")
         return None
     out = replay_server_options(options)
-    from pytorchrl.agent.storages import ReplayBuffer
     cls = getattr(storage_factory, "cls", None)
-    if isinstance(cls, type) and not issubclass(cls, ReplayBuffer):
+    if isinstance(cls, type) and not provides(cls, ReplayStorageProtocol):
         raise ValueError(f"data_path='replay_server' needs a replay storage (ReplayBuffer, NStepReplayBuffer, "
                          f"PERBuffer) for an off-policy algorithm, got {cls.__name__}")
     if isinstance(cls, type) and getattr(cls, "sequences", False):
@@ -145,9 +146,9 @@ class ReplayServer(ServerProcess):
         The rate limiter's parameters (see ``RateLimiter``).
     """
 
-    def __init__(self, storage, min_size_to_sample=1000, samples_per_insert=8.0, error_buffer=2000.0):
-        from pytorchrl.agent.storages import ReplayBuffer
-        if not isinstance(storage, ReplayBuffer):
+    def __init__(self, storage: ReplayStorageProtocol, min_size_to_sample=1000, samples_per_insert=8.0,
+                 error_buffer=2000.0):
+        if not isinstance(storage, ReplayStorageProtocol):
             raise ValueError(f"a replay server needs a replay storage (ReplayBuffer, NStepReplayBuffer, "
                              f"PERBuffer), got {type(storage).__name__}")
         self.storage = storage
@@ -159,7 +160,8 @@ class ReplayServer(ServerProcess):
         self._start = time.perf_counter()
 
     @classmethod
-    def from_factories(cls, algo_factory, actor_factory, storage_factory, **limiter):
+    def from_factories(cls, algo_factory: AlgorithmFactory, actor_factory: ActorFactory,
+                       storage_factory: StorageFactory, **limiter):
         """A server whose storage is built as a learner-side one (CPU, no environments).
 
         Parameters
