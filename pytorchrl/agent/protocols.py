@@ -37,6 +37,10 @@ class AlgorithmProtocol(Protocol):
     mini_batch_size: Optional[int]
     #: Methods ``collector_call`` may run (on an inference server, for SEED collectors).
     server_calls: tuple
+    #: ``update_algorithm_parameter(parameter_name, new_parameter_value)``: hot-swap one
+    #: hyperparameter (declared as a callable: its one definition is the registry's,
+    #: ``algorithms.hyperparameters.HyperparameterRegistry``).
+    update_algorithm_parameter: Callable[[str, Any], None]
 
     @property
     def collector_modules(self) -> tuple:
@@ -48,9 +52,6 @@ class AlgorithmProtocol(Protocol):
 
     def check_update(self, parameter_name: str, new_parameter_value: Any) -> Any:
         """The value a hot-swap would set, or the error it would raise; nothing changes."""
-
-    def update_algorithm_parameter(self, parameter_name: str, new_parameter_value: Any) -> None:
-        """Hot-swap one hyperparameter."""
 
     def warm_up(self, envs: Any) -> bool:
         """Collector-side work with the training environments before the first rollout."""
