@@ -56,12 +56,10 @@ class LearnerControl:
         (ValueError naming the parameter and listing the valid ones, or TypeError), or the
         component's name. Returns the request with its value converted to the parameter's
         type; the workers apply it as it is."""
-        if request.target == "algorithm":
-            return replace(request, value=self.check("algorithm", request.name, request.value,
-                                                     f"{self.algorithm().name} hyperparameter"))
-        if request.target == "storage":
-            return replace(request, value=self.check("storage", request.name, request.value,
-                                                     f"{type(self.storage()).__name__} parameter"))
+        if request.target in ("algorithm", "storage"):
+            what = (f"{self.algorithm().name} hyperparameter" if request.target == "algorithm"
+                    else f"{type(self.storage()).__name__} parameter")
+            return replace(request, value=self.check(request.target, request.name, request.value, what))
         if request.target == "component":
             check_component_name(request.name)
             return request
