@@ -15,6 +15,7 @@ from pytorchrl.scheme.base.checks import check_int
 from pytorchrl.scheme.base.servers import ServerLost, call_or_lost
 from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.step_log import StepLog
+from pytorchrl.scheme.control_request import WorkerControlEntries
 from pytorchrl.scheme.transport import pack, payload_bytes, weights_from_wire
 
 
@@ -76,7 +77,7 @@ def no_envs(*args, **kwargs):
     return None
 
 
-class CWorker(Worker):
+class CWorker(WorkerControlEntries, Worker):
     """Worker class handling data collection.
 
     It wraps an actor, an algorithm (for its hyperparameters and what it needs stored), a
@@ -771,39 +772,32 @@ class CWorker(Worker):
         RND's statistics), for checkpoints."""
         return self.algo.collector_state()
 
-    def set_collector_state(self, state):
-        """Restore a ``get_collector_state`` (a resumed run): before the first rollout, it
-        makes the algorithm skip its warm-up.
+    def handle_control(self, request):
+        """Apply ``request`` (a ``ControlRequest``) to this worker.
 
-        Parameters
-        ----------
-        state : dict or None
-            What ``get_collector_state`` returned.
+        An algorithm parameter is set unless the algorithm is borrowed (its owner, the
+        gradient worker of this process, set it); a collector state (``get_collector_state``
+        of a resumed run) makes the algorithm skip its warm-up before the first rollout; a
+        component ("actor", "algo", "storage", "envs_train" or "envs_test") is rebuilt from
+        the request's factory. Returns the parameter's value now, True for a collector
+        state, or the replaced component's name.
         """
-        self.algo.load_collector_state(state)
-        return True
+        if request.target == "algorithm":
+            if self._owner is None:   # a borrowed algorithm was changed by its owner
+                self.algo.update_algorithm_parameter(request.name, request.value)
+            return getattr(self.algo, request.name)
+        if request.target == "storage":
+            self.storage.update_storage_parameter(request.name, request.value)
+            return getattr(self.storage, request.name)
+        if request.target == "collector_state":
+            self.algo.load_collector_state(request.value)
+            return True
+        return self._replace_component(request.name, request.value)
 
-    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
-        """Change a hyperparameter of this worker's algorithm (see Algorithm.update_algorithm_parameter)."""
-        if self._owner is None:   # a borrowed algorithm was changed by its owner
-            self.algo.update_algorithm_parameter(parameter_name, new_parameter_value)
-        return getattr(self.algo, parameter_name)
-
-    def update_storage_parameter(self, parameter_name, new_parameter_value):
-        """Change a parameter of this worker's storage (see the storage's update_storage_parameter)."""
-        self.storage.update_storage_parameter(parameter_name, new_parameter_value)
-        return getattr(self.storage, parameter_name)
-
-    def replace_agent_component(self, component_name, new_component_factory):
-        """Replace ``actor``, ``algo``, ``storage``, ``envs_train`` or ``envs_test`` with a new one.
-
-        Parameters
-        ----------
-        component_name : str
-            Which component to replace.
-        new_component_factory : callable
-            Factory of the new component, with that component's factory signature.
-        """
+    def _replace_component(self, component_name, new_component_factory):
+        """Rebuild component ``component_name`` from ``new_component_factory``, and what
+        depends on it here (the rollout under way, the acting route, the warm-up, the
+        recurrent state)."""
         rebuild_component(self, component_name, new_component_factory, self._owner)
         if component_name != "envs_test":
             # A rollout paused by its server's death belonged to the components replaced.

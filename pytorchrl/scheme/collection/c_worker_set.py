@@ -186,7 +186,7 @@ class CWorkerSet(WorkerSet):
     servers : ServerLinks
         The data servers the workers use, and what their death cost.
     control : ControlFanOut
-        Delivers hot-swaps to every worker (``apply_to_all``).
+        Delivers hot-swaps to every worker (``handle_control``).
     stats : dict
         Running counts: rollouts dropped (policy lag) and cut (preemption), rounds, weight
         bytes loaded by the workers, weight versions pulled.
@@ -413,12 +413,6 @@ class CWorkerSet(WorkerSet):
         if not self._remote_workers:
             return self._local_worker.get_collector_state()
         return self.first_answer("get_collector_state", control=True)
-
-    def set_collector_state(self, state):
-        """Give every worker ``state`` (``collector_state`` of a checkpoint): each collector
-        of a resumed run starts from it, and so do replacements of dead ones (it is logged
-        with the hot-swaps)."""
-        return self.apply_to_all("set_collector_state", state)
 
     # ----------------------------------------------------------- episode budget
     def set_episode_budget(self, episodes):
@@ -885,23 +879,23 @@ class CWorkerSet(WorkerSet):
         return True
 
     # ------------------------------------------------------------------ control
-    def apply_to_all(self, method, *args):
-        """Call ``method(*args)`` on the local and every remote worker; return the local result.
+    def handle_control(self, request):
+        """Hand ``request`` (a ``ControlRequest``) to the local and every remote worker;
+        return the local result.
 
-        Remote calls are queued behind the worker's current call, so they apply between
+        Remote workers get it queued behind their current call, so it applies between
         rollouts; the call returns once every worker has applied it (acknowledged), except
         on the replay-server and queue data paths, where it returns at once (a rollout ahead
         of it may wait for samples, or for room in its queue) and the acknowledgements are
-        read by later ``collect`` calls. The
-        change is logged and replayed on workers that replace dead ones; a worker found
-        dead now is replaced (and gets it with the replay).
+        read by later ``collect`` calls. The request is logged and replayed on workers that
+        replace dead ones; a worker found dead now is replaced (and gets it with the replay).
         """
-        return self.control.apply_to_all(method, *args)
+        return self.control.deliver(request)
 
-    def check_control(self, method, args):
-        """Raise ValueError if ``apply_to_all(method, *args)`` would be refused, before anything
+    def check_control(self, request):
+        """Raise ValueError if ``handle_control(request)`` would be refused, before anything
         changes (see ``ControlFanOut.check``)."""
-        self.control.check(method, args)
+        self.control.check(request)
 
     def _queries_answered(self):
         """On the replay-server data path the server admits every insert meanwhile (a query

@@ -5,7 +5,7 @@ from pytorchrl.scheme.base.faults import env_error_of, gather
 
 
 class ControlFanOut:
-    """Delivers control calls (hot-swaps) to every worker of one collector set.
+    """Delivers control requests (hot-swaps) to every worker of one collector set.
 
     Parameters
     ----------
@@ -17,7 +17,7 @@ class ControlFanOut:
         ``position`` that failed (a worker that died is replaced, with its requests in flight).
     data_server : ray.actor.ActorHandle or None
         The server the remote workers hand their rollouts to (replay server, queue server),
-        if any: changes are then not waited for (see ``apply_to_all``).
+        if any: changes are then not waited for (see ``deliver``).
 
     Attributes
     ----------
@@ -32,31 +32,30 @@ class ControlFanOut:
         self.data_server = data_server
         self.pending = []
 
-    def check(self, method, args):
-        """Raise ValueError if ``apply_to_all(method, *args)`` would be refused, before anything
-        changes (the gradient worker owning the set asks first, then changes its own
-        components)."""
-        if self.set.inference_server is not None and method == "replace_agent_component" and args[0] == "actor":
+    def check(self, request):
+        """Raise ValueError if ``deliver(request)`` would be refused, before anything changes
+        (the gradient worker owning the set asks first, then changes its own components)."""
+        if self.set.inference_server is not None and request.target == "component" and request.name == "actor":
             raise ValueError("replace_agent_component('actor') is not supported with an inference server "
                              "(col_policy='server'): the server's actor would keep the old network")
 
-    def apply_to_all(self, method, *args):
-        """Call ``method(*args)`` on the local and every remote worker; return the local
-        result (see ``CWorkerSet.apply_to_all``)."""
+    def deliver(self, request):
+        """Hand ``request`` (a ``ControlRequest``) to the local and every remote worker;
+        return the local result (see ``CWorkerSet.handle_control``)."""
         local = self.set.local_worker()
         remotes = self.set.remote_workers()
-        self.check(method, args)
+        self.check(request)
+        replaced = request.name if request.target == "component" else None
         # A local worker that collects nothing keeps no train envs, and one that does not
         # evaluate keeps no test envs: neither gets new ones.
-        if method == "replace_agent_component" and ((args[0] == "envs_train" and remotes)
-                                                    or (args[0] == "envs_test" and not self.set.evaluates)):
-            from_local = args[0]
+        if (replaced == "envs_train" and remotes) or (replaced == "envs_test" and not self.set.evaluates):
+            from_local = replaced
         else:
-            from_local = getattr(local, method)(*args)
-        if method == "replace_agent_component":
+            from_local = local.handle_control(request)
+        if replaced is not None:
             self.set.invalidate_weights()
         if remotes:
-            calls = self.set.send_to_remotes(method, args)
+            calls = self.set.send_to_remotes(request)
             if self.data_server is not None:
                 # Replay-server or queue data path: a collector's current rollout may wait in
                 # an insert (a put) for samples (pops) that this waiting learner would take, so the change
@@ -68,7 +67,7 @@ class ControlFanOut:
         return from_local
 
     def _check_acks(self, calls, outcomes):
-        """Deal with the outcomes of ``calls`` ((position, ref) pairs) made by ``apply_to_all``."""
+        """Deal with the outcomes of ``calls`` ((position, ref) pairs) made by ``deliver``."""
         for (position, _), (_, exc) in zip(calls, outcomes):
             if exc is not None:
                 if env_error_of(exc) is not None:
