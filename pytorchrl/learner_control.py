@@ -7,7 +7,7 @@ logged in ``hot_swaps``.
 
 from dataclasses import replace
 
-from pytorchrl.agent.algorithms.base import check_parameter
+from pytorchrl.agent.factory import check_parameter
 from pytorchrl.scheme.base.components import check_component_name
 
 
