@@ -22,6 +22,7 @@ from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.scheme.base.checks import batching_refused, ineffective_options
 from pytorchrl.scheme.collection.c_worker import episodes_per_rollout
+from pytorchrl.scheme.layout_rules import broken_rules, settings_of_scheme_section
 from pytorchrl.scheme.workflows.queues import pool_class, steal_refused
 from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
 from pytorchrl.scheme.workflows.worker_proxy import proxy_refused
@@ -582,10 +583,7 @@ def _check_consistency(config):
     if scheme_cfg["decentralized_update_execution"] and scheme_cfg["grad_workers_communication"] != "sync":
         raise ConfigError("scheme.decentralized_update_execution",
                           "true needs scheme.grad_workers_communication: sync, got 'async'")
-    if scheme_cfg["col_requests_in_flight"] > 1 and scheme_cfg["col_workers_communication"] != "async":
-        raise ConfigError("scheme.col_requests_in_flight",
-                          f"{scheme_cfg['col_requests_in_flight']} needs scheme.col_workers_communication: async "
-                          "(a synchronous round sends each collector one request)")
+    _refuse_broken_layout(scheme_cfg)
     _check_ineffective(scheme_cfg)
     _check_normalization(config)
     _check_batching(config)
@@ -596,6 +594,25 @@ def _check_consistency(config):
     if "env_id" in config["env"]["kwargs"]:
         raise ConfigError("env.kwargs.env_id", "the environment is set by env.id")
     _check_device(scheme_cfg["local_device"], "scheme.local_device")
+
+
+def _refuse_broken_layout(scheme_cfg):
+    """Refuse a collection layout that breaks a rule of ``pytorchrl.scheme.layout_rules``
+    (the rules ``CWorkerSet`` refuses by), at the key the rule blames."""
+    settings = settings_of_scheme_section(scheme_cfg)
+    for rule in broken_rules(settings):
+        raise layout_error(rule, settings)
+
+
+def layout_error(rule, settings):
+    """The ConfigError of the broken layout rule ``rule`` (a ``LayoutRule``) in the layout
+    ``settings`` (``layout_settings``): at ``scheme.<the key it blames>``, its message with
+    every option written as in a configuration file (``scheme.col_workers_communication:
+    async``)."""
+    path = f"scheme.{rule.blames}"
+    text = rule.explain(settings, lambda option, value: f"scheme.{option}: {_yaml_word(value)}",
+                        lambda option: f"scheme.{option}")
+    return ConfigError(path, text[len(path) + len(": "):])
 
 
 def _check_recurrent(config):
@@ -738,10 +755,6 @@ def _check_data_path(config):
     if ALGORITHMS[algo].on_policy:
         raise ConfigError("scheme.data_path", f"replay_server is for off-policy algorithms (DDQN, DDPG, TD3, SAC); "
                                               f"{algo} learns from its own fresh rollouts")
-    if s["num_col_workers"] > 1 and s["col_workers_communication"] != "async":
-        raise ConfigError("scheme.data_path", "replay_server with several collection workers needs "
-                                              "scheme.col_workers_communication: async (a synchronous round would "
-                                              "wait for inserts that only the waiting learner's samples admit)")
     min_size, target = s["replay_server"]["min_size_to_sample"], config["learner"]["target_steps"]
     if min_size > target:
         raise ConfigError("scheme.replay_server.min_size_to_sample", f"{min_size} exceeds learner.target_steps "
@@ -774,9 +787,6 @@ def _check_inference_server(config):
     if config["algorithm"].get("targets_on_collector"):
         raise ConfigError("algorithm.targets_on_collector", "needs the target network on the collectors, which "
                                                             "hold no weights with scheme.col_policy: server")
-    if s["col_weights"] == "pull":
-        raise ConfigError("scheme.col_weights", "pull: with scheme.col_policy: server the collectors act through "
-                                                "the inference server and load no weights; remove it")
     if s["data_path"] == "queues":
         raise ConfigError("scheme.col_policy", "server with scheme.data_path: queues is not supported; use "
                                                "scheme.data_path: direct with the inference server (preset exarl-seed)")
@@ -799,10 +809,6 @@ def _check_queue_path(config):
     if s["num_col_workers"] < 2:
         raise ConfigError("scheme.data_path", "queues needs remote collectors (scheme.num_col_workers >= 2): one "
                                               "collector runs in its gradient worker's process")
-    if s["col_workers_communication"] != "async":
-        raise ConfigError("scheme.data_path", "queues needs scheme.col_workers_communication: async (a synchronous "
-                                              "round would wait for puts that only the waiting learner's pops "
-                                              "admit)")
     if s["queues"]["route"] == "learner" and s["queues"]["selection"] != "binned":
         raise ConfigError("scheme.queues.selection", "random reads collectors' queues; with route: learner each "
                                                      "gradient worker reads its own queue (set selection: binned, "
