@@ -18,6 +18,8 @@ from pytorchrl.config import schema
 from pytorchrl.config.errors import ConfigError
 from pytorchrl.config.schema import (ENV_FAMILY_OPTION_KEYS, MUTATION_KEYS, OPTIONAL_SECTIONS, RESOURCE_KEYS,
                                      SCHEDULE_KEYS, SECTION_ORDER, SECTIONS, TOP_LEVEL, Key, hot_swappable_keys)
+from pytorchrl.config.targets import TARGETS, resolve_key
+from pytorchrl.config.wandb_options import import_wandb, wandb_wanted
 from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.scheme.base.checks import batching_refused, ineffective_options
@@ -313,7 +315,6 @@ def resolve_parameter(config, key, path):
         An unknown or ambiguous name, a key of another section, a parameter fixed once its
         component is built, or one that a schedule drives.
     """
-    from pytorchrl.tools.control import TARGETS, resolve_key
     parts = str(key).split(".")
     if len(parts) > 1 and parts[0] not in TARGETS:
         raise ConfigError(path, f"only algorithm and storage parameters can change while training; "
@@ -842,7 +843,6 @@ def _check_replay_pace(config, raw):
 def _check_wandb(config):
     """Resolve ``learner.wandb`` and refuse it when it asks for a W&B run and the wandb package
     is missing (said before anything starts, with the line that installs it)."""
-    from pytorchrl.tools.tracking import import_wandb, wandb_wanted
     learner = config["learner"]
     if learner["wandb"] is None:
         return

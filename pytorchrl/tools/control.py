@@ -22,6 +22,9 @@ import socket
 import time
 import uuid
 
+# TARGETS and resolve_key are the configuration's (the pbt section names the same parameters);
+# TARGETS stays importable from here.
+from pytorchrl.config.targets import TARGETS, resolve_key  # noqa: F401
 from pytorchrl.tools import CONTROL
 
 #: Seconds of wall time between two looks into the control directory by a running job.
@@ -30,10 +33,6 @@ CHECK_EVERY_S = 0.5
 TRAINER_FILE = "trainer.json"
 REQUEST_SUFFIX = ".request"
 ACK_SUFFIX = ".ack"
-
-#: Sections whose parameters can change while training, and their hot-swap method.
-TARGETS = ("algorithm", "storage")
-
 
 class ControlError(Exception):
     """A control request that cannot be sent or was not answered (one-line message)."""
@@ -171,42 +170,6 @@ def _withdraw(path):
 
 
 # ------------------------------------------------------------------------ job side
-def resolve_key(key, algo_params, storage_params):
-    """``(target, name)`` of a requested key.
-
-    Parameters
-    ----------
-    key : str
-        "lr" (looked up among the algorithm's, then the storage's parameters),
-        "algorithm.lr" or "storage.gae_lambda".
-    algo_params, storage_params : dict
-        Current parameters of the algorithm and of the storage.
-
-    Raises
-    ------
-    ValueError
-        Unknown or ambiguous name, or a section that cannot change while training.
-    """
-    parts = key.split(".")
-    if len(parts) == 2 and parts[0] in TARGETS:
-        target, name = parts
-        valid = algo_params if target == "algorithm" else storage_params
-        if name not in valid:
-            raise ValueError(f"unknown {target} parameter {name!r}; valid: {', '.join(sorted(valid))}")
-        return target, name
-    if len(parts) != 1:
-        raise ValueError(f"cannot change {key!r} while training: live changes are algorithm and storage "
-                         f"parameters (lr, algorithm.clip_param, storage.gae_lambda)")
-    in_algo, in_storage = key in algo_params, key in storage_params
-    if in_algo and in_storage:
-        raise ValueError(f"{key!r} is both an algorithm and a storage parameter: write algorithm.{key} "
-                         f"or storage.{key}")
-    if not (in_algo or in_storage):
-        raise ValueError(f"unknown parameter {key!r}; algorithm parameters: {', '.join(sorted(algo_params))}; "
-                         f"storage parameters: {', '.join(sorted(storage_params))}")
-    return ("algorithm" if in_algo else "storage"), key
-
-
 def apply_changes(learner, assignments, check=None):
     """Validate every change of a request, then apply them all (or none).
 

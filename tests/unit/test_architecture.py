@@ -141,6 +141,18 @@ def test_dependencies_point_one_way():
     assert upward == []
 
 
+def test_the_configuration_imports_nothing_that_runs_jobs():
+    """The configuration is read by the tools, population-based training, Ray Tune and the
+    command line, never the other way: it may import learner, scheme and agent only (the
+    layering alone would let it import ``tools``, its neighbour)."""
+    graph = import_graph()
+    above = ("pytorchrl.tools", "pytorchrl.pbt", "pytorchrl.tune", "pytorchrl.cli")
+    assert "pytorchrl.config.validate" in graph
+    upward = sorted((m, t) for m, targets in graph.items() if _inside(m, "pytorchrl.config")
+                    for t in targets if any(_inside(t, a) for a in above))
+    assert upward == []
+
+
 def test_the_accelerator_imports_no_algorithm_and_no_actor_class():
     allowed = ("pytorchrl.agent.accel", "pytorchrl.agent.notices", "pytorchrl.agent.actors.feature_extractors",
                "pytorchrl.agent.actors.distributions")
