@@ -38,7 +38,7 @@ import numpy as np
 from pytorchrl.checkpoint import SaveError
 from pytorchrl.config import ConfigError, dump_config, validate_config
 from pytorchrl.config.schema import algorithm_keys, storage_keys
-from pytorchrl.config.validate import resolve_parameter
+from pytorchrl.config.validate_pbt import resolve_parameter
 from pytorchrl.pbt.explore import Parameter, perturb, plan_exploits
 from pytorchrl.pbt.member import Member, member_name
 from pytorchrl.tools import CONFIG, SUMMARY

@@ -177,7 +177,7 @@ def _schema_check(config):
     """``check(target, name, value)`` validating a live change against the configuration
     schema (type and range of the parameter, as in the configuration file)."""
     from pytorchrl.config.schema import algorithm_keys, storage_keys
-    from pytorchrl.config.validate import check_value, strict_key
+    from pytorchrl.config.values import check_value, strict_key
 
     keys = {"algorithm": algorithm_keys(config["algorithm"]["name"]),
             "storage": storage_keys(config["storage"]["name"])}
