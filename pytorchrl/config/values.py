@@ -7,9 +7,9 @@ import copy
 import difflib
 import math
 
-from pytorchrl.config import schema
 from pytorchrl.config.errors import ConfigError
-from pytorchrl.config.schema import RESOURCE_KEYS, Key
+from pytorchrl.config.keys import KINDS, Key
+from pytorchrl.config.schema import RESOURCE_KEYS
 
 
 def suggestion(word, candidates):
@@ -88,7 +88,7 @@ def check_value(key, value, path):
         value = copy.deepcopy(value)
     elif kind in LIST_KINDS:
         if not isinstance(value, (list, tuple)) or not value:
-            raise ConfigError(path, f"expected a non-empty {schema.KINDS[kind].replace('a list', 'list', 1)}, got "
+            raise ConfigError(path, f"expected a non-empty {KINDS[kind].replace('a list', 'list', 1)}, got "
                                     f"{show_value(value)}")
         item = Key(LIST_KINDS[kind], low=key.low, high=key.high, low_inclusive=key.low_inclusive)
         return [check_value(item, v, join_path(path, i)) for i, v in enumerate(value)]

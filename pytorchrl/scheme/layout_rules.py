@@ -3,7 +3,7 @@
 A layout is described by a plain dict of scheme options (``LAYOUT_DEFAULTS`` lists them,
 with the configuration file's names and words). Each :class:`LayoutRule` has a name, a
 predicate that is true when a layout breaks it, and a one-line message naming the cause.
-The configuration (``pytorchrl.config.validate``) turns a broken rule into a
+The configuration (``pytorchrl.config.validate_scheme``) turns a broken rule into a
 ``ConfigError`` and ``CWorkerSet`` into a ``ValueError``: both walk ``LAYOUT_RULES``, so a
 layout is refused by the same rule, for the same reason, whichever way it is written.
 

@@ -7,9 +7,10 @@ import pytest
 import yaml
 
 from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.factory import documented_parameters
 from pytorchrl.config import (ConfigError, apply_overrides, build_learner, dump_config, load_config,
                               parse_yaml, validate_config)
-from pytorchrl.config.schema import SECTIONS, algorithm_keys, documented_parameters, storage_keys
+from pytorchrl.config.schema import SECTIONS, algorithm_keys, storage_keys
 from pytorchrl.schedules import Schedule
 
 from cli_helpers import REPO, with_sections
