@@ -6,16 +6,16 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, OBS2, REW, RHS, TERM, TRUNC
-from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.protocols import ActorFactory, AlgorithmFactory, StorageFactory
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.components import (AGENT_COMPONENTS, LEARNER_COMPONENTS, build_agent,  # noqa: F401
-                                              check_component_name, rebuild_learner_component)
+                                              check_component_name, rebuild_component, rebuild_learner_component)
 from pytorchrl.scheme.base.checks import check_int
 from pytorchrl.scheme.base.servers import ServerLost
 from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.delivery import Deliveries, HeldRollouts, Request
 from pytorchrl.scheme.collection.step_log import StepLog
+from pytorchrl.scheme.collection.worker_envs import WorkerEnvironments
 from pytorchrl.scheme.control_request import WorkerControlEntries
 from pytorchrl.scheme.transport import payload_bytes, weights_from_wire
 
@@ -40,7 +40,7 @@ def no_envs(*args, **kwargs):
     return None
 
 
-class CWorker(WorkerControlEntries, Worker):
+class CWorker(WorkerEnvironments, WorkerControlEntries, Worker):
     """Worker class handling data collection.
 
     It wraps an actor, an algorithm (for its hyperparameters and what it needs stored), a
@@ -429,51 +429,6 @@ class CWorker(WorkerControlEntries, Worker):
         eps = self.envs_train.pop_finished_episodes()
         return col_time, (float(np.mean([r for r, _ in eps])) if eps else float("nan"))
 
-    # ------------------------------------------------------------ env failures
-    def _guarded(self, fn, component, *args):
-        """Run ``fn(*args)``; an EnvError it raises is tagged with the failed ``component``
-        and remembered: the environments are in an unknown state until ``restart_envs``."""
-        try:
-            return fn(*args)
-        except EnvError as exc:
-            exc.component = component
-            self._env_failure = exc
-            raise
-
-    def _check_envs(self):
-        """Refuse to collect with environments that failed and were not rebuilt (a request
-        queued behind the failed one fails at once instead of stepping broken envs)."""
-        failed = self._env_failure
-        if failed is not None:
-            err = EnvError(f"{failed} (not rebuilt yet)")
-            err.component = failed.component
-            raise err
-
-    def restart_envs(self, component="envs_train"):
-        """Rebuild the ``component`` environments ("envs_train" or "envs_test") with the
-        factory they were built with, after they failed.
-
-        The rollout they were producing is dropped: the next one starts from the new
-        environments' first observations (and the actor's initial state).
-
-        Returns
-        -------
-        str
-            The component rebuilt.
-        """
-        if component not in self._env_factories:
-            raise ValueError(f"restart_envs: component must be 'envs_train' or 'envs_test', got {component!r}")
-        old = getattr(self, component)
-        setattr(self, component, None)
-        if old is not None:
-            try:
-                old.close()
-            except Exception:  # noqa: BLE001 - a broken env may fail to close; it is dropped anyway
-                pass
-        self.replace_agent_component(component, self._env_factories[component])
-        self._env_failure = None
-        return component
-
     def interrupt(self, round_id=None, min_steps=0):
         """Ask the ``collect_data(listen_to=["sync"], round_id=round_id)`` call to stop at a step
         boundary once its rollout holds at least ``min_steps`` steps (per environment).
@@ -612,50 +567,6 @@ class CWorker(WorkerControlEntries, Worker):
             self._step_log.close()
             self._step_log = None
 
-    def _random_actions(self, like):
-        """One uniform draw of the action space per environment, shaped and typed as the
-        actor's actions ``like`` (the storage's buffers are sized by them)."""
-        space = self.envs_train.action_space
-        draws = np.stack([np.asarray(space.sample()) for _ in range(self.envs_train.num_envs)])
-        return draws.reshape(np.shape(like)).astype(np.asarray(like).dtype, copy=False)
-
-    # ---------------------------------------------------------------- evaluation
-    def evaluate(self, num_episodes=None, deterministic=True):
-        """Run the current policy on the test environments.
-
-        Parameters
-        ----------
-        num_episodes : int or None
-            Episodes to run (default: the algorithm's ``num_test_episodes``).
-        deterministic : bool
-            Greedy actions (mode of the policy) instead of sampled ones.
-
-        Returns
-        -------
-        float
-            Mean return over the episodes.
-        """
-        envs = self.envs_test
-        if envs is None:
-            raise ValueError("evaluate() needs test environments (test_envs_factory)")
-        n = int(num_episodes or self.algo.num_test_episodes)
-        quota = -(-n // envs.num_envs)   # episodes per env: every env contributes equally
-        returns = [[] for _ in range(envs.num_envs)]
-        obs = envs.reset_numpy()
-        envs.pop_finished_episodes()
-        state = self.actor.initial_state(envs.num_envs)
-        while sum(min(len(r), quota) for r in returns) < n:
-            env_action, _, state = self.actor.act(obs, state, deterministic=deterministic)
-            obs, _, _, _, final_obs = envs.step_numpy(env_action)
-            if final_obs:
-                finished = envs.pop_finished_episodes()
-                for i, (ret, _) in zip(sorted(final_obs), finished):
-                    returns[i].append(ret)
-                if state is not None:
-                    state = self.actor.reset_state(state, list(final_obs))
-        picked = [r for env_returns in returns for r in env_returns[:quota]][:n]
-        return float(np.mean(picked))
-
     # ----------------------------------------------------------------- control
     def set_inference_server(self, server, generation):
         """Act through ``server`` (of ``generation``), the replacement of a dead inference
@@ -750,34 +661,3 @@ class CWorker(WorkerControlEntries, Worker):
         for envs in (self.envs_train, self.envs_test):
             if envs is not None:
                 envs.close()
-
-
-def rebuild_component(worker, component_name, factory, owner=None):
-    """Replace one agent component of the collection worker ``worker`` and rebuild the ones
-    that depend on it (see ``rebuild_learner_component``).
-
-    Parameters
-    ----------
-    worker : CWorker
-        The worker.
-    component_name : str
-        One of ``AGENT_COMPONENTS``.
-    factory : callable
-        Factory of the new component, with that component's factory signature.
-    owner : object or None
-        The gradient worker whose actor and algorithm ``worker`` borrows (see
-        ``CWorker``'s ``borrow_from``): it replaced them already, ``worker`` takes its new ones.
-    """
-    check_component_name(component_name)
-    if owner is not None and component_name in ("actor", "algo"):
-        worker.actor, worker.algo = owner.actor, owner.algo
-        worker.storage.actor = worker.actor
-        worker.storage.algorithm = worker.algo
-    elif component_name in LEARNER_COMPONENTS:
-        rebuild_learner_component(worker, component_name, factory, worker.envs_train)
-    else:
-        old = getattr(worker, component_name)
-        mode = "train" if component_name == "envs_train" else "test"
-        setattr(worker, component_name, factory(worker.device, worker.index_worker, worker.index_parent, mode))
-        if old is not None:
-            old.close()
