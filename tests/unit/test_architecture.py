@@ -120,7 +120,7 @@ LAYERS = [
     ("pytorchrl.config", "pytorchrl.tools", "pytorchrl.utils"),
     # Population-based training drives training jobs (tools.session) like the command line.
     ("pytorchrl.pbt", "pytorchrl.tune"),
-    ("pytorchrl.cli",),
+    ("pytorchrl.cli", "pytorchrl.cli_help"),
 ]
 
 
