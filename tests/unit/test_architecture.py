@@ -120,7 +120,7 @@ LAYERS = [
     ("pytorchrl.config", "pytorchrl.tools", "pytorchrl.utils"),
     # Population-based training drives training jobs (tools.session) like the command line.
     ("pytorchrl.pbt", "pytorchrl.tune"),
-    ("pytorchrl.cli",),
+    ("pytorchrl.cli", "pytorchrl.cli_help"),
 ]
 
 
@@ -165,6 +165,20 @@ def test_the_accelerator_imports_no_algorithm_and_no_actor_class():
     assert outside == set()
     # The actors package may be passed through only because its __init__ loads no actor class.
     assert graph["pytorchrl.agent.actors"] == set()
+
+
+#: Lines a module of the package may have: a longer one holds several roles, to be split by role.
+MAX_MODULE_LINES = 700
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = {}
+    for path in _modules().values():
+        with open(path) as f:
+            lines = sum(1 for _ in f)
+        if lines > MAX_MODULE_LINES:
+            long[os.path.relpath(path, ROOT)] = lines
+    assert long == {}
 
 
 # ------------------------------------------------------ docs/architecture.md stays true
