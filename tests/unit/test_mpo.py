@@ -301,3 +301,33 @@ def test_the_configuration_keys_are_the_constructors():
     assert set(keys) == set(MPO.hyperparameter_names())
     assert keys["dual_constraint"].default == 0.1 and keys["sample_action_num"].default == 64
     assert all(key.doc for key in keys.values())
+
+
+def test_the_example_configuration_validates_builds_and_trains(tmp_path):
+    import os
+
+    from pytorchrl.config import build_learner, load_config, validate_config
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    config = validate_config(load_config(os.path.join(repo, "examples", "configs", "mpo_pendulum.yaml")))
+    assert config["algorithm"]["name"] == "MPO" and config["algorithm"]["sample_action_num"] == 16
+    config["algorithm"]["start_steps"] = 8
+    config["learner"]["target_steps"] = 24
+    learner = build_learner(validate_config(config), log_dir=str(tmp_path))
+    try:
+        while not learner.done():
+            learner.step()
+        algo = learner.update_worker.local_worker.algo
+        assert isinstance(algo, MPO) and algo.updates_applied > 0
+        # A run's checkpoint holds the multipliers and their (plain descent) optimizers.
+        with torch.no_grad():
+            algo.multipliers.alpha_mean.fill_(0.05)
+        path = learner.save_checkpoint(str(tmp_path / "checkpoint.pt"))
+        with torch.no_grad():
+            algo.multipliers.alpha_mean.fill_(0.0)
+        learner.load_checkpoint(path)
+        assert float(algo.multipliers.alpha_mean.detach()) == pytest.approx(0.05)
+    finally:
+        learner.stop()
+    bad = dict(config, algorithm=dict(config["algorithm"], dual_constraint=0.0))
+    with pytest.raises(Exception, match="dual_constraint: must be > 0"):
+        validate_config(bad)
