@@ -63,6 +63,11 @@ PARAMETER_RANGES = {
     "total_buffer_demo_capacity": dict(low=1), "save_demos_every": dict(low=1),
     "num_agent_demos_to_save": dict(low=0), "num_value_demos_to_save": dict(low=0),
     "n_sampled_goal": dict(low=1), "strategy": dict(choices=("future", "final", "episode")),
+    **{k: dict(low=0.0, low_inclusive=False) for k in ("dual_constraint", "kl_mean_constraint", "kl_var_constraint",
+                                                       "kl_constraint")},
+    **{k: dict(low=0.0) for k in ("alpha_scale", "alpha_mean_scale", "alpha_var_scale", "alpha_mean_max",
+                                  "alpha_var_max", "alpha_max")},
+    "mstep_iterations": dict(low=1), "sample_action_num": dict(low=1),
 }
 
 

@@ -9,6 +9,8 @@ The networks an algorithm needs are built for it:
   Q(s, a).
 - ``SAC`` (``num_critics``): a stochastic policy (tanh-squashed Gaussian for Box actions,
   categorical for Discrete ones) and critics Q(s, a) (Q(s) per action when discrete).
+- ``MPO``: SAC's policy (its mean and log standard deviation per state are the M-step's
+  decoupled Gaussian) and one critic.
 
 Critics built from the default MLP are computed together (one batched matrix product
 per layer for all of them: on small networks the operator count, not arithmetic, is what
@@ -48,7 +50,8 @@ from pytorchrl.agent.spaces import check_action_space, check_observation_space, 
 #: Algorithms served, with the critics (Q-networks) each uses: "q" maps an observation to a
 #: value per action, "qsa" maps an (observation, action) pair to one value.
 ALGORITHM_NETWORKS = {"DDQN": ("q", None), "DQN": ("q", None), "DDPG": ("qsa", "deterministic"),
-                      "TD3": ("qsa", "deterministic"), "SAC": ("qsa", "stochastic")}
+                      "TD3": ("qsa", "deterministic"), "SAC": ("qsa", "stochastic"),
+                      "MPO": ("qsa", "stochastic")}
 NOISES = (None, "Gauss", "OU", "NoNoise")
 
 
@@ -129,9 +132,9 @@ class OffPolicyActor(Actor):
     input_space : gymnasium.Space
         Observation space.
     action_space : gymnasium.spaces.Discrete or gymnasium.spaces.Box
-        Action space (DDQN: Discrete; DDPG/TD3: Box; SAC: either).
+        Action space (DDQN: Discrete; DDPG/TD3: Box; SAC, MPO: either).
     algorithm_name : str
-        "DDQN", "DDPG", "TD3" or "SAC": which networks to build.
+        "DDQN", "DDPG", "TD3", "SAC" or "MPO": which networks to build.
     noise : str or None
         Exploration noise of deterministic policies (DDPG, TD3): "Gauss" (default for
         them), "OU" (Ornstein-Uhlenbeck, reset at episode ends) or "NoNoise".
