@@ -22,6 +22,8 @@ from pytorchrl import cli
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
+#: The shipped IMPALA configuration (tests/unit/test_vtrace.py, tests/distributed/test_vtrace_ray.py).
+IMPALA_CONF = os.path.join(REPO, "examples", "configs", "impala_cartpole.yaml")
 
 #: A valid configuration that trains PPO on CartPole in about a second: 2 envs x 16 steps
 #: = 32 env steps per update round.
