@@ -1,27 +1,23 @@
 """The queue data path (scheme.data_path: queues, pytorchrl.scheme.workflows.queues):
 bounded queues with back-pressure, pop one/all, prefetch, binned/random selection, work
-stealing, per-learner routing, the lag bound, refusals, and EXARL's six RMA workflows
-learning on a real local Ray. (The episode budget's global end, with every queue emptied:
+stealing, per-learner routing, the lag bound and refusals. (EXARL's six RMA workflows
+learning: tests/learning/test_learning_queues.py; the episode budget's global end, with every queue emptied:
 test_work_stealing.py; with the queue server killed: test_server_faults.py.)"""
 
-import os
 import threading
 
 import pytest
 
-from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.queues import (CLOSED, EMPTY, OK, TIMEOUT, QueueDataPath, QueueLink, QueueServer,
                                                make_queue_server, queue_options)
 
-from cli_helpers import REPO, assert_one_line_error, pytorchrl, tiny, write_config
-from distributed_fixtures import LayoutProbe, factories
-from learning_helpers import greedy_returns_along_run
+from cli_helpers import assert_one_line_error, pytorchrl, tiny, write_config
+from distributed_fixtures import factories
+from queues_helpers import rma_learner
 
-EXARL = os.path.join(REPO, "examples", "configs", "exarl")
-RMA_WORKFLOWS = ["exarl-rma", "exarl-rma-window-random", "exarl-rma-window-binned", "exarl-rma-queue-pop-all",
-                 "exarl-ml-rma-queue", "exarl-ml-rma-queue-short"]
 
 #: Two gradient workers (1, 2), each with collectors 1 and 2.
 GROUPS = {1: [1, 2], 2: [1, 2]}
@@ -233,16 +229,9 @@ def test_prefetch_asks_for_the_next_pop_before_training(ray_for_module):
         ray.kill(server)
 
 
-def _rma_learner(name, *overrides, test_env=False):
-    """The Learner of the workflow's example configuration, with ``overrides``."""
-    return build_learner(load_config(os.path.join(EXARL, f"{name}.yaml"),
-                                     ["learner.tensorboard=false", f"env.test_env={str(test_env).lower()}",
-                                      *overrides]))
-
-
 def test_the_lag_bound_drops_stale_rollouts_when_popped(ray_for_module):
     ray = ray_for_module
-    learner = _rma_learner("exarl-rma", "scheme.max_policy_lag=1", "scheme.queues.selection=binned",
+    learner = rma_learner("exarl-rma", "scheme.max_policy_lag=1", "scheme.queues.selection=binned",
                            "scheme.queues.pop=all", "learner.target_steps=100000")
     try:
         gw = learner.update_worker.local_worker
@@ -271,35 +260,6 @@ def test_the_lag_bound_drops_stale_rollouts_when_popped(ray_for_module):
         assert gw.storage.num_items >= stored
     finally:
         learner.stop()
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", RMA_WORKFLOWS)
-def test_rma_workflow_learns(ray_for_module, name):
-    # Random CartPole play lasts about 22 steps, an untrained greedy policy fewer; these
-    # workflows reach greedy returns of 65-320 by 3500-5000 steps (6000 at most here).
-    steps, every, bar = 6000, 500, 60
-    learner = _rma_learner(name, f"learner.target_steps={steps}", "algorithm.test_every=1000000",
-                           test_env=True)
-    try:
-        probe = LayoutProbe(learner)
-        # The run ends once the bar is reached.
-        returns = greedy_returns_along_run(learner, first=1500, every=every, episodes=3, stop_at=bar,
-                                           on_infos=probe.observe)
-        metrics = learner.get_metrics(add_scheme_metrics=True)
-        stats = learner.scheme.queue_stats()
-        probe.check(name, metrics)
-        # The queue server holds packed numpy rollouts: its process never loads torch.
-        _, pid = ray_for_module.get(learner.scheme.queue_server.process_info.remote())
-        with open(f"/proc/{pid}/maps") as maps:
-            assert "libtorch" not in maps.read()
-    finally:
-        learner.stop()
-    assert max(returns) >= bar, returns
-    # (The metrics were read before the stats: a pop may come between.)
-    assert 0 < metrics["Queues/PoppedRollouts"] <= stats["popped_rollouts"]
-    assert stats["max_size"] <= PRESETS[name].scheme["queues"]["size"]
-    print(name, learner.num_samples_collected, returns)
 
 
 def test_a_queue_option_written_next_to_a_preset_keeps_its_other_options():

@@ -2,7 +2,8 @@
 this process and as a threaded Ray actor, fed with real CartPole rollouts; schemes whose
 collectors insert into it and whose gradient worker samples from it, paced by the rate
 limiter, with a real local Ray (the session's ``ray_session``, 2 CPUs) where collectors
-are remote. Waits are bounded by events and timeouts; nothing asserts wall time."""
+are remote. Waits are bounded by events and timeouts; nothing asserts wall time. (DDQN
+learning CartPole through the server: tests/learning/test_learning_replay_server.py.)"""
 
 import math
 import time
@@ -12,11 +13,8 @@ import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.actors import OffPolicyActor
 from pytorchrl.agent.algorithms import DDQN, PPO
-from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import GAEBuffer, PERBuffer, ReplayBuffer
-from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
@@ -27,19 +25,9 @@ from cli_helpers import assert_one_line_error, pytorchrl_in_process, tiny, write
 from distributed_fixtures import SMALL
 from pytorchrl.config import ConfigError, validate_config
 
-DDQN_KW = dict(lr=1e-3, gamma=0.99, polyak=0.0, update_every=32, mini_batch_size=32, target_update_interval=50,
-               initial_epsilon=1.0, epsilon_decay=0.995, min_epsilon=0.05, test_every=10 ** 9, num_test_episodes=5)
+from replay_server_helpers import factories
+
 LIMITER = dict(min_size_to_sample=200, samples_per_insert=4.0, error_buffer=100.0)
-
-
-def factories(storage_factory=None, hidden=(32, 32), seed=0, **algo):
-    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1,
-                                                           seed=seed)
-    algo_factory, name = DDQN.create_factory(**{**DDQN_KW, **algo})
-    actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name,
-                                                  common_feature_extractor_kwargs={"hidden_sizes": list(hidden)})
-    return dict(algo_factory=algo_factory, actor_factory=actor_factory,
-                storage_factory=storage_factory or ReplayBuffer.create_factory(size=10_000), train_envs_factory=train)
 
 
 def collector(f):
@@ -303,33 +291,6 @@ def test_remote_collectors_insert_and_priorities_come_back(ray_for_module):
         while time.monotonic() < deadline:
             ray.get(server.stats.remote(), timeout=60)
             time.sleep(0.1)
-
-
-def test_ddqn_learns_cartpole_through_the_server(ray_for_module):
-    """Above random (a random policy returns ~22) within a small budget: the greedy policy
-    is evaluated every 1000 inserted transitions, the run stops once it reaches the goal."""
-    torch.manual_seed(0)
-    test, _, _ = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"}, vec_env_size=1, seed=100)
-    f = factories(hidden=(64, 64), lr=2.3e-3, target_update_interval=100, epsilon_decay=0.99, min_epsilon=0.04)
-    scheme = Scheme(**f, test_envs_factory=test, num_col_workers=2, col_workers_communication=prl.ASYNC,
-                    col_workers_resources=SMALL, data_path="replay_server",
-                    replay_server={"min_size_to_sample": 500, "samples_per_insert": 8.0, "error_buffer": 256.0,
-                                   "num_cpus": 0.25})
-    budget, goal, best, history = 12_000, 60.0, -math.inf, []
-    learner = Learner(scheme, target_steps=budget)
-    try:
-        next_eval = 1000
-        while not learner.done() and best < goal:
-            learner.step()
-            if learner.num_samples_collected >= next_eval:
-                next_eval += 1000
-                score = learner.evaluate(5)
-                history.append((learner.num_samples_collected, round(score, 1)))
-                best = max(best, score)
-    finally:
-        learner.stop()
-    assert best >= goal, f"greedy return {best:.1f} < {goal} after {learner.num_samples_collected} steps: {history}"
-    print(f"DDQN through the replay server: greedy return {best:.1f}, history {history}")
 
 
 def test_gradient_workers_with_local_collectors_share_the_server(ray_for_module):

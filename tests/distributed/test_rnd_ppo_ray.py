@@ -18,7 +18,8 @@ def test_rnd_ppo_runs_with_ray_collectors(ray_session, tmp_path, preset):
     # (The resources of the level the preset spreads over Ray: a worker of the learner's
     # process takes none, and the configuration refuses them there.)
     level = "grad" if preset == "dd-ppo" else "col"
-    learner, infos = train_rnd(short_config(f"scheme.preset={preset}", f"scheme.{level}_workers_resources={{num_cpus: 0.25}}"))
+    learner, infos = train_rnd(short_config(f"scheme.preset={preset}",
+                                            f"scheme.{level}_workers_resources={{num_cpus: 0.25}}"))
     assert learner.scheme.uses_ray and learner.scheme.num_col_workers >= 1
     assert infos and all(math.isfinite(i["Loss"]) for i in infos)
     assert any(i["IntrinsicReward"] > 0 for i in infos)

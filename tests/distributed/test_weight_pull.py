@@ -4,13 +4,11 @@ A collector checks the weight board every N steps without waiting and swaps weig
 mid-rollout, step by step as documented (a board in this process); the versions each
 rollout acted with are recorded; a board that never answers does not hold collection up;
 a remote board delivers what is published; layouts and algorithms that cannot use pulled
-weights are refused, options without effect warned about (Scheme) or refused (config);
-and the exarl-nonblocking-async workflow learns CartPole on a real local Ray instance,
-counting the bytes its collectors hand over and the weights they pull.
+weights are refused, options without effect warned about (Scheme) or refused (config).
+(The exarl-nonblocking-async workflow learning CartPole: tests/learning/test_learning_weight_pull.py.)
 """
 
 import logging
-import os
 
 import numpy as np
 import pytest
@@ -21,19 +19,16 @@ from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.algorithms import PPO
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import GAEBuffer
-from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.transport import weights_to_wire
 from pytorchrl.scheme.workflows.weight_board import BoardPublisher, WeightBoard, start_remote_board
 
-from cli_helpers import REPO, pytorchrl_in_process, tiny, write_config
-from distributed_fixtures import LayoutProbe
+from cli_helpers import pytorchrl_in_process, tiny, write_config
 from distributed_fixtures import ddqn_factories as shared_ddqn_factories
-from learning_helpers import greedy_returns_along_run
 
-NONBLOCKING = os.path.join(REPO, "examples", "configs", "exarl", "exarl-nonblocking-async.yaml")
 ROLLOUT = 10
 
 
@@ -184,33 +179,3 @@ def test_layouts_and_algorithms_that_cannot_pull_are_refused(caplog, tmp_path):
         scheme = Scheme(**ddqn_factories(), col_weights="pull", col_weight_pull_every=3)
         scheme.stop()
     assert "col_weights='pull' has no effect with one collection worker" in caplog.text
-
-
-@pytest.mark.timeout(180)
-def test_exarl_nonblocking_async_learns_cartpole(ray_session):
-    config = validate_config(load_config(NONBLOCKING, ["learner.target_steps=8000", "learner.tensorboard=false"]))
-    s = config["scheme"]
-    assert s["preset"] == "exarl-nonblocking-async" and s["col_weights"] == "pull" and s["max_policy_lag"] is None
-    learner = build_learner(config)
-    try:
-        local = learner.scheme.update_worker.local_worker
-        cols = local.col_workers
-        assert cols.publisher is not None and len(cols.remote_workers()) == 2
-        probe = LayoutProbe(learner)
-        returns = greedy_returns_along_run(learner, first=4000, every=1000, on_infos=probe.observe)
-        returns.append(learner.evaluate(10))
-        metrics = learner.get_metrics(add_scheme_metrics=True)
-        probe.check("exarl-nonblocking-async", metrics)
-        weight_bytes = sum(v.nbytes for v in weights_to_wire(local.algo.get_acting_weights()).values())
-        print("exarl-nonblocking-async greedy returns", [round(r, 1) for r in returns], metrics)
-    finally:
-        learner.stop()
-    steps, pulls = metrics["Scheme/EnvSteps"], metrics["Scheme/WeightPulls"]
-    # Versions were pulled mid-rollout (one per update round at most, per collector) and
-    # requests carried none: the weight bytes are those of the pulls.
-    assert 0 < pulls <= 2 * metrics["Scheme/PolicyVersion"]
-    assert metrics["Scheme/BytesToCollectors"] == pulls * weight_bytes
-    # Each transition holds at least its observation and next observation (4 float32 each).
-    assert 32 * steps <= metrics["Scheme/BytesFromCollectors"] <= 200 * steps
-    # Random CartPole: about 22 an episode; an untrained greedy Q-network: about 10.
-    assert max(returns) >= 45.0, returns

@@ -160,7 +160,8 @@ def test_atari_family_ids_and_options(tmp_path):
             validate_config(tiny(env=env))
         assert str(info.value).startswith(f"config error: {expected}"), str(info.value)
     # On the command line: one line, exit status 2.
-    result = pytorchrl_in_process("train", example_config(AGENT_PRESETS["PPO-Atari"]), "env.id=CartPole-v1", cwd=tmp_path)
+    result = pytorchrl_in_process("train", example_config(AGENT_PRESETS["PPO-Atari"]), "env.id=CartPole-v1",
+                                  cwd=tmp_path)
     assert_one_line_error(result, "env.id: 'CartPole-v1' is not an environment of the atari family")
 
 

@@ -1,9 +1,9 @@
 """EXARL's base classes as users write them (seed 001): a DQN agent written only against
 ``ExaAgent`` and an environment written as an ``ExaEnv`` run unchanged in our schemes
-(``ExaActor``, ``ExaAlgorithm``); the agent is asked ``has_data`` before its actor sends, and saves into the run directory
-(``save(results_dir)``); an ``ExaData`` subclass is the memory pool of the RMA queues. On Ray:
-tests/distributed/test_exarl_agents_ray.py (several learners) and
-tests/learning/test_learning_exarl_agents.py (CartPole in EXARL's workflows)."""
+(``ExaActor``, ``ExaAlgorithm``); the agent is asked ``has_data`` before its actor sends,
+and saves into the run directory (``save(results_dir)``); an ``ExaData`` subclass is the
+memory pool of the RMA queues. On Ray: tests/distributed/test_exarl_agents_ray.py (several
+learners) and tests/learning/test_learning_exarl_agents.py (CartPole in EXARL's workflows)."""
 
 import os
 
