@@ -29,7 +29,6 @@ from distributed_fixtures import (SMALL, broken_cartpole, factories, free_cpus, 
                                   resources_released, slow_cartpole, wait_gone)
 
 
-
 # Every test of this module runs on the session's Ray (ray_for_module, tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("ray_for_module")
 

@@ -1,6 +1,6 @@
 """EXARL's ASYNC workflow with collector-side DDQN targets (``algorithm.targets_on_collector``)
 learns CartPole on a local Ray instance (the targets themselves:
-tests/distributed/test_collector_targets.py)."""
+tests/unit/test_collector_targets.py)."""
 
 import os
 

@@ -1,6 +1,6 @@
 """Both SEED workflows of the central inference server (``scheme.col_policy: server``), DQN
 and A2C with whole episodes, learn CartPole on the session's Ray instance, batching the
-requests of several collectors (the server itself: tests/distributed/test_inference_server.py)."""
+requests of several collectors (the server itself: tests/unit/test_inference_server.py)."""
 
 import os
 

@@ -1,6 +1,6 @@
 """EXARL's six RMA workflows (the queue data path, ``scheme.data_path: queues``) learn CartPole
 on the session's Ray instance, from their files in examples/configs/exarl/ (the queues
-themselves: tests/distributed/test_queues.py)."""
+themselves: tests/unit/test_queues.py)."""
 
 import pytest
 

@@ -1,6 +1,6 @@
 """DDQN learns CartPole through the replay server (``scheme.data_path: replay_server``) with
 remote collectors on the session's Ray instance (the server itself:
-tests/distributed/test_replay_server.py)."""
+tests/unit/test_replay_server.py)."""
 
 import math
 

@@ -1,6 +1,6 @@
 """EXARL's non-blocking async workflow (``scheme.col_weights: pull``) learns CartPole on the
 session's Ray instance, counting the bytes its collectors hand over and the weights they
-pull (the pull itself: tests/distributed/test_weight_pull.py)."""
+pull (the pull itself: tests/unit/test_weight_pull.py)."""
 
 import os
 

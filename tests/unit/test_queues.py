@@ -1,35 +1,29 @@
 """The queue data path (scheme.data_path: queues, pytorchrl.scheme.workflows.queues):
 bounded queues with back-pressure, pop one/all, prefetch, binned/random selection, work
-stealing, per-learner routing, the lag bound and refusals. (EXARL's six RMA workflows
-learning: tests/learning/test_learning_queues.py; the episode budget's global end, with every queue emptied:
-test_work_stealing.py; with the queue server killed: test_server_faults.py.)"""
+stealing, per-learner routing and refusals, in this process. (On Ray, prefetch and the lag
+bound: tests/distributed/test_queues_ray.py; the Scheme's and the command line's refusals in a
+child process: tests/cli/test_cli_queues.py; EXARL's six RMA workflows learning:
+tests/learning/test_learning_queues.py; the episode budget's global end, with every queue
+emptied: tests/distributed/test_work_stealing.py; with the queue server killed:
+tests/distributed/test_server_faults.py.)"""
 
 import threading
 
 import pytest
 
 from pytorchrl.config import ConfigError, validate_config
-from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.workflows.presets import PRESETS
-from pytorchrl.scheme.workflows.queues import (CLOSED, EMPTY, OK, TIMEOUT, QueueDataPath, QueueLink, QueueServer,
-                                               make_queue_server, queue_options)
+from pytorchrl.scheme.workflows.queues import CLOSED, EMPTY, OK, TIMEOUT, QueueServer, queue_options
 
-from cli_helpers import assert_one_line_error, pytorchrl, tiny, write_config
-from distributed_fixtures import factories
-from queues_helpers import rma_learner
+from cli_helpers import tiny
+
+from queues_helpers import rollout, tags
+
+from queues_helpers import queue_config
 
 
 #: Two gradient workers (1, 2), each with collectors 1 and 2.
 GROUPS = {1: [1, 2], 2: [1, 2]}
-
-
-def rollout(tag):
-    """A stand-in rollout the server only stores and hands back."""
-    return {"tag": tag}
-
-
-def tags(items):
-    return [data["tag"] for data, *_ in items]
 
 
 # ------------------------------------------------------------------ the server
@@ -142,31 +136,6 @@ def test_bad_queue_options_are_refused(options, words):
     assert words in str(info.value)
 
 
-@pytest.mark.parametrize("kwargs,words", [
-    ({"queues": {"size": 2}}, "queues options act with data_path='queues' only"),
-    ({"data_path": "queues", "num_col_workers": 1}, "needs remote collectors (num_col_workers >= 2)"),
-    ({"data_path": "queues", "num_col_workers": 2}, "needs asynchronous collection"),
-    ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async",
-      "replay_server": {"num_cpus": 0}}, "replay_server options have no effect with data_path='queues'"),
-    ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async", "num_grad_workers": 0},
-     "a collection-only scheme"),
-    ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async", "col_policy": "server"},
-     "col_policy='server' with data_path='queues' is not supported"),
-])
-def test_scheme_refuses_what_the_queue_path_cannot_run(kwargs, words):
-    import pytorchrl as prl
-    if kwargs.get("col_workers_communication") == "async":
-        kwargs["col_workers_communication"] = prl.ASYNC
-    with pytest.raises(ValueError) as info:
-        Scheme(**factories(), **kwargs)       # refused before any worker (or Ray) starts
-    assert words in str(info.value)
-
-
-def queue_config(scheme, **learner):
-    return tiny(scheme={"num_col_workers": 2, "col_workers_communication": "async", "data_path": "queues",
-                        **scheme}, learner={"target_steps": 1000, **learner})
-
-
 @pytest.mark.parametrize("config,path,words", [
     (tiny(scheme={"queues": {"size": 2}}), "scheme.queues", "has no effect with scheme.data_path: direct"),
     (queue_config({"queues": {"sise": 2}}), "scheme.queues.sise", "did you mean 'size'?"),
@@ -192,74 +161,7 @@ def test_a_resolved_queue_configuration_validates_again():
     assert validate_config(config)["scheme"] == config["scheme"]
 
 
-def test_command_line_refuses_queues_with_synchronous_collectors(tmp_path):
-    path = write_config(tmp_path, queue_config({"col_workers_communication": "sync"}))
-    assert_one_line_error(pytorchrl("train", path, cwd=tmp_path), "scheme.data_path: queues needs")
-
-
 # ------------------------------------------------------------------------ Ray
-
-
-def test_prefetch_asks_for_the_next_pop_before_training(ray_for_module):
-    ray = ray_for_module
-    server = make_queue_server({0: [1, 2], 1: [1]}, queue_options({"num_cpus": 0}), remote=True)
-    try:
-        for i in range(2):
-            ray.get(server.put.remote((0, 1), rollout(i), i))
-        path = QueueDataPath(QueueLink(server, prefetch=True), group=0)
-        assert tags(path.pop(False)) == [0]
-        # Before this worker trains on rollout 0 its next pop is out: the server serves it
-        # meanwhile, and the next call only collects it.
-        assert path._prefetched is not None and path.prefetches == 1
-        ray.wait([path._prefetched], timeout=30)
-        assert ray.get(server.stats.remote())["held"] == 0
-        assert tags(path.pop(False)) == [1]
-        # (That pop returned data, so the next one is out again, waiting in the server.)
-        assert path._prefetched is not None and path.prefetches == 2
-        # It finds nothing; a rollout put after it returned is not lost: the next pop (its
-        # collectors finished) asks again instead of taking the empty answer.
-        ray.wait([path._prefetched], timeout=30)
-        ray.get(server.put.remote((0, 2), rollout(3), 0))
-        assert tags(path.pop(True)) == [3]
-        assert path._prefetched is None     # a finished worker asks nothing ahead: its next pop returns at once
-        no_prefetch = QueueDataPath(QueueLink(server, prefetch=False), group=1)
-        ray.get(server.put.remote((1, 1), rollout(2), 0))
-        assert tags(no_prefetch.pop(False)) == [2] and no_prefetch._prefetched is None
-    finally:
-        ray.kill(server)
-
-
-def test_the_lag_bound_drops_stale_rollouts_when_popped(ray_for_module):
-    ray = ray_for_module
-    learner = rma_learner("exarl-rma", "scheme.max_policy_lag=1", "scheme.queues.selection=binned",
-                           "scheme.queues.pop=all", "learner.target_steps=100000")
-    try:
-        gw = learner.update_worker.local_worker
-        while gw.version < 3:
-            learner.step()
-        server = learner.scheme.queue_server
-        # A real rollout, put back as if played with version 0: three versions too old. (The
-        # collectors get their next requests when their reports are read.)
-        items = []
-        while not items:
-            gw.col_workers.collect(False)
-            _, items, _ = ray.get(server.pop.remote(0, False, 0.5))
-        stale = items[0][0]
-        ray.get(server.pause_sampling.remote())
-        ray.get(server.put.remote((0, 1), stale, 0))
-        ray.get(server.resume_sampling.remote())
-        dropped = gw.col_workers.stats["dropped_rollouts"]
-        stored = gw.storage.num_items
-        for _ in range(100):                    # pops (no training: the version stays)
-            gw._pop_queues()
-            if gw.col_workers.stats["dropped_rollouts"] > dropped:
-                break
-        assert gw.col_workers.stats["dropped_rollouts"] > dropped
-        # Only rollouts within the bound reached the storage and were reported.
-        assert all(lag <= 1 for lag in gw._round_info["policy_lags"])
-        assert gw.storage.num_items >= stored
-    finally:
-        learner.stop()
 
 
 def test_a_queue_option_written_next_to_a_preset_keeps_its_other_options():

@@ -3,7 +3,8 @@
 The server batches the requests of several collectors (up to ``max_batch``, or what came
 within ``timeout_ms``), answers with the learner policy's actions for the weights it was
 sent, gets every weight publication, takes an episode's first action from that episode's
-reset observation and refuses what it cannot serve (both SEED workflows learning CartPole:
+reset observation and refuses what it cannot serve (remote collectors on Ray:
+tests/distributed/test_inference_server_ray.py; both SEED workflows learning CartPole:
 tests/learning/test_learning_inference_server.py).
 """
 
@@ -16,10 +17,10 @@ import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
-from pytorchrl.agent.algorithms import A2C, DDQN
+from pytorchrl.agent.actors import OffPolicyActor
+from pytorchrl.agent.algorithms import DDQN
 from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.storages import GAEBuffer, ReplayBuffer
+from pytorchrl.agent.storages import ReplayBuffer
 from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
@@ -29,15 +30,7 @@ from pytorchrl.scheme.workflows.inference_server import InferenceServer, inferen
 
 from cli_helpers import EXARL, pytorchrl_in_process, tiny
 
-
-
-def a2c_agent(vec_env_size=4, env_fn=make_gym_env, env_kwargs=None, **actor_kwargs):
-    """(algo, actor, storage, train envs) factories of A2C on CartPole."""
-    train, action_space, obs_space = VecEnv.create_factory(env_fn, env_kwargs or {"env_id": "CartPole-v1"},
-                                                           vec_env_size=vec_env_size)
-    algo, name = A2C.create_factory(lr=1e-3)
-    actor = OnPolicyActor.create_factory(obs_space, action_space, name, **actor_kwargs)
-    return algo, actor, GAEBuffer.create_factory(size=16, gae_lambda=0.95), train
+from inference_server_helpers import a2c_agent
 
 
 def server_for(algo_factory, actor_factory, **options):
@@ -169,27 +162,6 @@ def test_weight_publications_reach_the_server_in_process(no_ray_import):
         assert metrics["Inference/MeanWaitMs"] >= 0.0
     finally:
         learner.stop()
-
-
-def test_sync_remote_collectors_act_with_the_published_version(ray_session):
-    algo, actor, storage, train = a2c_agent(vec_env_size=2)
-    scheme = Scheme(algo, actor, storage, train, num_col_workers=2, col_workers_resources={"num_cpus": 0.25},
-                    col_policy="server", inference_server={"timeout_ms": 50, "num_cpus": 0.25})
-    learner = Learner(scheme, target_steps=640)
-    try:
-        while not learner.done():
-            learner.step()
-        metrics = learner.get_metrics(add_scheme_metrics=True)
-        stats = scheme.inference_stats()
-        gw = learner.update_worker.local_worker
-    finally:
-        learner.stop()
-    # Every round's rollouts acted with the version published just before it (no lag),
-    # and the server's last version is the last one published.
-    assert metrics["Scheme/MaxPolicyLag"] == 0 and stats["version"] == gw.version > 0
-    # Two collectors of 2 environments stepping in lockstep: their requests meet.
-    # Each collector's rollout bootstraps from the server once per round.
-    assert stats["mean_batch"] > 2.0 and stats["value_calls"] >= 2 * gw.version
 
 
 # ------------------------------------------------------------------ first-action rule
