@@ -6,15 +6,16 @@ import re
 import pytest
 import torch
 
+from pytorchrl import checkpoint as ckpt
+
+from cli_helpers import pytorchrl, read_csv, tiny, write_config
+
 
 @pytest.mark.timeout(300)
 def test_cli_run_that_keeps_getting_nan_stops_with_one_line_and_a_finite_checkpoint(tmp_path):
     """Rewards NaN from every environment's 100th step (round 7 of 32 env steps): each
     update from there on is skipped, the sixth in a row ends the run. The checkpoint saved
     on the way out holds finite weights and loads."""
-    from cli_helpers import pytorchrl, read_csv, tiny, write_config
-    from pytorchrl import checkpoint as ckpt
-
     config = tiny(env={"id": "fault_envs:NaNRewardCartPole-v0", "test_env": False},
                   learner={"target_steps": 100_000, "max_nonfinite_updates": 6, "save_every_steps": 64})
     run_dir = tmp_path / "run"
