@@ -6,6 +6,7 @@ workers, which cannot import the tests package, so this module registers itself 
 pickled by value (see ``register_for_ray``).
 """
 
+import os
 import sys
 import time
 
@@ -214,6 +215,16 @@ class LayoutProbe:
 
 __all__ = ["SMALL", "PPO_KWARGS", "register_for_ray", "factories", "slow_cartpole", "broken_cartpole",
            "wait_gone", "LayoutProbe", "prl"]
+
+
+def remote_pids(scheme):
+    """The process ids of the remote workers of ``scheme``, checked to be one process per
+    worker and none of them this one."""
+    info = scheme.process_info()
+    pids = [pid for _, pid in info]
+    assert len(set(pids)) == len(pids), "two workers share a process"
+    assert os.getpid() not in pids
+    return pids
 
 
 def free_cpus():

@@ -4,8 +4,8 @@ by the collector with the weights it acted with (``algorithm.targets_on_collecto
 The collector's targets equal the learner's for the same weights; with the switch on the
 learner fits the stored targets and computes none (torch and numpy updates); the target
 network travels to the collectors with the acting weights and follows the learner's
-target updates; configurations that cannot use it are refused; and the exarl-async
-workflow learns CartPole on a real local Ray instance.
+target updates; configurations that cannot use it are refused (the exarl-async workflow
+learning CartPole: tests/learning/test_learning_collector_targets.py).
 """
 
 import os
@@ -18,15 +18,13 @@ from pytorchrl.agent.actors import OffPolicyActor
 from pytorchrl.agent.algorithms import DDQN
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import NStepReplayBuffer
-from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.config import ConfigError, load_config, validate_config
 from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme.collection.c_worker import CWorker
 
-from cli_helpers import REPO, pytorchrl_in_process, tiny, write_config
-from distributed_fixtures import LayoutProbe
-from learning_helpers import greedy_returns_along_run
+from cli_helpers import EXARL, pytorchrl_in_process, tiny, write_config
 
-EXARL_ASYNC = os.path.join(REPO, "examples", "configs", "exarl", "exarl-async.yaml")
+EXARL_ASYNC = os.path.join(EXARL, "exarl-async.yaml")
 KW = dict(lr=1e-3, gamma=0.9, polyak=0.0, num_updates=4, update_every=40, start_steps=0, mini_batch_size=16,
           target_update_interval=1, initial_epsilon=0.5, test_every=10 ** 9, loss="mse")
 
@@ -155,24 +153,3 @@ def test_configurations_that_cannot_use_it_are_refused(tmp_path):
         validate_config(load_config(EXARL_ASYNC, ["algorithm.targets_on_collector=2"]))
     proc = pytorchrl_in_process("train", write_config(tmp_path), "algorithm.targets_on_collector=true", cwd=tmp_path)
     assert proc.returncode == 2 and "targets_on_collector" in proc.stderr and "Traceback" not in proc.stderr
-
-
-@pytest.mark.timeout(180)
-def test_exarl_async_learns_cartpole(ray_session):
-    config = validate_config(load_config(EXARL_ASYNC, ["learner.target_steps=8000", "learner.tensorboard=false"]))
-    assert config["scheme"]["preset"] == "exarl-async" and config["algorithm"]["targets_on_collector"]
-    learner = build_learner(config)
-    try:
-        local = learner.scheme.update_worker.local_worker
-        probe = LayoutProbe(learner)
-        returns = greedy_returns_along_run(learner, first=4000, every=1000, on_infos=probe.observe)
-        probe.check("exarl-async", learner.get_metrics(add_scheme_metrics=True))
-        assert local.algo.targets_on_collector and local.storage.num_inserted >= 8000
-        # The collectors' targets reached the learner's replay.
-        assert prl.TARGET in local.storage._arrays
-        returns.append(learner.evaluate(10))
-        print("exarl-async greedy returns", [round(r, 1) for r in returns])
-    finally:
-        learner.stop()
-    # Random CartPole: about 22 an episode; an untrained greedy Q-network: about 10.
-    assert max(returns) >= 45.0, returns

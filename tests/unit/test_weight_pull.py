@@ -2,15 +2,13 @@
 
 A collector checks the weight board every N steps without waiting and swaps weights
 mid-rollout, step by step as documented (a board in this process); the versions each
-rollout acted with are recorded; a board that never answers does not hold collection up;
-a remote board delivers what is published; layouts and algorithms that cannot use pulled
-weights are refused, options without effect warned about (Scheme) or refused (config);
-and the exarl-nonblocking-async workflow learns CartPole on a real local Ray instance,
-counting the bytes its collectors hand over and the weights they pull.
+rollout acted with are recorded; layouts and algorithms that cannot use pulled weights are
+refused, options without effect warned about (Scheme) or refused (config). (Boards as Ray
+actors: tests/distributed/test_weight_pull_ray.py; the exarl-nonblocking-async workflow
+learning CartPole: tests/learning/test_learning_weight_pull.py.)
 """
 
 import logging
-import os
 
 import numpy as np
 import pytest
@@ -21,45 +19,21 @@ from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.algorithms import PPO
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import GAEBuffer
-from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme import Scheme
-from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.transport import weights_to_wire
-from pytorchrl.scheme.workflows.weight_board import BoardPublisher, WeightBoard, start_remote_board
+from pytorchrl.scheme.workflows.weight_board import BoardPublisher, WeightBoard
 
-from cli_helpers import REPO, pytorchrl_in_process, tiny, write_config
-from distributed_fixtures import LayoutProbe
-from distributed_fixtures import ddqn_factories as shared_ddqn_factories
-from learning_helpers import greedy_returns_along_run
+from cli_helpers import pytorchrl_in_process, tiny, write_config
 
-NONBLOCKING = os.path.join(REPO, "examples", "configs", "exarl", "exarl-nonblocking-async.yaml")
-ROLLOUT = 10
+from weight_pull_helpers import acting_weights_equal, ddqn_factories, make_collector, shifted
 
 
 def cartpole_spaces():
     """(observation space, action space) of CartPole-v1."""
     _, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": "CartPole-v1"})
     return obs_space, action_space
-
-
-def ddqn_factories():
-    return shared_ddqn_factories(update_every=ROLLOUT, start_steps=0, replay=1000, test_every=10 ** 9)
-
-
-def make_collector(board, every):
-    torch.manual_seed(0)
-    return CWorker(1, 0, **ddqn_factories(), weight_board=board, weight_pull_every=every)
-
-
-def shifted(weights, by):
-    """Other network weights of the same shapes (a later version, as after training); the
-    scalar buffers (epsilon, warm-up) are kept."""
-    return {k: v + by if v.dim() > 0 else v for k, v in weights.items()}
-
-
-def acting_weights_equal(worker, weights):
-    return all(torch.equal(worker.get_weights()[k], v) for k, v in weights.items())
 
 
 def test_a_collector_swaps_to_a_newer_version_mid_rollout_at_the_documented_step():
@@ -114,40 +88,6 @@ def test_the_weights_pulled_are_those_acted_with():
     assert collector.actor_version == 7
 
 
-def test_a_board_that_never_answers_does_not_hold_collection_up(ray_session):
-    ray = ray_session
-    # An actor that can never be scheduled: its answers never come.
-    board = ray.remote(WeightBoard).options(num_cpus=0, resources={"no_such_resource": 1}).remote()
-    try:
-        collector = make_collector(board, every=2)
-        for _ in range(3):
-            _, info = collector.collect_data()
-            assert info["collected_samples"] == ROLLOUT and info["weight_swaps"] == [] and info["version"] == 0
-        # It asked once and kept stepping (the question is still out).
-        assert collector._board_reader.checks == 15 and collector._board_reader._question is not None
-    finally:
-        ray.kill(board)
-
-
-def test_a_remote_board_delivers_the_published_version(ray_session):
-    board = start_remote_board()
-    try:
-        collector = make_collector(board, every=1)
-        v1 = shifted(collector.get_weights(), 0.25)
-        publisher = BoardPublisher(board, lambda: v1)
-        publisher.publish(3)
-        swaps = []
-        for _ in range(5000):     # answers take milliseconds: a few rollouts of 10 steps
-            _, info = collector.collect_data()
-            swaps += info["weight_swaps"]
-            if swaps:
-                break
-        assert [v for _, v in swaps] == [3] and collector.actor_version == 3
-        assert acting_weights_equal(collector, v1)
-    finally:
-        ray_session.kill(board)
-
-
 def test_layouts_and_algorithms_that_cannot_pull_are_refused(caplog, tmp_path):
     ppo = dict(algorithm={"name": "PPO"}, storage={"name": "GAEBuffer", "size": 16})
     dqn = dict(algorithm={"name": "DDQN"}, storage={"name": "ReplayBuffer", "size": 1000})
@@ -184,33 +124,3 @@ def test_layouts_and_algorithms_that_cannot_pull_are_refused(caplog, tmp_path):
         scheme = Scheme(**ddqn_factories(), col_weights="pull", col_weight_pull_every=3)
         scheme.stop()
     assert "col_weights='pull' has no effect with one collection worker" in caplog.text
-
-
-@pytest.mark.timeout(180)
-def test_exarl_nonblocking_async_learns_cartpole(ray_session):
-    config = validate_config(load_config(NONBLOCKING, ["learner.target_steps=8000", "learner.tensorboard=false"]))
-    s = config["scheme"]
-    assert s["preset"] == "exarl-nonblocking-async" and s["col_weights"] == "pull" and s["max_policy_lag"] is None
-    learner = build_learner(config)
-    try:
-        local = learner.scheme.update_worker.local_worker
-        cols = local.col_workers
-        assert cols.publisher is not None and len(cols.remote_workers()) == 2
-        probe = LayoutProbe(learner)
-        returns = greedy_returns_along_run(learner, first=4000, every=1000, on_infos=probe.observe)
-        returns.append(learner.evaluate(10))
-        metrics = learner.get_metrics(add_scheme_metrics=True)
-        probe.check("exarl-nonblocking-async", metrics)
-        weight_bytes = sum(v.nbytes for v in weights_to_wire(local.algo.get_acting_weights()).values())
-        print("exarl-nonblocking-async greedy returns", [round(r, 1) for r in returns], metrics)
-    finally:
-        learner.stop()
-    steps, pulls = metrics["Scheme/EnvSteps"], metrics["Scheme/WeightPulls"]
-    # Versions were pulled mid-rollout (one per update round at most, per collector) and
-    # requests carried none: the weight bytes are those of the pulls.
-    assert 0 < pulls <= 2 * metrics["Scheme/PolicyVersion"]
-    assert metrics["Scheme/BytesToCollectors"] == pulls * weight_bytes
-    # Each transition holds at least its observation and next observation (4 float32 each).
-    assert 32 * steps <= metrics["Scheme/BytesFromCollectors"] <= 200 * steps
-    # Random CartPole: about 22 an episode; an untrained greedy Q-network: about 10.
-    assert max(returns) >= 45.0, returns

@@ -1,24 +1,22 @@
 """EXARL's RMA workflow (preset ``exarl-rma``): actors read the learner's weights from the
 weight board at a configurable frequency (every N steps without waiting, or at the start of
 every episode, waited for), and the memory pool is a bounded FIFO queue or a circular buffer
-that overwrites its oldest rollout, chosen in YAML (``scheme.queues.kind``)."""
+that overwrites its oldest rollout, chosen in YAML (``scheme.queues.kind``). On Ray:
+tests/distributed/test_rma_memory_pool_ray.py."""
 
-import os
 import re
 
 import pytest
 import torch
 
-from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.transport import weights_to_wire
 from pytorchrl.scheme.workflows.presets import PRESETS
 from pytorchrl.scheme.workflows.weight_board import WeightBoard
 
-from cli_helpers import REPO, tiny
+from cli_helpers import tiny
 from distributed_fixtures import ddqn_factories
-
-EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 
 
 class EagerBoard(WeightBoard):
@@ -86,23 +84,3 @@ def test_the_configuration_takes_the_read_frequency_and_the_queue_kind():
                           ({"preset": "exarl-rma", "queues": {"kind": "ring"}}, "one of 'fifo', 'circular'")):
         with pytest.raises(ConfigError, match=re.escape(words)):
             validate_config(tiny(scheme=scheme))
-
-
-@pytest.mark.timeout(300)
-def test_exarl_rma_reads_the_board_per_episode_and_a_circular_pool_accounts_for_every_put(ray_for_module):
-    learner = build_learner(load_config(os.path.join(EXARL, "exarl-rma.yaml"),
-                                        ["learner.target_steps=1500", "learner.tensorboard=false",
-                                         "env.test_env=false", "scheme.queues.kind=circular"]))
-    try:
-        while not learner.done():
-            learner.step()
-        metrics = learner.get_metrics(add_scheme_metrics=True)
-        stats = learner.scheme.queue_stats()
-    finally:
-        learner.stop()
-    assert metrics["Scheme/WeightPulls"] > 0        # versions read from the board
-    # One-slot windows never grow; every put was either read or overwritten, none is left.
-    # Whether any was overwritten depends on how fast the learner trains (the overwrite
-    # itself is tested on the server: test_a_circular_queue_overwrites_its_oldest_rollout...).
-    assert stats["max_size"] == 1 and stats["held"] == 0 and stats["puts"] > 0
-    assert stats["popped_rollouts"] + stats["overwritten"] == stats["puts"]

@@ -3,26 +3,24 @@ compressed on the replay-server and queue paths too (the collector packs; the re
 server unpacks when it inserts, the gradient worker when it pops); compression where
 nothing is sent (one collection worker, one gradient worker, DD-PPO's all-reduced
 gradients) is refused by the configuration and warned about once by the Scheme; and
-``queues.steal`` where it cannot act is refused."""
+``queues.steal`` where it cannot act is refused. (Rollouts compressed by Ray collectors:
+tests/distributed/test_compression_paths_ray.py.)"""
 
 import logging
-import os
 
 import numpy as np
 import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.checks import ineffective_options
 from pytorchrl.scheme.transport import pack
 from pytorchrl.scheme.workflows.replay_server import ReplayServer
 
-from cli_helpers import REPO, assert_one_line_error, pytorchrl_in_process, tiny, write_config
+from cli_helpers import assert_one_line_error, pytorchrl_in_process, tiny, write_config
 from distributed_fixtures import factories
-
-EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 
 
 # --------------------------------------------------------------- refused or warned
@@ -96,31 +94,3 @@ def test_the_replay_server_inserts_a_packed_rollout_as_the_rollout():
     index = np.asarray(batch[prl.INDEX]).reshape(-1)
     for key in (prl.OBS, prl.REW, prl.OBS2):
         np.testing.assert_array_equal(np.asarray(batch[key]), rollout[key].numpy()[index])
-
-
-def _train(name, *overrides):
-    learner = build_learner(load_config(os.path.join(EXARL, f"{name}.yaml"),
-                                        ["learner.tensorboard=false", "env.test_env=false",
-                                         "scheme.col_compress_data=true", *overrides]))
-    raw = sent = 0
-    try:
-        while not learner.done():
-            for info in learner.step():
-                raw += info.get("raw_bytes", 0)
-                sent += info.get("sent_bytes", 0)
-        return learner, raw, sent, learner.scheme.replay_stats() or learner.scheme.queue_stats()
-    finally:
-        learner.stop()
-
-
-@pytest.mark.timeout(300)
-def test_collectors_compress_on_the_replay_server_and_queue_paths(ray_for_module):
-    learner, raw, sent, stats = _train("drl-actor-model", "learner.target_steps=1500",
-                                       "scheme.replay_server.min_size_to_sample=200")
-    # Int64 actions and 0/1 flags compress: fewer bytes went than the rollouts hold.
-    assert 0 < sent < raw, (raw, sent)
-    assert stats["inserts"] >= 1000 and learner.num_updates > 0   # the server unpacked and trained on them
-    learner, raw, sent, stats = _train("exarl-rma", "learner.target_steps=800")
-    assert 0 < sent < raw, (raw, sent)
-    # The queues held the compressed rollouts; the gradient worker unpacked and trained on them.
-    assert stats["popped_rollouts"] > 0 and stats["bytes_in"] < raw and learner.num_updates > 0

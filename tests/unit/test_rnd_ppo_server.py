@@ -5,42 +5,23 @@ predictor's errors) and the intrinsic values of its bootstrap come from the serv
 weights, while its statistics stay its own. The rewards are exactly those of a collector
 holding the server's weights and the same statistics; a server that dies while the
 rollout's rewards are computed leaves the statistics as they were and the replacement is
-asked again; and RND_PPO trains in a SEED layout of Ray collectors.
+asked again (RND_PPO training in a SEED layout of Ray collectors:
+tests/distributed/test_rnd_ppo_server_ray.py).
 """
 
 import copy
-import math
 
 import numpy as np
 import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.actors import OnPolicyActor
-from pytorchrl.agent.algorithms import RND_PPO
 from pytorchrl.agent.algorithms.rnd_ppo import OBS_MEAN, OBS_STD
-from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.storages import GAEBuffer
-from pytorchrl.envs import make_gym_env
-from pytorchrl.learner import Learner
-from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.servers import ServerLost
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.workflows.inference_server import InferenceServer
 
-
-def rnd_agent(env_id="CartPole-v1", vec_env_size=2, size=8, **algo_kwargs):
-    """(algo, actor, storage, train envs) factories of a small RND_PPO."""
-    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id},
-                                                           vec_env_size=vec_env_size, seed=0)
-    kwargs = dict(pre_normalization_steps=2, pre_normalization_length=8,
-                  intrinsic_rewards_target_network_kwargs={"hidden_sizes": [16]},
-                  intrinsic_rewards_predictor_network_kwargs={"hidden_sizes": [16]})
-    kwargs.update(algo_kwargs)
-    algo, name = RND_PPO.create_factory(**kwargs)
-    actor = OnPolicyActor.create_factory(obs_space, action_space, name,
-                                         feature_extractor_kwargs={"hidden_sizes": [16]})
-    return algo, actor, GAEBuffer.create_factory(size=size), train
+from rnd_ppo_server_helpers import rnd_agent
 
 
 def trained_weights(algo_factory, actor_factory):
@@ -163,26 +144,3 @@ def test_a_server_lost_while_the_rewards_are_computed_is_asked_again_through_the
     want = ref.preprocess_rollout({prl.OBS: data[prl.OBS]})
     np.testing.assert_array_equal(data[prl.IREW].numpy(), want[prl.IREW].numpy())
     assert_same_state(worker.algo.collector_state(), ref.collector_state())
-
-
-@pytest.mark.timeout(120)
-def test_rnd_ppo_trains_in_a_seed_layout_of_ray_collectors(ray_session):
-    algo, actor, storage, train = rnd_agent(env_id="MountainCar-v0", vec_env_size=2, size=64, num_mini_batch=2)
-    scheme = Scheme(algo, actor, storage, train, num_col_workers=2, col_workers_resources={"num_cpus": 0.25},
-                    col_policy="server", inference_server={"timeout_ms": 20, "num_cpus": 0.25})
-    learner = Learner(scheme, target_steps=1024)
-    infos = []
-    try:
-        while not learner.done():
-            infos += [i.get("algo", {}) for i in learner.step()]
-        stats = scheme.inference_stats()
-    finally:
-        learner.stop()
-    infos = [i for i in infos if i]
-    rollouts = learner.num_samples_collected // (2 * 64)
-    assert rollouts >= 8 and learner.num_updates >= 4 and len(infos) >= 4
-    rewards = [i["IntrinsicReward"] for i in infos]
-    assert all(math.isfinite(r) and r > 0 for r in rewards), rewards
-    assert all(math.isfinite(i["PredictorLoss"]) and math.isfinite(i["IntValueLoss"]) for i in infos)
-    # Every rollout's intrinsic rewards and intrinsic bootstrap were computed by the server.
-    assert stats["algorithm_calls"] >= 2 * rollouts and stats["version"] == learner.policy_version > 0

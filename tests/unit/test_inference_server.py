@@ -3,8 +3,9 @@
 The server batches the requests of several collectors (up to ``max_batch``, or what came
 within ``timeout_ms``), answers with the learner policy's actions for the weights it was
 sent, gets every weight publication, takes an episode's first action from that episode's
-reset observation, refuses what it cannot serve, and both SEED workflows (DQN, and A2C
-with whole episodes) learn CartPole on a real local Ray instance.
+reset observation and refuses what it cannot serve (remote collectors on Ray:
+tests/distributed/test_inference_server_ray.py; both SEED workflows learning CartPole:
+tests/learning/test_learning_inference_server.py).
 """
 
 import os
@@ -16,31 +17,20 @@ import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
-from pytorchrl.agent.algorithms import A2C, DDQN
+from pytorchrl.agent.actors import OffPolicyActor
+from pytorchrl.agent.algorithms import DDQN
 from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.storages import GAEBuffer, ReplayBuffer
-from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.agent.storages import ReplayBuffer
+from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.workflows.inference_server import InferenceServer, inference_server_options
 
-from cli_helpers import REPO, pytorchrl_in_process, tiny
-from distributed_fixtures import LayoutProbe
-from learning_helpers import greedy_returns_along_run
+from cli_helpers import EXARL, pytorchrl_in_process, tiny
 
-EXARL = os.path.join(REPO, "examples", "configs", "exarl")
-
-
-def a2c_agent(vec_env_size=4, env_fn=make_gym_env, env_kwargs=None, **actor_kwargs):
-    """(algo, actor, storage, train envs) factories of A2C on CartPole."""
-    train, action_space, obs_space = VecEnv.create_factory(env_fn, env_kwargs or {"env_id": "CartPole-v1"},
-                                                           vec_env_size=vec_env_size)
-    algo, name = A2C.create_factory(lr=1e-3)
-    actor = OnPolicyActor.create_factory(obs_space, action_space, name, **actor_kwargs)
-    return algo, actor, GAEBuffer.create_factory(size=16, gae_lambda=0.95), train
+from inference_server_helpers import a2c_agent
 
 
 def server_for(algo_factory, actor_factory, **options):
@@ -174,27 +164,6 @@ def test_weight_publications_reach_the_server_in_process(no_ray_import):
         learner.stop()
 
 
-def test_sync_remote_collectors_act_with_the_published_version(ray_session):
-    algo, actor, storage, train = a2c_agent(vec_env_size=2)
-    scheme = Scheme(algo, actor, storage, train, num_col_workers=2, col_workers_resources={"num_cpus": 0.25},
-                    col_policy="server", inference_server={"timeout_ms": 50, "num_cpus": 0.25})
-    learner = Learner(scheme, target_steps=640)
-    try:
-        while not learner.done():
-            learner.step()
-        metrics = learner.get_metrics(add_scheme_metrics=True)
-        stats = scheme.inference_stats()
-        gw = learner.update_worker.local_worker
-    finally:
-        learner.stop()
-    # Every round's rollouts acted with the version published just before it (no lag),
-    # and the server's last version is the last one published.
-    assert metrics["Scheme/MaxPolicyLag"] == 0 and stats["version"] == gw.version > 0
-    # Two collectors of 2 environments stepping in lockstep: their requests meet.
-    # Each collector's rollout bootstraps from the server once per round.
-    assert stats["mean_batch"] > 2.0 and stats["value_calls"] >= 2 * gw.version
-
-
 # ------------------------------------------------------------------ first-action rule
 class EpisodeCounter(gym.Env):
     """Observations ``[episode, step]``; an episode lasts ``2 + index_env + episode % 3``
@@ -319,51 +288,3 @@ def test_command_line_refusal_exits_2(tmp_path):
 
 
 # -------------------------------------------------------------------- learning on Ray
-def test_seed_dqn_learns_cartpole_and_batches_across_collectors(ray_session):
-    # timeout_ms raised from the example's 2: on a loaded test machine the second
-    # collector's request must still find the first one waiting.
-    config = validate_config(load_config(os.path.join(EXARL, "exarl-seed.yaml"),
-                                         ["learner.target_steps=5000", "learner.tensorboard=false",
-                                          "scheme.inference_server={max_batch: 64, timeout_ms: 10, num_cpus: 0.25}"]))
-    learner = build_learner(config)
-    try:
-        probe = LayoutProbe(learner)
-        # Measured: a greedy return of 123 at 1,500 steps, 100-182 from there to 5,000 (seed
-        # 0). The run ends at the bar.
-        returns = greedy_returns_along_run(learner, first=1500, every=500, episodes=5, stop_at=60,
-                                           on_infos=probe.observe)
-        stats = learner.scheme.inference_stats()
-        metrics = learner.get_metrics(add_scheme_metrics=True)
-        probe.check("exarl-seed", metrics)
-    finally:
-        learner.stop()
-    print("exarl-seed greedy returns", [round(r, 1) for r in returns], "inference", stats)
-    # Two collectors of 4 environments: batches hold more than one collector's rows.
-    assert stats["mean_batch"] > 4.0 and stats["max_batch_seen"] == 8
-    assert stats["version"] == learner.policy_version > 0 and metrics["Inference/MeanBatch"] > 4.0
-    # Random CartPole: about 22 an episode; an untrained greedy Q-network: about 10.
-    assert max(returns) >= 60.0, returns
-
-
-def test_seed_a2c_learns_cartpole_from_whole_episodes(ray_session):
-    config = validate_config(load_config(os.path.join(EXARL, "exarl-seed-a2c.yaml"),
-                                         ["learner.target_steps=8000", "learner.tensorboard=false",
-                                          "algorithm.lr=3e-3"]))
-    learner = build_learner(config)
-    try:
-        probe = LayoutProbe(learner)
-        # Measured (seed 0): greedy returns 9-30 up to 2,500 steps, then 26-260 (112 at 3,000).
-        # The run ends at the bar.
-        returns = greedy_returns_along_run(learner, first=1000, every=500, episodes=5, stop_at=60,
-                                           on_infos=probe.observe)
-        metrics = learner.get_metrics(add_episodes_metrics=True, add_scheme_metrics=True)
-        probe.check("exarl-seed-a2c", metrics)
-        stats = learner.scheme.inference_stats()
-    finally:
-        learner.stop()
-    print("exarl-seed-a2c", learner.num_samples_collected, [round(r) for r in returns], stats)
-    # One A2C step per whole episode; every episode's value bootstraps came from the server.
-    assert learner.num_updates >= 0.9 * metrics["Episodes/Episodes"]
-    assert stats["value_calls"] >= learner.num_updates and stats["mean_batch"] > 1.0
-    # Random CartPole: about 22 an episode; an untrained greedy policy: about 10.
-    assert max(returns) >= 60.0, returns
