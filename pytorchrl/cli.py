@@ -24,7 +24,7 @@ import os
 import sys
 
 import pytorchrl
-from pytorchrl.agent.env import EnvError
+from pytorchrl.agent.vec_env import EnvError
 from pytorchrl.agent.spaces import UnsupportedSpaceError
 from pytorchrl.cli_help import (EVALUATE_DESCRIPTION, EVALUATE_EPILOG, PBT_DESCRIPTION, PBT_EPILOG,  # noqa: F401
                                 PLOT_DESCRIPTION, PLOT_EPILOG, RECORD_DESCRIPTION, RECORD_EPILOG, RESUME_DESCRIPTION,
@@ -32,7 +32,7 @@ from pytorchrl.cli_help import (EVALUATE_DESCRIPTION, EVALUATE_EPILOG, PBT_DESCR
                                 TRAIN_EPILOG)
 from pytorchrl.config import ConfigError, describe_schema, dump_config, load_config
 from pytorchrl.tools import CHECKPOINT, CONFIG, PREVIOUS_CHECKPOINT
-from pytorchrl.tools.control import ControlError, running_trainer
+from pytorchrl.tools.live_control import ControlError, running_trainer
 from pytorchrl.tools.evaluate import EvaluationError
 from pytorchrl.tools.metrics import MetricsCSV, RunLog  # noqa: F401  (public here before)
 from pytorchrl.tools.plot import PlotError
@@ -336,7 +336,7 @@ def plot_command(args):
 def set_command(args):
     """Handler of `set`: send a live change to a running job and wait for its answer."""
     from pytorchrl.config.loader import parse_override
-    from pytorchrl.tools.control import send_request, wait_for_ack
+    from pytorchrl.tools.live_control import send_request, wait_for_ack
     _check_run_dir(args.run_dir)
     if not args.assignments:
         raise UsageError("nothing to set: give KEY=VALUE, e.g. lr=1e-4")
@@ -362,7 +362,7 @@ def set_command(args):
 def presets_command(args):
     """Handler of `presets`: list the named scheme layouts, then the named agents; returns the exit status."""
     from pytorchrl.config.agent_presets import AGENT_PRESETS
-    from pytorchrl.scheme.workflows.presets import PRESETS, get_preset
+    from pytorchrl.scheme.presets import PRESETS, get_preset
     if args.name:
         if args.name in AGENT_PRESETS:
             _print_agent_preset(AGENT_PRESETS[args.name], full=True)

@@ -191,7 +191,7 @@ class LayoutProbe:
     def check(self, name, metrics):
         """Assert that the run had preset ``name``'s layout. ``metrics``: the learner's, with
         its scheme metrics (``get_metrics(add_scheme_metrics=True)``)."""
-        from pytorchrl.scheme.workflows.presets import PRESETS
+        from pytorchrl.scheme.presets import PRESETS
         preset, scheme, uw = PRESETS[name], self.learner.scheme, self.learner.update_worker
         s = preset.scheme
         assert scheme.num_col_workers == s["num_col_workers"] and scheme.num_grad_workers == s["num_grad_workers"]

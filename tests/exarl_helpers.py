@@ -15,7 +15,7 @@ import pytorchrl as prl
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.exarl import ExaActor, ExaAgent, ExaAlgorithm, ExaData, ExaEnv
 from pytorchrl.agent.storages import ReplayBuffer
-from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.presets import PRESETS
 
 
 class TorchDQN(ExaAgent):

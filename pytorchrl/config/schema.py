@@ -32,7 +32,7 @@ from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS
 from pytorchrl.agent.actors.normalization import DEFAULT_CLIP
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.algorithms.policy_loss_addons import POLICY_LOSS_ADDONS, BehaviourKL
-from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.vec_env import VecEnv
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.agent_presets import AGENT_PRESETS
 from pytorchrl.config.keys import REQUIRED, Key, component_keys, derived, mark_fixed
@@ -42,11 +42,11 @@ from pytorchrl.schedules import VALID_KINDS, VALID_TARGETS, Schedule
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.checks import COMMUNICATION_WORDS
 from pytorchrl.scheme.base.worker import Worker
-from pytorchrl.scheme.workflows.presets import PRESETS
-from pytorchrl.scheme.workflows.inference_server import INFERENCE_SERVER_DEFAULTS
-from pytorchrl.scheme.workflows.queues import ENDS, POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
-from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
-from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, PULL_EACH_EPISODE, WEIGHT_MODES
+from pytorchrl.scheme.presets import PRESETS
+from pytorchrl.scheme.servers.inference_server import INFERENCE_SERVER_DEFAULTS
+from pytorchrl.scheme.servers.queues import ENDS, POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
+from pytorchrl.scheme.servers.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
+from pytorchrl.scheme.servers.weight_board import DEFAULT_PULL_EVERY, PULL_EACH_EPISODE, WEIGHT_MODES
 
 
 #: Feature extractors by configuration name ("auto": MLP for flat observations, CNN for images).
@@ -458,7 +458,7 @@ WANDB_KEYS = {
                             "directory)."),
 }
 
-#: Keys of ``scheme.replay_server`` (``pytorchrl.scheme.workflows.replay_server``).
+#: Keys of ``scheme.replay_server`` (``pytorchrl.scheme.servers.replay_server``).
 REPLAY_SERVER_KEYS = {
     "min_size_to_sample": Key("int", REPLAY_SERVER_DEFAULTS["min_size_to_sample"],
                               "Transitions the server holds before the first sample.", low=1),
@@ -470,7 +470,7 @@ REPLAY_SERVER_KEYS = {
     "num_cpus": Key("number", REPLAY_SERVER_DEFAULTS["num_cpus"], "Ray CPUs of the server actor.", low=0.0),
 }
 
-#: Keys of ``scheme.inference_server`` (``pytorchrl.scheme.workflows.inference_server``).
+#: Keys of ``scheme.inference_server`` (``pytorchrl.scheme.servers.inference_server``).
 INFERENCE_SERVER_KEYS = {
     "max_batch": Key("int", INFERENCE_SERVER_DEFAULTS["max_batch"],
                      "Most observations in one batched act; a batch runs once this many are waiting.", low=1),
@@ -479,7 +479,7 @@ INFERENCE_SERVER_KEYS = {
     "num_cpus": Key("number", INFERENCE_SERVER_DEFAULTS["num_cpus"], "Ray CPUs of the server actor.", low=0.0),
 }
 
-#: Keys of ``scheme.queues`` (``pytorchrl.scheme.workflows.queues``).
+#: Keys of ``scheme.queues`` (``pytorchrl.scheme.servers.queues``).
 QUEUE_KEYS = {
     "size": Key("int", QUEUE_DEFAULTS["size"], "Rollouts a queue holds; a collector whose queue is full waits "
                                                "(back-pressure).", low=1),

@@ -2,7 +2,7 @@
 (``lr``, ``algorithm.lr``, ``storage.gae_lambda``) is found among them.
 
 Read by the configuration (the ``pbt`` section names such parameters) and by live control
-(``pytorchrl.tools.control``: ``pytorchrl set RUN_DIR lr=1e-4``), which share the rules.
+(``pytorchrl.tools.live_control``: ``pytorchrl set RUN_DIR lr=1e-4``), which share the rules.
 """
 
 #: Sections whose parameters can change while training, and their hot-swap method.

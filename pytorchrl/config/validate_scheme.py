@@ -15,10 +15,10 @@ from pytorchrl.config.values import check_mapping, check_value
 from pytorchrl.scheme.base.checks import batching_refused, ineffective_options
 from pytorchrl.scheme.collection.c_worker import episodes_per_rollout
 from pytorchrl.scheme.layout_rules import broken_rules, settings_of_scheme_section
-from pytorchrl.scheme.workflows.presets import resolve_scheme_section
-from pytorchrl.scheme.workflows.queues import pool_class, steal_refused
-from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
-from pytorchrl.scheme.workflows.worker_proxy import proxy_refused
+from pytorchrl.scheme.presets import resolve_scheme_section
+from pytorchrl.scheme.servers.queues import pool_class, steal_refused
+from pytorchrl.scheme.servers.weight_board import PullRefused, check_weight_mode
+from pytorchrl.scheme.servers.worker_proxy import proxy_refused
 
 
 def expand_preset(data):

@@ -11,7 +11,7 @@ import copy
 import math
 import time
 
-from pytorchrl.agent.env import EnvError
+from pytorchrl.agent.vec_env import EnvError
 from pytorchrl.config.targets import TARGETS
 from pytorchrl.learner import NonFiniteUpdatesError
 from pytorchrl.scheme.base.ray_runtime import WorkerError

@@ -44,14 +44,14 @@ import sys
 import time
 
 import pytorchrl
-from pytorchrl.agent.env import EnvError
+from pytorchrl.agent.vec_env import EnvError
 from pytorchrl.checkpoint import CheckpointError, SaveError, previous_path, remove_orphans
 from pytorchrl.config import ConfigError, build_learner, dump_config
 from pytorchrl.learner import NonFiniteUpdatesError
 from pytorchrl.scheme.base.ray_runtime import WorkerError
 from pytorchrl.tools import (CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVIOUS_CHECKPOINT, RESULTS, REWARD_PLOT,
                              SUMMARY, process_tmp_path)
-from pytorchrl.tools.control import ControlServer, apply_changes
+from pytorchrl.tools.live_control import ControlServer, apply_changes
 from pytorchrl.tools.interrupt import StopOnInterrupt
 from pytorchrl.tools.metrics import RunLog
 from pytorchrl.tools.progress import ProgressDisplay, format_status

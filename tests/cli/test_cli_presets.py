@@ -10,7 +10,7 @@ import pytest
 
 from pytorchrl import cli
 from pytorchrl.config import ConfigError, build_learner, validate_config
-from pytorchrl.scheme.workflows.presets import PRESETS, get_preset
+from pytorchrl.scheme.presets import PRESETS, get_preset
 
 from cli_helpers import source_of_test, tiny, with_sections
 from distributed_fixtures import LayoutProbe

@@ -17,8 +17,8 @@ def test_torch_imported_after_the_library_is_frozen_and_leaves_the_collector_on(
 def test_the_data_servers_modules_do_without_torch():
     import subprocess
     import sys
-    code = ("import sys; import pytorchrl.scheme.workflows.queues, pytorchrl.scheme.workflows.weight_board, "
-            "pytorchrl.scheme.workflows.worker_proxy; from pytorchrl.scheme import Scheme, WorkerError; "
+    code = ("import sys; import pytorchrl.scheme.servers.queues, pytorchrl.scheme.servers.weight_board, "
+            "pytorchrl.scheme.servers.worker_proxy; from pytorchrl.scheme import Scheme, WorkerError; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code.replace("from pytorchrl.scheme import Scheme, WorkerError; ", "")],
                          capture_output=True, text=True, timeout=120)

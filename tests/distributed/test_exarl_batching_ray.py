@@ -10,7 +10,7 @@ import torch
 import pytorchrl as prl
 from pytorchrl.config import build_learner, load_config
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
-from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.presets import PRESETS
 
 from cli_helpers import EXARL
 from distributed_fixtures import SMALL

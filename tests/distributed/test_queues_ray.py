@@ -1,7 +1,7 @@
 """The queue data path on Ray: prefetch asks for the next pop before training, and the lag
 bound drops stale rollouts when they are popped (in this process: tests/unit/test_queues.py)."""
 
-from pytorchrl.scheme.workflows.queues import QueueDataPath, QueueLink, make_queue_server, queue_options
+from pytorchrl.scheme.servers.queues import QueueDataPath, QueueLink, make_queue_server, queue_options
 
 from queues_helpers import rma_learner, rollout, tags
 

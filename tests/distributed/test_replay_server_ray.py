@@ -11,8 +11,8 @@ import pytorchrl as prl
 from pytorchrl.agent.storages import PERBuffer
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
-from pytorchrl.scheme.workflows import replay_server
-from pytorchrl.scheme.workflows.replay_server import replay_server_options, start_remote
+from pytorchrl.scheme.servers import replay_server
+from pytorchrl.scheme.servers.replay_server import replay_server_options, start_remote
 
 from distributed_fixtures import SMALL
 from replay_server_helpers import LIMITER, check_ratio, collector, factories

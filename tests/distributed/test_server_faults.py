@@ -24,8 +24,8 @@ from pytorchrl.config.build import build_learner
 from pytorchrl.scheme.base.faults import FaultPolicy, WorkerFailure
 from pytorchrl.scheme.base.servers import ServerLost, ServerSupervisor
 from pytorchrl.scheme.collection.c_worker import CWorker
-from pytorchrl.scheme.workflows.inference_server import inference_server_options, start_remote
-from pytorchrl.scheme.workflows.queues import QueueServer
+from pytorchrl.scheme.servers.inference_server import inference_server_options, start_remote
+from pytorchrl.scheme.servers.queues import QueueServer
 
 from distributed_fixtures import LayoutProbe
 

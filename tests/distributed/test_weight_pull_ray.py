@@ -1,7 +1,7 @@
 """Weight boards as Ray actors: one that never answers does not hold collection up, and a
 remote board delivers the published version (in this process: tests/unit/test_weight_pull.py)."""
 
-from pytorchrl.scheme.workflows.weight_board import BoardPublisher, WeightBoard, start_remote_board
+from pytorchrl.scheme.servers.weight_board import BoardPublisher, WeightBoard, start_remote_board
 
 from weight_pull_helpers import ROLLOUT, acting_weights_equal, make_collector, shifted
 

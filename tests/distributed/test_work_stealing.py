@@ -17,7 +17,7 @@ from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import ReplayBuffer
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
-from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.presets import PRESETS
 
 from distributed_fixtures import SMALL, SleepyStep
 

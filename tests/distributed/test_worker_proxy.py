@@ -53,7 +53,7 @@ class GateServer:
 
 def test_a_proxy_passes_on_together_what_its_collectors_hand_it_while_a_message_is_on_its_way(ray_for_module):
     ray = ray_for_module
-    from pytorchrl.scheme.workflows.worker_proxy import WorkerProxy
+    from pytorchrl.scheme.servers.worker_proxy import WorkerProxy
     gate = ray.remote(GateServer).options(max_concurrency=4, num_cpus=0).remote()
     proxy = WorkerProxy()
     answers = {}

@@ -4,7 +4,7 @@ themselves: tests/unit/test_queues.py)."""
 
 import pytest
 
-from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.presets import PRESETS
 
 from distributed_fixtures import LayoutProbe
 from learning_helpers import greedy_returns_along_run

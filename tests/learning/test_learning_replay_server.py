@@ -11,7 +11,7 @@ from pytorchrl.agent.env import VecEnv
 from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
-from pytorchrl.scheme.workflows import replay_server
+from pytorchrl.scheme.servers import replay_server
 
 from distributed_fixtures import SMALL
 from replay_server_helpers import factories

@@ -193,7 +193,7 @@ def test_actor_precision_reaches_the_image_extractors_of_both_families_and_train
     (its observation extractor); bf16 trains a tiny budget with float32 weights; a flat
     observation space (mlp) refuses it; it cannot change while training."""
     needs_extra("ale_py", "atari")
-    from pytorchrl.tools.control import resolve_key
+    from pytorchrl.tools.live_control import resolve_key
 
     atari = {"family": "atari", "id": "PongNoFrameskip-v4", "frame_stack": 2, "max_episode_steps": 40,
              "test_env": False}

@@ -17,7 +17,7 @@ from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.checks import ineffective_options
 from pytorchrl.scheme.transport import pack
-from pytorchrl.scheme.workflows.replay_server import ReplayServer
+from pytorchrl.scheme.servers.replay_server import ReplayServer
 
 from cli_helpers import assert_one_line_error, pytorchrl_in_process, tiny, write_config
 from distributed_fixtures import factories

@@ -18,7 +18,7 @@ from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
-from pytorchrl.scheme.workflows.queues import OK, QueueServer
+from pytorchrl.scheme.servers.queues import OK, QueueServer
 
 
 from exarl_helpers import CartPoleExaEnv, NewestFirst, TorchDQN, exa_factories, make_exa_env

@@ -26,7 +26,7 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
-from pytorchrl.scheme.workflows.inference_server import InferenceServer, inference_server_options
+from pytorchrl.scheme.servers.inference_server import InferenceServer, inference_server_options
 
 from cli_helpers import EXARL, pytorchrl_in_process, tiny
 

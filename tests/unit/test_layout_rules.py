@@ -91,7 +91,7 @@ def test_a_rule_refuses_its_bad_layout_and_not_the_good_one(name):
 
 def test_the_default_layout_and_every_preset_break_no_rule():
     from pytorchrl.config.schema import SECTIONS
-    from pytorchrl.scheme.workflows.presets import PRESETS, resolve_scheme_section
+    from pytorchrl.scheme.presets import PRESETS, resolve_scheme_section
     assert broken_rules(layout_settings()) == []
     defaults = {name: key.default for name, key in SECTIONS["scheme"].items()}
     assert PRESETS

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.accel.losses import mpo
+from pytorchrl.agent.losses import mpo
 from pytorchrl.agent.actors import OffPolicyActor
 from pytorchrl.agent.algorithms import ALGORITHMS, MPO
 from pytorchrl.agent.storages import EREBuffer, NStepReplayBuffer, PERBuffer, ReplayBuffer

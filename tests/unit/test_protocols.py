@@ -11,7 +11,7 @@ from pytorchrl.agent.exarl import ExaActor, ExaAgent, ExaAlgorithm
 from pytorchrl.agent.protocols import (ActorProtocol, AlgorithmProtocol, ReplayStorageProtocol, StorageProtocol,
                                        members, provides)
 from pytorchrl.agent.storages import STORAGES, HERBuffer, RecurrentReplayBuffer, ReplayBuffer
-from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.presets import PRESETS
 
 from test_architecture import _inside, import_graph
 

@@ -1,4 +1,4 @@
-"""The queue data path (scheme.data_path: queues, pytorchrl.scheme.workflows.queues):
+"""The queue data path (scheme.data_path: queues, pytorchrl.scheme.servers.queues):
 bounded queues with back-pressure, pop one/all, prefetch, binned/random selection, work
 stealing, per-learner routing and refusals, in this process. (On Ray, prefetch and the lag
 bound: tests/distributed/test_queues_ray.py; the Scheme's and the command line's refusals in a
@@ -12,8 +12,8 @@ import threading
 import pytest
 
 from pytorchrl.config import ConfigError, validate_config
-from pytorchrl.scheme.workflows.presets import PRESETS
-from pytorchrl.scheme.workflows.queues import CLOSED, EMPTY, OK, TIMEOUT, QueueServer, queue_options
+from pytorchrl.scheme.presets import PRESETS
+from pytorchrl.scheme.servers.queues import CLOSED, EMPTY, OK, TIMEOUT, QueueServer, queue_options
 
 from cli_helpers import tiny
 

@@ -372,7 +372,7 @@ def test_refusals_name_the_cause():
     assert storage.priority_eta == 0.5
     with pytest.raises(ValueError, match="targets_on_collector=True\\) computes targets of single transitions"):
         DDQN("cpu", recurrent, targets_on_collector=True)
-    from pytorchrl.scheme.workflows.replay_server import check_data_path
+    from pytorchrl.scheme.servers.replay_server import check_data_path
     with pytest.raises(ValueError, match="^data_path='replay_server' holds single transitions; RecurrentReplayBuffer"):
         check_data_path("replay_server", None, RecurrentReplayBuffer.create_factory(size=10), 2, True)
 

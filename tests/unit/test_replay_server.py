@@ -1,4 +1,4 @@
-"""The replay-server data path (pytorchrl.scheme.workflows.replay_server): the server in
+"""The replay-server data path (pytorchrl.scheme.servers.replay_server): the server in
 this process, fed with real CartPole rollouts; schemes whose collectors insert into it and
 whose gradient worker samples from it, paced by the rate limiter, and the configuration.
 Waits are bounded by events and timeouts; nothing asserts wall time. (The server as a
@@ -16,8 +16,8 @@ from pytorchrl.agent.algorithms import DDQN, PPO
 from pytorchrl.agent.storages import GAEBuffer, PERBuffer, ReplayBuffer
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
-from pytorchrl.scheme.workflows import replay_server
-from pytorchrl.scheme.workflows.replay_server import ReplayServer, replay_server_options
+from pytorchrl.scheme.servers import replay_server
+from pytorchrl.scheme.servers.replay_server import ReplayServer, replay_server_options
 
 from cli_helpers import assert_one_line_error, pytorchrl_in_process, tiny, write_config
 from pytorchrl.config import ConfigError, validate_config

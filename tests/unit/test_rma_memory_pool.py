@@ -12,8 +12,8 @@ import torch
 from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.transport import weights_to_wire
-from pytorchrl.scheme.workflows.presets import PRESETS
-from pytorchrl.scheme.workflows.weight_board import WeightBoard
+from pytorchrl.scheme.presets import PRESETS
+from pytorchrl.scheme.servers.weight_board import WeightBoard
 
 from cli_helpers import tiny
 from distributed_fixtures import ddqn_factories

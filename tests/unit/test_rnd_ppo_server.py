@@ -19,7 +19,7 @@ import pytorchrl as prl
 from pytorchrl.agent.algorithms.rnd_ppo import OBS_MEAN, OBS_STD
 from pytorchrl.scheme.base.servers import ServerLost
 from pytorchrl.scheme.collection.c_worker import CWorker
-from pytorchrl.scheme.workflows.inference_server import InferenceServer
+from pytorchrl.scheme.servers.inference_server import InferenceServer
 
 from rnd_ppo_server_helpers import rnd_agent
 

@@ -13,10 +13,10 @@ import pytorchrl as prl
 from pytorchrl.scheme.base.servers import ServerLost
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.scheme.collection.server_links import ServerLinks
-from pytorchrl.scheme.workflows.inference_server import InferenceServer
-from pytorchrl.scheme.workflows.queues import QueueLedger
-from pytorchrl.scheme.workflows.rate_limiter import OK
-from pytorchrl.scheme.workflows.replay_server import ReplayDataPath
+from pytorchrl.scheme.servers.inference_server import InferenceServer
+from pytorchrl.scheme.servers.queues import QueueLedger
+from pytorchrl.scheme.servers.rate_limiter import OK
+from pytorchrl.scheme.servers.replay_server import ReplayDataPath
 
 from server_faults_helpers import seed_agent
 

@@ -23,7 +23,7 @@ from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.transport import weights_to_wire
-from pytorchrl.scheme.workflows.weight_board import BoardPublisher, WeightBoard
+from pytorchrl.scheme.servers.weight_board import BoardPublisher, WeightBoard
 
 from cli_helpers import pytorchrl_in_process, tiny, write_config
 

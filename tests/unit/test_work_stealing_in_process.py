@@ -3,7 +3,7 @@ aside while another group is finished, one work counter and one entry per actor 
 record of active actors, and a circular queue that overwrites its oldest rollout (on Ray:
 tests/distributed/test_work_stealing.py)."""
 
-from pytorchrl.scheme.workflows.queues import EMPTY, OK, QueueServer
+from pytorchrl.scheme.servers.queues import EMPTY, OK, QueueServer
 
 
 #: Two gradient workers (1, 2), each with collectors 1 and 2.

@@ -34,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from pytorchrl.agent.accel import Accelerator, accelerated
-from pytorchrl.agent.accel.losses import q_learning, sac
+from pytorchrl.agent.losses import q_learning, sac
 from pytorchrl.agent.accel.off_policy import NumpyOffPolicyActing
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.actors.base import Actor

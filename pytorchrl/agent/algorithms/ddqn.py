@@ -5,7 +5,7 @@ import torch
 
 from pytorchrl import ACT, BOOTSTRAP_STEP, DISCOUNT, DONE, OBS, OBS2, REW, RHS, TARGET, WEIGHT
 from pytorchrl.agent.accel import accelerated
-from pytorchrl.agent.accel.losses import q_learning
+from pytorchrl.agent.losses import q_learning
 from pytorchrl.agent.accel.off_policy import NumpyDDQNUpdate
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm, numpy_update

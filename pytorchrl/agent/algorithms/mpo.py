@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-from pytorchrl.agent.accel.losses import mpo, q_learning, sac
+from pytorchrl.agent.losses import mpo, q_learning, sac
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm
 

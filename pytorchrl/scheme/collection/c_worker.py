@@ -93,7 +93,7 @@ class CWorker(WorkerEnvironments, WorkerControlEntries, Worker):
         (see ``step_log.STEP_LOG_FIELDS``). None (default): no log. Written where the worker runs.
     weight_board : WeightBoard, ray.actor.ActorHandle or None
         Weights pulled (EXARL's non-blocking async workflow, see
-        ``pytorchrl.scheme.workflows.weight_board``): the worker checks this board for a
+        ``pytorchrl.scheme.servers.weight_board``): the worker checks this board for a
         newer version every ``weight_pull_every`` training steps without waiting for the
         answer, and swaps the weights in between two steps when it comes. None (default):
         weights only arrive with requests (``set_weights``).
@@ -104,7 +104,7 @@ class CWorker(WorkerEnvironments, WorkerControlEntries, Worker):
         episode start).
     inference_server : InferenceServer, ray.actor.ActorHandle or None
         With ``policy="server"``: the scheme's server (see
-        ``pytorchrl.scheme.workflows.inference_server``); required then, refused otherwise.
+        ``pytorchrl.scheme.servers.inference_server``); required then, refused otherwise.
     borrow_from : object or None
         The gradient worker of this process (anything with ``actor`` and ``algo``
         attributes): this worker acts with its actor and algorithm instead of building its
@@ -188,7 +188,7 @@ class CWorker(WorkerEnvironments, WorkerControlEntries, Worker):
                 self.storage = storage_factory(self.device, self.actor, self.algo, self.envs_train)
         self._server_acting = None
         if inference_server is not None:
-            from pytorchrl.scheme.workflows.inference_server import ServerActing, check_server_agent
+            from pytorchrl.scheme.servers.inference_server import ServerActing, check_server_agent
             check_server_agent(self.actor, self.algo)
             self._server_acting = ServerActing(inference_server, inference_generation)
             self.actor.route_acting(self._server_acting)
@@ -216,7 +216,7 @@ class CWorker(WorkerEnvironments, WorkerControlEntries, Worker):
             self.set_weights(initial_weights, version=0)
         self._board_reader = None
         if weight_board is not None:
-            from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, BoardReader
+            from pytorchrl.scheme.servers.weight_board import DEFAULT_PULL_EVERY, BoardReader
             self._board_reader = BoardReader(weight_board, weight_pull_every or DEFAULT_PULL_EVERY)
         self._held = HeldRollouts()
         # Where rollouts go (returned, or sent to a server named by the request).
@@ -286,7 +286,7 @@ class CWorker(WorkerEnvironments, WorkerControlEntries, Worker):
             ``rollout_episodes`` when an episode budget has fewer left). None:
             ``rollout_episodes``.
         data_proxy : ray.actor.ActorHandle or None
-            This worker's node proxy (``pytorchrl.scheme.workflows.worker_proxy``): the
+            This worker's node proxy (``pytorchrl.scheme.servers.worker_proxy``): the
             insert into ``replay_server`` or the put into ``queue_server`` is handed to it,
             which passes it on with those of the node's other collectors as one message (a
             proxy found dead is bypassed: the call goes to the server).

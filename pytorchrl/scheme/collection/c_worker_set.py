@@ -21,7 +21,7 @@ from pytorchrl.scheme.base.servers import ServerLost
 from pytorchrl.scheme.base.worker import default_remote_config
 from pytorchrl.scheme.base.worker_set import WorkerSet, WorkerSetFactory
 from pytorchrl.scheme.collection.c_worker import CWorker, episodes_per_rollout, no_envs
-from pytorchrl.scheme.collection.control import ControlFanOut
+from pytorchrl.scheme.collection.control_fanout import ControlFanOut
 from pytorchrl.scheme.collection.recovery import CollectorRecovery
 from pytorchrl.scheme.collection.remote_rounds import RemoteRounds
 from pytorchrl.scheme.collection.server_links import ServerLinks
@@ -135,7 +135,7 @@ class CWorkerSet(RemoteRounds, WorkerSet):
         Queue data path (asynchronous collection): remote workers put their rollouts into
         their queue of this link's server (waiting while it is full) and hand over only
         their information; ``max_policy_lag`` is then applied by the gradient worker when
-        it pops them (see ``pytorchrl.scheme.workflows.queues``).
+        it pops them (see ``pytorchrl.scheme.servers.queues``).
     rollout_unit, policy : str
         Passed to every ``CWorker``: what one rollout is (``"steps"`` or ``"episodes"``) and
         where actions come from (``"learned"``, ``"random"`` or ``"server"``).
@@ -146,7 +146,7 @@ class CWorkerSet(RemoteRounds, WorkerSet):
         rollout is acted by one version. ``"pull"`` (asynchronous collection): the set
         publishes each version once to a ``WeightBoard`` (a Ray actor) and the workers
         check it every ``weight_pull_every`` steps without waiting, swapping weights
-        mid-rollout; requests carry none (see ``pytorchrl.scheme.workflows.weight_board``).
+        mid-rollout; requests carry none (see ``pytorchrl.scheme.servers.weight_board``).
         Ignored without remote workers (the local worker holds the learner's weights).
     weight_pull_every : int, str or None
         With ``weights="pull"``: environment steps between two checks of the board (None:
@@ -165,7 +165,7 @@ class CWorkerSet(RemoteRounds, WorkerSet):
         the scheme replaced a dead one. None: all 0.
     worker_proxy : bool
         One proxy per node (DistributedReinforcementLearning.jl's WorkerProxy, see
-        ``pytorchrl.scheme.workflows.worker_proxy``), which receives each weight version
+        ``pytorchrl.scheme.servers.worker_proxy``), which receives each weight version
         once for its node's collectors. Synchronous collection (without preemption): every
         round goes through the proxies, which hand their node's rollouts back as one
         message. Asynchronous: the requests carry a reference to the node's copy of the
@@ -192,7 +192,7 @@ class CWorkerSet(RemoteRounds, WorkerSet):
 
     On the queue data path the budget is not this set's: it is the queue server's work
     counter, shared by every collector of every gradient worker (EXARL's "claim the next
-    episode" counter, ``pytorchrl.scheme.workflows.queues.WorkCounter``). Each request claims
+    episode" counter, ``pytorchrl.scheme.servers.queues.WorkCounter``). Each request claims
     its episodes there before it goes out and settles the claim when it reports, so the
     collectors that are faster take more of the work; the set is finished once none of its
     requests is out and nothing is left to claim.
@@ -239,7 +239,7 @@ class CWorkerSet(RemoteRounds, WorkerSet):
                  weight_pull_every=None, inference_server=None, queues=None, borrow_from=None,
                  server_generations=None, rollout_episodes=None, rollout_steps=None, block_rounds=False,
                  worker_proxy=False):
-        from pytorchrl.scheme.workflows.weight_board import WEIGHT_MODES, check_pull_every
+        from pytorchrl.scheme.servers.weight_board import WEIGHT_MODES, check_pull_every
         communication = check_communication("collection communication", communication)
         for name, v in (("fraction_samples", fraction_samples), ("fraction_workers", fraction_workers)):
             check_fraction(name, v)
@@ -303,11 +303,11 @@ class CWorkerSet(RemoteRounds, WorkerSet):
         self.servers = ServerLinks(self, self.stats, replay_server, inference_server, queues, server_generations)
         self.proxies = None
         if worker_proxy and num_workers:
-            from pytorchrl.scheme.workflows.worker_proxy import NodeProxies
+            from pytorchrl.scheme.servers.worker_proxy import NodeProxies
             self.proxies = NodeProxies(self.stats)
         board = None
         if weights == "pull" and num_workers:
-            from pytorchrl.scheme.workflows.weight_board import start_remote_board
+            from pytorchrl.scheme.servers.weight_board import start_remote_board
             board = start_remote_board()
             params.update(weight_board=board, weight_pull_every=weight_pull_every)
             self.stats["weight_pulls"] = 0
@@ -585,7 +585,7 @@ class CWorkerSet(RemoteRounds, WorkerSet):
     def _queries_answered(self):
         """On the replay-server data path the server admits every insert meanwhile (a query
         waits behind each worker's current rollout)."""
-        from pytorchrl.scheme.workflows.replay_server import sampling_paused
+        from pytorchrl.scheme.servers.replay_server import sampling_paused
         return sampling_paused(self.servers.data_server)
 
     def stop(self):

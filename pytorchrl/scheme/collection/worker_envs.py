@@ -5,7 +5,7 @@ rebuilds them)."""
 
 import numpy as np
 
-from pytorchrl.agent.env import EnvError
+from pytorchrl.agent.vec_env import EnvError
 
 
 class WorkerEnvironments:

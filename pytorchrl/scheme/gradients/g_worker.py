@@ -73,19 +73,19 @@ class GWorker(WorkerControlEntries, Worker):
         self._round_info = None
         self._dist = False
         # Replay-server data path: mini-batches come from the scheme's server instead of
-        # this worker's storage (see pytorchrl.scheme.workflows.replay_server).
+        # this worker's storage (see pytorchrl.scheme.servers.replay_server).
         self._data_path = None
         if getattr(self.col_workers, "replay_server", None) is not None:
-            from pytorchrl.scheme.workflows.replay_server import ReplayDataPath
+            from pytorchrl.scheme.servers.replay_server import ReplayDataPath
             self._data_path = ReplayDataPath(self.col_workers.replay_server, lambda: self.algo.mini_batch_size,
                                              self.device, local_collection=not self.col_workers.remote_workers(),
                                              generation=self.col_workers.servers.generations["replay"],
                                              counts=self.col_workers.stats)
         # Queue data path: rollouts are popped from the scheme's queue server into this
-        # worker's storage (see pytorchrl.scheme.workflows.queues).
+        # worker's storage (see pytorchrl.scheme.servers.queues).
         self._queue_path = None
         if getattr(self.col_workers, "queues", None) is not None and self.col_workers.remote_workers():
-            from pytorchrl.scheme.workflows.queues import QueueDataPath
+            from pytorchrl.scheme.servers.queues import QueueDataPath
             self._queue_path = QueueDataPath(self.col_workers.queues, index_worker,
                                              ledger=self.col_workers.servers.ledger)
 

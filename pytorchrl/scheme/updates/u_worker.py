@@ -392,7 +392,7 @@ class UWorker(WorkerControlEntries, Worker):
         """Wait (at most ``POP_POLL_S``) for a rollout in the queue server; a server found
         dead meanwhile is replaced (the next step asks the gradient workers again)."""
         from pytorchrl.scheme.base.servers import ServerClient, ServerLost
-        from pytorchrl.scheme.workflows.queues import POP_POLL_S, QueueServer
+        from pytorchrl.scheme.servers.queues import POP_POLL_S, QueueServer
         client = ServerClient(self.queue_server, remote=not isinstance(self.queue_server, QueueServer), kind="queue",
                               generation=self._queue_generation)
         try:

@@ -23,10 +23,10 @@ from pytorchrl.agent.protocols import (ActorFactory, AlgorithmFactory, ReplaySto
 from pytorchrl.scheme.base.checks import check_non_negative, merge_options
 from pytorchrl.scheme.base.servers import ServerClient, ServerLost, ServerPath, ServerProcess
 from pytorchrl.scheme.transport import unpack
-from pytorchrl.scheme.workflows.rate_limiter import CLOSED, OK, TIMEOUT, RateLimiter
+from pytorchrl.scheme.servers.rate_limiter import CLOSED, OK, TIMEOUT, RateLimiter
 
 #: Values of ``Scheme(data_path=...)`` and ``scheme.data_path`` ("queues": see
-#: ``pytorchrl.scheme.workflows.queues``).
+#: ``pytorchrl.scheme.servers.queues``).
 DATA_PATHS = ("direct", "replay_server", "queues")
 
 #: Options of ``Scheme(replay_server=...)`` (``scheme.replay_server``) and their defaults.

@@ -12,7 +12,7 @@ show the layout; the resources are fractions of a CPU so that every preset runs 
 counts and the resources, e.g. ``scheme.num_col_workers=8 scheme.col_workers_resources={num_cpus: 1}``.
 """
 
-from pytorchrl.scheme.workflows.queues import QUEUE_DEFAULTS
+from pytorchrl.scheme.servers.queues import QUEUE_DEFAULTS
 
 #: Resources of a remote worker in the presets: two or four fit on one core.
 HALF_CPU = {"num_cpus": 0.5}
@@ -186,7 +186,7 @@ _PRESETS = [
             "col_rollout_unit": "episodes", "col_policy": "server",
             "inference_server": {"max_batch": 64, "timeout_ms": 2.0, "num_cpus": 0.25}},
            algorithm={"name": "A2C"}),
-    # EXARL's RMA family: the queue data path (pytorchrl.scheme.workflows.queues). Collectors
+    # EXARL's RMA family: the queue data path (pytorchrl.scheme.servers.queues). Collectors
     # run whole episodes and put them, with their weight version, into bounded queues; the
     # learners pop them, drop those more than max_policy_lag versions old (EXARL read
     # max_model_lag but never applied it) and train. Several learners are kept on the same

@@ -1,4 +1,4 @@
-"""The queue server of the queue data path (``pytorchrl.scheme.workflows.queues``): the
+"""The queue server of the queue data path (``pytorchrl.scheme.servers.queues``): the
 bounded rollout queues every collector puts into and every gradient worker pops from, in
 one threaded process (EXARL's RMA windows), or a user's ``ExaData`` memory pool."""
 
@@ -11,8 +11,8 @@ import numpy as np
 
 from pytorchrl.scheme.base.servers import ServerProcess
 from pytorchrl.scheme.transport import Packed, is_tensor
-from pytorchrl.scheme.workflows.queue_options import pool_class, queue_options
-from pytorchrl.scheme.workflows.work_counter import WorkCounter
+from pytorchrl.scheme.servers.queue_options import pool_class, queue_options
+from pytorchrl.scheme.servers.work_counter import WorkCounter
 
 #: Outcomes of ``QueueServer.put`` and ``pop``.
 OK, EMPTY, TIMEOUT, CLOSED = "ok", "empty", "timeout", "closed"
@@ -96,7 +96,7 @@ class QueueServer(ServerProcess):
     size : int
         Rollouts a queue holds.
     pop : str
-        ``"one"`` or ``"all"`` (see ``pytorchrl.scheme.workflows.queues``).
+        ``"one"`` or ``"all"`` (see ``pytorchrl.scheme.servers.queues``).
     selection : str
         ``"binned"`` or ``"random"``.
     steal : bool

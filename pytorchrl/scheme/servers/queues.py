@@ -56,12 +56,12 @@ import collections
 
 from pytorchrl.scheme.base.servers import ServerLost, ServerPath
 # The path's options, server and work counter, importable from here.
-from pytorchrl.scheme.workflows.queue_options import (ENDS, KINDS, POPS, QUEUE_DEFAULTS, ROUTES,  # noqa: F401
+from pytorchrl.scheme.servers.queue_options import (ENDS, KINDS, POPS, QUEUE_DEFAULTS, ROUTES,  # noqa: F401
                                                       SELECTIONS, check_queue_path, pool_class, queue_options,
                                                       steal_refused)
-from pytorchrl.scheme.workflows.queue_server import (CLOSED, EMPTY, MAX_CONCURRENCY, OK, POP_POLL_S,  # noqa: F401
+from pytorchrl.scheme.servers.queue_server import (CLOSED, EMPTY, MAX_CONCURRENCY, OK, POP_POLL_S,  # noqa: F401
                                                      TIMEOUT, PoolWindow, QueueServer, make_queue_server)
-from pytorchrl.scheme.workflows.work_counter import WorkCounter  # noqa: F401
+from pytorchrl.scheme.servers.work_counter import WorkCounter  # noqa: F401
 
 
 class QueueLink:

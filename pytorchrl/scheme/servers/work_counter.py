@@ -1,4 +1,4 @@
-"""EXARL's shared work counter of the queue data path (``pytorchrl.scheme.workflows.queues``):
+"""EXARL's shared work counter of the queue data path (``pytorchrl.scheme.servers.queues``):
 the run's budget of episodes or env steps, claimed by the requests of every collector set,
 and the record of active actors."""
 

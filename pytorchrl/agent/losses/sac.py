@@ -9,7 +9,7 @@ reference path only (autograd differentiates its losses).
 
 import math
 
-from pytorchrl.agent.accel.losses.q_learning import bellman_target
+from pytorchrl.agent.losses.q_learning import bellman_target
 from pytorchrl.agent.accel.sampling import gaussian_log_density
 
 #: Range of the policy's log standard deviation.

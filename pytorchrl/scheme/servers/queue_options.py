@@ -1,5 +1,5 @@
 """The options of the queue data path (``scheme.queues``, ``QUEUE_DEFAULTS``; what each means:
-``pytorchrl.scheme.workflows.queues``) and the checks of a layout that uses it."""
+``pytorchrl.scheme.servers.queues``) and the checks of a layout that uses it."""
 
 from pytorchrl.scheme.base.checks import check_int, check_non_negative, merge_options
 
@@ -47,7 +47,7 @@ def queue_options(options):
     Parameters
     ----------
     options : dict or None
-        Some of the keys of ``QUEUE_DEFAULTS`` (see ``pytorchrl.scheme.workflows.queues``).
+        Some of the keys of ``QUEUE_DEFAULTS`` (see ``pytorchrl.scheme.servers.queues``).
 
     Raises
     ------
