@@ -14,6 +14,7 @@ import math
 import time
 
 import pytorchrl as prl
+from pytorchrl.agent.vec_env import EnvError
 from pytorchrl.agent.protocols import ActorFactory, AlgorithmFactory, StorageFactory
 from pytorchrl.scheme.base.checks import check_communication, check_fraction, check_int
 from pytorchrl.scheme.base.faults import InFlight, drain
@@ -522,8 +523,9 @@ class CWorkerSet(RemoteRounds, WorkerSet):
         t0 = time.perf_counter()
         info = {}
         local = self._local_worker
-        self.control.read_finished()
-        while True:
+        if self.control.pending:   # (acknowledgements are read only when some are awaited)
+            self.control.read_finished()
+        while self.weights.inference_server is not None:
             try:
                 self.weights.push_to_server()
                 break
@@ -533,7 +535,7 @@ class CWorkerSet(RemoteRounds, WorkerSet):
         if not block and self._remote_workers and self.communication == prl.ASYNC and not self._any_ready():
             return [], {"collect_wait": time.perf_counter() - t0}
         if not self._remote_workers:
-            rollouts = [self.recovery.collect_local()]   # in this process: nothing was packed
+            rollouts = [self._collect_local(local)]   # in this process: nothing was packed
         else:
             if local.envs_test is not None and self._round % local.algo.test_every == 0:
                 reward = self.recovery.evaluate_local()
@@ -562,6 +564,16 @@ class CWorkerSet(RemoteRounds, WorkerSet):
             self.servers.take_queue_losses()
         info["collect_wait"] = time.perf_counter() - t0
         return rollouts, info
+
+    def _collect_local(self, local):
+        """One rollout of ``local``, the local worker; environments that fail are rebuilt
+        (or end the run) as the fault policy says (``CollectorRecovery.local_env_failed``),
+        and the rollout is collected again."""
+        while True:
+            try:
+                return local.collect_data()
+            except EnvError as exc:
+                self.recovery.local_env_failed(exc)
 
     # ------------------------------------------------------------------ control
     def handle_control(self, request):

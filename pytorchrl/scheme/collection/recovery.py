@@ -66,15 +66,6 @@ class CollectorRecovery:
                                 f"{as_worker_error(error, name)}") from None
 
     # ------------------------------------------------------------------- local worker
-    def collect_local(self):
-        """One rollout of the local worker; environments that fail are rebuilt (or end the
-        run) as the fault policy says, and the rollout is collected again."""
-        while True:
-            try:
-                return self.set.local_worker().collect_data()
-            except EnvError as exc:
-                self.local_env_failed(exc)
-
     def evaluate_local(self):
         """The local worker's evaluation, or None when its test environments failed and
         were rebuilt (the evaluation is skipped this round)."""

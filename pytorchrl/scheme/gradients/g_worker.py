@@ -306,9 +306,8 @@ class GWorker(WorkerControlEntries, Worker):
         info.update({f"col_{k}": v for k, v in self.col_workers.stats.items()})
         # Restarts of this worker's collectors (or of their environments) since the last
         # round travel up with the round, to be counted and logged by the Learner.
-        events = self.col_workers.pop_events()
-        if events:
-            info["worker_events"] = events
+        if self.col_workers.restarts.events:   # (read only when there are some)
+            info["worker_events"] = self.col_workers.pop_events()
         # A storage may need several rounds before its first mini-batch (replay warm-up):
         # every round's steps, episodes and events reach the learner with that batch.
         self._round_info = info if self._round_info is None else merge_round_infos(self._round_info, info)

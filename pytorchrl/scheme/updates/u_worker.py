@@ -169,8 +169,9 @@ class UWorker(WorkerControlEntries, Worker):
                 self.local_worker.add_observation_moments(moments)
         infos[0]["wait_time"] = t1 - t0
         infos[0]["update_time"] = t2 - t1
-        events = self.grad_workers.pop_events()
-        if self.servers is not None and self.servers.restarts.events:   # (read only when there are some)
+        # Each book of restarts is read only when it holds some.
+        events = self.grad_workers.pop_events() if self.grad_workers.restarts.events else []
+        if self.servers is not None and self.servers.restarts.events:
             events += self.servers.pop_events()
         if events:
             infos[0]["worker_events"] = list(infos[0].get("worker_events", [])) + events
