@@ -220,7 +220,11 @@ BLOCKS = {
     ("docs/agents.md", "from pytorchrl.agent.actors import OffPolicyActor"): Check(PYTHON),
     ("docs/agents.md", "from pytorchrl.agent.exarl import ExaActor, ExaAlgorithm"): Check(PYTHON, context=_EXARL_CONTEXT),
     # ------------------------------------------------------------------ docs/architecture.md
-    ("docs/architecture.md", "cli                     the `pytorchrl` command"): Check(TEXT),
+    ("docs/architecture.md", "cli                     the `pytorchrl` command (cli.py; its help texts in cli_help.py)"):
+        Check(TEXT),
+    ("docs/architecture.md", "pytorchrl set RUN lr=1e-4         cli.py -> tools/live_control.send_request: "
+                             "RUN/control/<id>.request"): Check(TEXT),
+    ("docs/architecture.md", "LayoutRule("): Check(EXCERPT, where="pytorchrl/scheme/layout_rules.py"),
     ("docs/architecture.md", "HalvedPPO: numpy update not used (policy_loss overridden: the numpy update computes "
                              "PPO.policy_loss); updating in torch"):
         Check(ELSEWHERE, where="test_accel::test_an_overridden_loss_steps_aside_says_why_once_and_is_used",
