@@ -600,6 +600,8 @@ class CWorker(Worker):
         if paused is None:
             self._warm_up()
             state = self.state
+            # Exploration held for many steps (gSDE) is drawn anew with every rollout.
+            actor.reset_noise(envs.num_envs)
             if self._server_acting is not None:
                 self._server_acting.start_rollout()
             storage.start(self.obs, state)
