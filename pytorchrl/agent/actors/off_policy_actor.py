@@ -465,13 +465,14 @@ class OffPolicyActor(Actor):
         """
         out = self.policy_output(obs)
         if self.use_sde:
-            mean = self.sde_head.mean(out)
             if deterministic:
-                return torch.tanh(mean), None, None
+                return torch.tanh(self.sde_head.mean(out)), None, None
             if sde_eps is None:
                 sde_eps = self._acting_eps(out.shape[0])
             a, logp = self.sde_head.sample(out, sde_eps)
             return a, logp, None
+        if sde_eps is not None:
+            raise ValueError("sde_eps are gSDE's draws; this actor has no gSDE (use_sde=False)")
         if self.discrete:
             log_probs = F.log_softmax(out, dim=-1)
             probs = log_probs.exp()
