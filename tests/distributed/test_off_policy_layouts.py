@@ -50,13 +50,14 @@ SAC_KW = dict(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.99, polyak=0.99, num
 BUDGET = {"DDQN": 800, "SAC": 400}
 
 
-def factories(algo, restart_model=None, **overrides):
+def factories(algo, restart_model=None, actor_kw=None, **overrides):
     env_id = "CartPole-v1" if algo == "DDQN" else "Pendulum-v1"
     train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id}, vec_env_size=1, seed=0)
     cls, kw = (DDQN, DDQN_KW) if algo == "DDQN" else (SAC, SAC_KW)
     algo_factory, name = cls.create_factory(**{**kw, **overrides})
     actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name, restart_model=restart_model,
-                                                  common_feature_extractor_kwargs={"hidden_sizes": [32, 32]})
+                                                  common_feature_extractor_kwargs={"hidden_sizes": [32, 32]},
+                                                  **(actor_kw or {}))
     return dict(algo_factory=algo_factory, actor_factory=actor_factory,
                 storage_factory=ReplayBuffer.create_factory(size=10_000), train_envs_factory=train)
 
@@ -240,6 +241,25 @@ def test_remote_collectors_act_with_the_learners_exploration(ray_for_module, lay
         print(f"action 1: warm-up {warm.mean():.3f} ({len(warm)}), after {after.mean():.3f} ({len(after)})")
         assert 0.35 < warm.mean() < 0.65, warm.mean()
         assert 0.05 < after.mean() < 0.16, after.mean()
+    finally:
+        learner.stop()
+
+
+@pytest.mark.parametrize("layout", [p[1] for p in LAYOUTS[:2]], ids=[p[0] for p in LAYOUTS[:2]])
+def test_remote_collectors_explore_with_gsde_and_the_learners_log_std(ray_for_module, layout):
+    """SAC with gSDE: remote collectors are sent the trained log_std with the policy (their
+    exploration weights are their own, drawn at every rollout), and the run trains."""
+    import ray
+    torch.manual_seed(0)
+    scheme = build_scheme("SAC", layout, actor_kw={"use_sde": True, "log_std_init": -2.0}, start_steps=0)
+    learner = Learner(scheme, target_steps=BUDGET["SAC"])
+    try:
+        infos = run(learner)
+        assert infos and all(math.isfinite(i["LossPi"]) for i in infos)
+        for handle in remote_collectors(scheme):
+            weights = ray.get(handle.get_weights.remote())
+            assert ray.get(handle.get_hyperparameters.remote())["version"] >= 1
+            assert not torch.all(weights["sde_head.log_std"] == -2.0)     # trained, then sent
     finally:
         learner.stop()
 
