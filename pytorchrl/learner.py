@@ -15,6 +15,7 @@ import numpy as np
 from pytorchrl import learner_checkpoint
 from pytorchrl.learner_control import LearnerControl
 from pytorchrl.learner_metrics import LearnerMetrics
+from pytorchrl.scheme.control_request import ControlEntries
 
 logger = logging.getLogger("pytorchrl")
 
@@ -57,7 +58,7 @@ class NonFiniteUpdatesError(RuntimeError):
     from, e.g. with a lower learning rate."""
 
 
-class Learner:
+class Learner(ControlEntries):
     """Runs the training loop of a scheme.
 
     Parameters
@@ -402,22 +403,14 @@ class Learner:
         print(" | ".join(parts), flush=True)
 
     # ------------------------------------------------------------------ hot-swap
-    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
-        """Change an algorithm hyperparameter on every worker, between updates.
-
-        The request is validated here first: an unknown name raises ValueError listing the
-        valid ones, a wrong type TypeError, and no worker is touched.
-        """
-        return self.control.update_algorithm_parameter(parameter_name, new_parameter_value,
-                                                       self.num_samples_collected)
-
-    def update_storage_parameter(self, parameter_name, new_parameter_value):
-        """Change a storage parameter on every worker, between updates (validated here first)."""
-        return self.control.update_storage_parameter(parameter_name, new_parameter_value, self.num_samples_collected)
-
-    def replace_agent_component(self, component_name, new_component_factory):
-        """Replace an agent component (actor, algo, storage, envs_train, envs_test) on every worker."""
-        self.control.replace_agent_component(component_name, new_component_factory, self.num_samples_collected)
+    # update_algorithm_parameter, update_storage_parameter and replace_agent_component
+    # (ControlEntries) each make a ControlRequest of their arguments and hand it here.
+    def handle_control(self, request):
+        """Validate ``request`` (a ``ControlRequest``), deliver it to every worker between
+        updates and log it in ``hot_swaps`` at the current env step (``LearnerControl.submit``);
+        a refused request raises ValueError or TypeError and touches no worker. Returns the
+        value set, for a parameter."""
+        return self.control.submit(request, self.num_samples_collected)
 
     # -------------------------------------------------------------------- saving
     def _path(self, fname):

@@ -5,7 +5,10 @@ to every worker through the update worker (applied between updates, acknowledged
 logged in ``hot_swaps``.
 """
 
-from pytorchrl.agent.algorithms.base import check_parameter
+from dataclasses import replace
+
+from pytorchrl.agent.factory import check_parameter
+from pytorchrl.scheme.base.components import check_component_name
 
 
 class LearnerControl:
@@ -47,31 +50,30 @@ class LearnerControl:
         value = check_parameter(component.hyperparameters, name, value, what, owner=component)
         return component.check_update(name, value)
 
-    def update_algorithm_parameter(self, parameter_name, new_parameter_value, env_step):
-        """Change an algorithm hyperparameter on every worker (see
-        ``Learner.update_algorithm_parameter``); ``env_step`` dates the log entry. Returns
-        the value set."""
-        self.check("algorithm", parameter_name, new_parameter_value, f"{self.algorithm().name} hyperparameter")
-        value = self.update_worker.update_algorithm_parameter(parameter_name, new_parameter_value)
-        self.hot_swaps.append((env_step, "algorithm", parameter_name, value))
-        return value
+    def validate(self, request):
+        """Check ``request`` (a ``ControlRequest``) against the local gradient worker's
+        components before it travels: the parameter's name, type, range and fixedness
+        (ValueError naming the parameter and listing the valid ones, or TypeError), or the
+        component's name. Returns the request with its value converted to the parameter's
+        type; the workers apply it as it is."""
+        if request.target in ("algorithm", "storage"):
+            what = (f"{self.algorithm().name} hyperparameter" if request.target == "algorithm"
+                    else f"{type(self.storage()).__name__} parameter")
+            return replace(request, value=self.check(request.target, request.name, request.value, what))
+        if request.target == "component":
+            check_component_name(request.name)
+            return request
+        raise ValueError(f"{request.target!r} is not a hot-swap: a collector state is restored with a checkpoint")
 
-    def update_storage_parameter(self, parameter_name, new_parameter_value, env_step):
-        """Change a storage parameter on every worker (see ``Learner.update_storage_parameter``);
-        ``env_step`` dates the log entry. Returns the value set."""
-        self.check("storage", parameter_name, new_parameter_value, f"{type(self.storage()).__name__} parameter")
-        value = self.update_worker.update_storage_parameter(parameter_name, new_parameter_value)
-        self.hot_swaps.append((env_step, "storage", parameter_name, value))
-        return value
-
-    def replace_agent_component(self, component_name, new_component_factory, env_step):
-        """Replace an agent component on every worker (see ``Learner.replace_agent_component``);
-        ``env_step`` dates the log entry."""
-        from pytorchrl.scheme.base.components import AGENT_COMPONENTS
-        if component_name not in AGENT_COMPONENTS:
-            raise ValueError(f"unknown agent component {component_name!r}; valid: {list(AGENT_COMPONENTS)}")
-        self.update_worker.replace_agent_component(component_name, new_component_factory)
-        self.hot_swaps.append((env_step, "component", component_name, repr(new_component_factory)))
+    def submit(self, request, env_step):
+        """Validate ``request`` (see ``validate``), have the update worker deliver it to every
+        worker between updates, and log it; ``env_step`` dates the log entry. Returns what
+        the update worker returned: the value set, for a parameter."""
+        request = self.validate(request)
+        result = self.update_worker.handle_control(request)
+        logged = repr(request.value) if request.target == "component" else result
+        self.hot_swaps.append((env_step, request.target, request.name, logged))
+        return result
 
 
 __all__ = ["LearnerControl"]

@@ -12,6 +12,7 @@ import torch
 import pytorchrl as prl
 from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+from pytorchrl.agent.actors.feature_extractors.precision import native_bf16
 from pytorchrl.agent.algorithms import PPO
 from pytorchrl.agent.storages.base import FINAL_OBS, as_numpy
 
@@ -22,6 +23,16 @@ def needs_extra(module, extra):
     missing optional package."""
     __tracebackhide__ = True      # the skip is reported at the caller's line
     return pytest.importorskip(module, reason=f'needs the "{extra}" extra: pip install "pytorchrl[{extra}]"')
+
+
+#: Skips a test on a CPU without native bfloat16 products (the bf16 paths would be emulated).
+needs_bf16 = pytest.mark.skipif(not native_bf16("cpu"), reason="this CPU has no native bfloat16 (AVX512-BF16/AMX)")
+
+
+def linear_net(width):
+    """A 4-input, 2-output MLP with one hidden layer of ``width`` units: its weights are
+    about ``6 * width`` floats, so ``width`` sets the size of what a weight broadcast sends."""
+    return torch.nn.Sequential(torch.nn.Linear(4, width), torch.nn.Tanh(), torch.nn.Linear(width, 2))
 
 
 def make_actor(obs_space, action_space, algorithm_name="PPO", hidden=(16,), **kwargs):

@@ -22,6 +22,10 @@ from pytorchrl import cli
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
+#: Shipped configurations that tests in several folders run: IMPALA's, and the folder of
+#: the EXARL workflows'.
+IMPALA_CONF = os.path.join(REPO, "examples", "configs", "impala_cartpole.yaml")
+EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 
 #: A valid configuration that trains PPO on CartPole in about a second: 2 envs x 16 steps
 #: = 32 env steps per update round.

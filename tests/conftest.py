@@ -352,6 +352,16 @@ def actor_builder():
 
 
 @pytest.fixture
+def one_torch_thread():
+    """Torch computes on one thread during the test, and on as many as before after it: the
+    bfloat16 tests compare and time products whose speed depends on the thread count."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def no_ray_import():
     """Assert that a test does not import Ray (the in-process scheme must not need it).
 

@@ -6,6 +6,7 @@ workers, which cannot import the tests package, so this module registers itself 
 pickled by value (see ``register_for_ray``).
 """
 
+import os
 import sys
 import time
 
@@ -190,7 +191,7 @@ class LayoutProbe:
     def check(self, name, metrics):
         """Assert that the run had preset ``name``'s layout. ``metrics``: the learner's, with
         its scheme metrics (``get_metrics(add_scheme_metrics=True)``)."""
-        from pytorchrl.scheme.workflows.presets import PRESETS
+        from pytorchrl.scheme.presets import PRESETS
         preset, scheme, uw = PRESETS[name], self.learner.scheme, self.learner.update_worker
         s = preset.scheme
         assert scheme.num_col_workers == s["num_col_workers"] and scheme.num_grad_workers == s["num_grad_workers"]
@@ -214,6 +215,16 @@ class LayoutProbe:
 
 __all__ = ["SMALL", "PPO_KWARGS", "register_for_ray", "factories", "slow_cartpole", "broken_cartpole",
            "wait_gone", "LayoutProbe", "prl"]
+
+
+def remote_pids(scheme):
+    """The process ids of the remote workers of ``scheme``, checked to be one process per
+    worker and none of them this one."""
+    info = scheme.process_info()
+    pids = [pid for _, pid in info]
+    assert len(set(pids)) == len(pids), "two workers share a process"
+    assert os.getpid() not in pids
+    return pids
 
 
 def free_cpus():

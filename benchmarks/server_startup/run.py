@@ -68,12 +68,12 @@ def _start(kind, weights):
     """Start one server of ``kind`` and make its first calls; returns (handle, pid)."""
     import ray
     if kind == "queue server":
-        from pytorchrl.scheme.workflows.queues import make_queue_server, queue_options
+        from pytorchrl.scheme.servers.queues import make_queue_server, queue_options
         server = make_queue_server({0: [1]}, queue_options({"num_cpus": 0}), remote=True)
         ray.get(server.put.remote((0, 1), _rollout(), 0))
         ray.get(server.pop.remote(0, False, 1.0))
     else:
-        from pytorchrl.scheme.workflows.weight_board import BoardPublisher, start_remote_board
+        from pytorchrl.scheme.servers.weight_board import BoardPublisher, start_remote_board
         server = start_remote_board()
         BoardPublisher(server, lambda: weights).publish(1)
         while ray.get(server.latest.remote()) is None:   # the publication is not waited for

@@ -70,7 +70,7 @@ def run_once(steps, steal, delay, slow_factor, seed):
     from pytorchrl.agent.storages import ReplayBuffer
     from pytorchrl.learner import Learner
     from pytorchrl.scheme import Scheme
-    from pytorchrl.scheme.workflows.presets import PRESETS
+    from pytorchrl.scheme.presets import PRESETS
 
     torch.manual_seed(seed)
     train, action_space, obs_space = VecEnv.create_factory(group_env, {"delay": delay, "slow_factor": slow_factor},

@@ -4,6 +4,8 @@ parameters that components document (read by the configuration and by hot-swaps)
 import inspect
 import re
 
+import numpy as np
+
 
 class ComponentFactory:
     """A picklable callable that builds ``cls`` where it is called.
@@ -107,3 +109,65 @@ def documented_kind(type_text):
         if re.search(rf"\b{word}\b", text):
             return kind
     return None
+
+
+def check_parameter(current, name, value, what, owner=None):
+    """Validate a hot-swap of ``name`` to ``value`` against the dict ``current``.
+
+    Returns the value converted to the parameter's type (1 -> 1.0 for a float parameter).
+    Raises ValueError naming the valid names for an unknown name, and TypeError for a value
+    of the wrong kind (a string for a number, 2.5 for an integer, a number for a boolean).
+    A parameter whose current value is None takes the kind its owner documents ("int or
+    None": an integer, 1.0 refused; "float or None": a number), or None again.
+
+    Parameters
+    ----------
+    current : dict
+        Current values of the parameters that may change.
+    name : str
+        Name of the parameter to change.
+    value : object
+        Requested value.
+    what : str
+        Words naming the kind of parameter, for the messages.
+    owner : object, type or None
+        The component (or its class) whose docstring documents the parameters (read only
+        for a parameter that is None now; None: such a parameter accepts anything).
+    """
+    if name not in current:
+        raise ValueError(f"unknown {what} {name!r}; valid: {sorted(current)}")
+    old = current[name]
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    if old is None:
+        return _check_documented(owner, name, value, what, number)
+    if isinstance(old, bool):
+        if isinstance(value, bool):
+            return value
+    elif isinstance(old, int):
+        if number and float(value).is_integer():
+            return int(value)
+    elif isinstance(old, float):
+        if number:
+            return float(value)
+    elif isinstance(value, type(old)):
+        return value
+    raise TypeError(f"{what} {name!r} expects {type(old).__name__}, got {value!r}")
+
+
+def _check_documented(owner, name, value, what, number):
+    """``check_parameter`` of a parameter that is None now: ``value`` must be None or of
+    the kind ``owner`` documents for ``name`` (anything when it documents none)."""
+    if value is None or owner is None:
+        return value
+    cls = owner if isinstance(owner, type) else type(owner)
+    type_text = documented_parameters(cls).get(name, ("", ""))[0]
+    kind = documented_kind(type_text)
+    if kind is None:
+        return value
+    if kind == "int" and number and isinstance(value, (int, np.integer)):
+        return int(value)
+    if kind == "number" and number:
+        return float(value)
+    if (kind, type(value)) in (("bool", bool), ("str", str), ("dict", dict)):
+        return value
+    raise TypeError(f"{what} {name!r} expects {type_text} (it is None now), got {value!r}")

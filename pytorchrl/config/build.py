@@ -10,7 +10,7 @@ import pytorchrl as prl
 from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.algorithms.policy_loss_addons import POLICY_LOSS_ADDONS, SavedActorFactory
-from pytorchrl.agent.env import VecEnv
+from pytorchrl.agent.vec_env import VecEnv
 from pytorchrl.agent.spaces import PackedBox, describe_space, packed_space
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.schema import FEATURE_EXTRACTORS

@@ -17,7 +17,7 @@ from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.agent_presets import AGENT_PRESETS
 from pytorchrl.config.schema import (MUTATION_KEYS, POLICY_LOSS_ADDON_KEYS, REQUIRED, SCHEDULE_KEYS, SECTION_ORDER,
                                      SECTIONS, TOP_LEVEL, WANDB_KEYS, algorithm_keys, storage_keys)
-from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.presets import PRESETS
 
 INTRO = """\
 # Configuration reference

@@ -8,7 +8,8 @@ import os
 from pytorchrl.config.errors import ConfigError
 from pytorchrl.config.loader import apply_agent_preset, apply_overrides, load_yaml
 from pytorchrl.config.schema import TOP_LEVEL
-from pytorchrl.config.validate import check_config, check_value
+from pytorchrl.config.validate import check_config
+from pytorchrl.config.values import check_value
 
 
 def validate_config(raw):

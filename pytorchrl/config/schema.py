@@ -2,7 +2,8 @@
 
 A configuration has top-level keys (``seed``, ``run_dir``) and sections (``env``,
 ``algorithm``, ``actor``, ``storage``, ``scheme``, ``learner``, ``schedules``). Every key is
-described by a :class:`Key`: its kind, default, allowed values or range, and a one-line doc.
+described by a :class:`Key`: its kind, default, allowed values or range, and a one-line doc
+(``Key`` and ``derived`` are in ``pytorchrl.config.keys``; this module lists the keys).
 
 Where a key is a constructor argument of a component (an algorithm hyperparameter, a
 storage or actor parameter, a Scheme option), its default, type and doc are read from that
@@ -31,46 +32,22 @@ from pytorchrl.agent.actors.feature_extractors.mlp import ACTIVATIONS
 from pytorchrl.agent.actors.normalization import DEFAULT_CLIP
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.algorithms.policy_loss_addons import POLICY_LOSS_ADDONS, BehaviourKL
-from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.factory import documented_kind, documented_parameters
+from pytorchrl.agent.vec_env import VecEnv
 from pytorchrl.agent.storages import STORAGES
 from pytorchrl.config.agent_presets import AGENT_PRESETS
+from pytorchrl.config.keys import REQUIRED, Key, component_keys, derived, mark_fixed
 from pytorchrl.envs.families import ENV_FAMILIES
 from pytorchrl.learner import Learner
 from pytorchrl.schedules import VALID_KINDS, VALID_TARGETS, Schedule
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.checks import COMMUNICATION_WORDS
 from pytorchrl.scheme.base.worker import Worker
-from pytorchrl.scheme.workflows.presets import PRESETS
-from pytorchrl.scheme.workflows.inference_server import INFERENCE_SERVER_DEFAULTS
-from pytorchrl.scheme.workflows.queues import ENDS, POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
-from pytorchrl.scheme.workflows.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
-from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, PULL_EACH_EPISODE, WEIGHT_MODES
+from pytorchrl.scheme.presets import PRESETS
+from pytorchrl.scheme.servers.inference_server import INFERENCE_SERVER_DEFAULTS
+from pytorchrl.scheme.servers.queues import ENDS, POPS, QUEUE_DEFAULTS, ROUTES, SELECTIONS
+from pytorchrl.scheme.servers.replay_server import DATA_PATHS, REPLAY_SERVER_DEFAULTS
+from pytorchrl.scheme.servers.weight_board import DEFAULT_PULL_EVERY, PULL_EACH_EPISODE, WEIGHT_MODES
 
-
-class _Required:
-    """Marker of a key without default: the configuration must give it."""
-
-    def __repr__(self):
-        return "required"
-
-
-REQUIRED = _Required()
-
-#: Kinds of values a key may hold, with the words used in error messages.
-KINDS = {
-    "int": "an integer",
-    "number": "a number",
-    "bool": "true or false",
-    "str": "a string",
-    "dict": "a mapping",
-    "int_list": "a list of integers",
-    "number_list": "a list of numbers",
-    "str_list": "a list of strings",
-    "bool_or_auto": "true, false or 'auto'",
-    "resources": "a mapping of Ray resources",
-    "any": "a value",
-}
 
 #: Feature extractors by configuration name ("auto": MLP for flat observations, CNN for images).
 FEATURE_EXTRACTORS = {name: get_feature_extractor(name) for name in ("mlp", "cnn", "fixup", "dict")}
@@ -84,175 +61,6 @@ SDE_ACTOR_KEYS = ("use_sde", "sde_log_std_init", "sde_sample_freq", "sde_full_st
 
 #: Keys accepted in ``scheme.*_workers_resources``: the arguments of ``Worker.as_remote``.
 RESOURCE_KEYS = tuple(n for n in inspect.signature(Worker.as_remote).parameters if n != "cls")
-
-#: Ranges of well-known component parameters. The components document the type of their
-#: parameters but not their range, which the configuration checks before anything starts.
-PARAMETER_RANGES = {
-    "lr": dict(low=0.0), "lr_v": dict(low=0.0), "lr_pi": dict(low=0.0), "eps": dict(low=0.0, low_inclusive=False), "gamma": dict(low=0.0, high=1.0),
-    "num_epochs": dict(low=1), "num_mini_batch": dict(low=1), "mini_batch_size": dict(low=1),
-    "clip_param": dict(low=0.0), "kl_coef": dict(low=0.0), "entropy_coef": dict(low=0.0),
-    "value_loss_coef": dict(low=0.0),
-    "max_grad_norm": dict(low=0.0), "test_every": dict(low=1), "num_test_episodes": dict(low=1),
-    "size": dict(low=1), "gae_lambda": dict(low=0.0, high=1.0), "vec_env_size": dict(low=1),
-    "vtrace_lambda": dict(low=0.0, high=1.0), "clip_rho_threshold": dict(low=0.0, low_inclusive=False),
-    "clip_pg_rho_threshold": dict(low=0.0, low_inclusive=False),
-    "clip_c_threshold": dict(low=0.0, low_inclusive=False),
-    "num_col_workers": dict(low=1), "num_grad_workers": dict(low=0), "max_policy_lag": dict(low=0),
-    "max_grad_lag": dict(low=0), "col_requests_in_flight": dict(low=1), "target_steps": dict(low=1),
-    "batch_step_frequency": dict(low=1), "batch_episode_frequency": dict(low=1),
-    "episode_block": dict(low=1),
-    "max_worker_restarts": dict(low=0), "worker_restart_delay_s": dict(low=0.0),
-    "target_episodes": dict(low=1), "cutoff": dict(low=0.0), "rolling_reward_length": dict(low=1),
-    "start_step": dict(low=0),
-    "end_step": dict(low=1), "min_relative_change": dict(low=0.0),
-    "frame_stack": dict(low=1), "frame_skip": dict(low=0), "reward_delay": dict(low=1),
-    "max_episode_steps": dict(low=0),
-    "sequence_length": dict(low=1), "burn_in": dict(low=0), "priority_eta": dict(low=0.0, high=1.0),
-    "gamma_intrinsic": dict(low=0.0, high=1.0), "ext_adv_coeff": dict(low=0.0), "int_adv_coeff": dict(low=0.0),
-    "predictor_proportion": dict(low=0.0), "pre_normalization_steps": dict(low=0),
-    "pre_normalization_length": dict(low=1),
-    "rho": dict(low=0.0, high=1.0), "phi": dict(low=0.0, high=1.0), "alpha": dict(low=0.0),
-    "total_buffer_demo_capacity": dict(low=1), "save_demos_every": dict(low=1),
-    "num_agent_demos_to_save": dict(low=0), "num_value_demos_to_save": dict(low=0),
-    "n_sampled_goal": dict(low=1), "strategy": dict(choices=("future", "final", "episode")),
-}
-
-
-class Key:
-    """Description of one configuration key.
-
-    Parameters
-    ----------
-    kind : str
-        One of ``KINDS``: what the value must be.
-    default : object
-        Value used when the key is absent; ``REQUIRED`` when it must be given.
-    doc : str
-        One line saying what the key means.
-    choices : tuple or None
-        Allowed values (for ``kind="str"``).
-    low, high : float or None
-        Inclusive bounds of a number (``low`` exclusive when ``low_inclusive`` is False).
-    low_inclusive : bool
-        Whether ``low`` itself is allowed.
-    nullable : bool
-        Whether ``null`` is allowed (it is whenever the default is None).
-    aliases : dict or None
-        Other words accepted for some of the ``choices``: word -> the choice it means (the
-        resolved configuration holds the choice).
-    """
-
-    def __init__(self, kind, default=REQUIRED, doc="", choices=None, low=None, high=None,
-                 low_inclusive=True, nullable=False, aliases=None):
-        if kind not in KINDS:
-            raise ValueError(f"unknown key kind {kind!r}; valid: {sorted(KINDS)}")
-        self.kind = kind
-        self.default = default
-        self.doc = doc
-        self.choices = tuple(choices) if choices is not None else None
-        self.low, self.high, self.low_inclusive = low, high, low_inclusive
-        self.nullable = nullable or default is None
-        self.aliases = dict(aliases or {})
-
-    @property
-    def required(self):
-        """True when the configuration must give this key."""
-        return self.default is REQUIRED
-
-    @property
-    def expected(self):
-        """Words describing an acceptable value, for error messages."""
-        text = ("one of " + ", ".join(repr(c) for c in self.choices)) if self.choices else KINDS[self.kind]
-        return text + (" or null" if self.nullable else "")
-
-    @property
-    def range_text(self):
-        """The allowed range in words ("in [0, 1]", ">= 1"), or "" when unbounded."""
-        if self.low is not None and self.high is not None:
-            return f"in {'[' if self.low_inclusive else '('}{self.low:g}, {self.high:g}]"
-        if self.low is not None:
-            return f"{'>=' if self.low_inclusive else '>'} {self.low:g}"
-        if self.high is not None:
-            return f"<= {self.high:g}"
-        return ""
-
-    def describe(self):
-        """One line: kind, default, allowed values or range, doc."""
-        parts = [self.expected]
-        if self.range_text:
-            parts.append(self.range_text)
-        parts.append("required" if self.required else f"default {self.default!r}")
-        return f"{', '.join(parts)}. {self.doc}"
-
-    def __repr__(self):
-        return f"Key({self.kind!r}, default={self.default!r})"
-
-
-# ---------------------------------------------------------------------------- derivation
-def _kind_of(type_text, default):
-    """Key kind from a documented type ("float or None") or, failing that, from the default."""
-    kind = documented_kind(type_text)
-    if kind is not None:
-        return kind
-    if isinstance(default, bool):
-        return "bool"
-    if isinstance(default, int):
-        return "int"
-    if isinstance(default, float):
-        return "number"
-    if isinstance(default, str):
-        return "str"
-    return "any"
-
-
-def derived(obj, name, signature_of=None, **overrides):
-    """A Key for parameter ``name`` of ``obj``, read from its signature and docstring.
-
-    Parameters
-    ----------
-    obj : type or callable
-        Component whose docstring documents ``name`` (a class: its bases' docstrings too).
-    name : str
-        Parameter name.
-    signature_of : callable or None
-        Callable whose signature gives the default (default: ``obj.__init__`` for a class,
-        ``obj`` for a function).
-    **overrides
-        Key arguments that replace the derived ones (``doc``, ``default``, ``choices``...).
-        Ranges come from ``PARAMETER_RANGES`` unless given here.
-    """
-    fn = signature_of or (obj.__init__ if inspect.isclass(obj) else obj)
-    param = inspect.signature(fn).parameters.get(name)
-    if param is None:
-        raise KeyError(f"{getattr(fn, '__qualname__', fn)} has no parameter {name!r}")
-    default = REQUIRED if param.default is inspect.Parameter.empty else param.default
-    type_text, doc = documented_parameters(obj).get(name, ("", ""))
-    args = dict(kind=_kind_of(type_text, default), default=default, doc=doc,
-                nullable="none" in type_text.lower())
-    args.update(PARAMETER_RANGES.get(name, {}))
-    args.update(overrides)
-    return Key(**args)
-
-
-_COMPONENT_ARGS = ("self", "device", "actor", "algorithm", "envs")
-
-
-def _component_keys(cls):
-    names = [n for n in inspect.signature(cls.__init__).parameters if n not in _COMPONENT_ARGS]
-    return {n: derived(cls, n) for n in names}
-
-
-#: Said of a parameter that a hot-swap (``pytorchrl set``, a schedule) may not change.
-FIXED_DOC = " Fixed once built: a hot-swap to another value is refused."
-
-
-def _mark_fixed(keys, fixed):
-    """``keys`` with ``FIXED_DOC`` added to the doc of those named in ``fixed``."""
-    for name in fixed:
-        if name in keys:
-            keys[name].doc += FIXED_DOC
-    return keys
-
 
 #: ``algorithm.policy_loss_addons`` of the algorithms that take add-ons (PPO, A2C): the
 #: configuration's form of the objects their constructor takes.
@@ -270,7 +78,7 @@ def algorithm_keys(name):
     overrides = {"policy_loss_addons": POLICY_LOSS_ADDONS_KEY,
                  "intrinsic_rewards_network": dict(choices=("MLP", "CNN", "Fixup"))}
     keys = {n: derived(cls, n, **overrides.get(n, {})) for n in cls.hyperparameter_names()}
-    return _mark_fixed(keys, cls.fixed_hyperparameters)
+    return mark_fixed(keys, cls.fixed_hyperparameters)
 
 
 #: Keys of one entry of ``algorithm.policy_loss_addons`` (PPO, A2C): an add-on of
@@ -293,7 +101,7 @@ POLICY_LOSS_ADDON_KEYS = {
 def storage_keys(name):
     """Parameter keys of the storage called ``name`` (a key of ``STORAGES``)."""
     cls = STORAGES[name]
-    return _mark_fixed(_component_keys(cls), getattr(cls, "fixed_parameters", ()))
+    return mark_fixed(component_keys(cls), getattr(cls, "fixed_parameters", ()))
 
 
 #: Docs of family options whose factory docstring speaks of Python values (None) that the
@@ -662,7 +470,7 @@ WANDB_KEYS = {
                             "directory)."),
 }
 
-#: Keys of ``scheme.replay_server`` (``pytorchrl.scheme.workflows.replay_server``).
+#: Keys of ``scheme.replay_server`` (``pytorchrl.scheme.servers.replay_server``).
 REPLAY_SERVER_KEYS = {
     "min_size_to_sample": Key("int", REPLAY_SERVER_DEFAULTS["min_size_to_sample"],
                               "Transitions the server holds before the first sample.", low=1),
@@ -674,7 +482,7 @@ REPLAY_SERVER_KEYS = {
     "num_cpus": Key("number", REPLAY_SERVER_DEFAULTS["num_cpus"], "Ray CPUs of the server actor.", low=0.0),
 }
 
-#: Keys of ``scheme.inference_server`` (``pytorchrl.scheme.workflows.inference_server``).
+#: Keys of ``scheme.inference_server`` (``pytorchrl.scheme.servers.inference_server``).
 INFERENCE_SERVER_KEYS = {
     "max_batch": Key("int", INFERENCE_SERVER_DEFAULTS["max_batch"],
                      "Most observations in one batched act; a batch runs once this many are waiting.", low=1),
@@ -683,7 +491,7 @@ INFERENCE_SERVER_KEYS = {
     "num_cpus": Key("number", INFERENCE_SERVER_DEFAULTS["num_cpus"], "Ray CPUs of the server actor.", low=0.0),
 }
 
-#: Keys of ``scheme.queues`` (``pytorchrl.scheme.workflows.queues``).
+#: Keys of ``scheme.queues`` (``pytorchrl.scheme.servers.queues``).
 QUEUE_KEYS = {
     "size": Key("int", QUEUE_DEFAULTS["size"], "Rollouts a queue holds; a collector whose queue is full waits "
                                                "(back-pressure).", low=1),

@@ -4,8 +4,8 @@ hot-swap, without restarting any process.
 
 :mod:`~pytorchrl.pbt.explore` makes the decisions (who copies whom, the perturbed values),
 :mod:`~pytorchrl.pbt.member` is one member (a training job trained an interval at a time),
-:mod:`~pytorchrl.pbt.population` runs the population (members as Ray actors or interleaved
-in one process, population.csv, Ctrl-C and resume). :mod:`pytorchrl.tune` offers the same
+:mod:`~pytorchrl.pbt.population` runs the population (population.csv, Ctrl-C and resume),
+its members as Ray actors or interleaved in one process (:mod:`~pytorchrl.pbt.members`). :mod:`pytorchrl.tune` offers the same
 in-place perturbations to Ray Tune's schedulers.
 """
 

@@ -11,11 +11,11 @@ import copy
 import math
 import time
 
-from pytorchrl.agent.env import EnvError
+from pytorchrl.agent.vec_env import EnvError
+from pytorchrl.config.targets import TARGETS
 from pytorchrl.learner import NonFiniteUpdatesError
 from pytorchrl.scheme.base.ray_runtime import WorkerError
 from pytorchrl.scheme.base.worker import Worker
-from pytorchrl.tools.control import TARGETS
 from pytorchrl.tools.session import TrainingSession, UsageError
 
 

@@ -1,7 +1,7 @@
 """Scheme layer: workers and their composition into training layouts.
 
 ``Scheme`` is imported on first use (``from pytorchrl.scheme import Scheme``), not with the
-package: a Ray process that only holds a data server (``pytorchrl.scheme.workflows.queues``)
+package: a Ray process that only holds a data server (``pytorchrl.scheme.servers.queues``)
 imports this package too, and must not pay for torch and every worker module
 (pytorchrl/gc_pause.py).
 """

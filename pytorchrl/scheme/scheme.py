@@ -3,6 +3,7 @@
 import logging
 
 import pytorchrl as prl
+from pytorchrl.agent.protocols import ActorFactory, AlgorithmFactory, StorageFactory
 from pytorchrl.scheme.base.checks import (batching_refused, check_communication, check_fraction, check_int,
                                           ineffective_options)
 from pytorchrl.scheme.base.faults import FaultPolicy
@@ -13,12 +14,12 @@ from pytorchrl.scheme.collection.c_worker import episodes_per_rollout, no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
 from pytorchrl.scheme.updates.u_worker import UWorker
-from pytorchrl.scheme.workflows import inference_server as inference
-from pytorchrl.scheme.workflows.queues import QueueLink, check_queue_path, make_queue_server
-from pytorchrl.scheme.workflows.replay_server import check_data_path, make_server
-from pytorchrl.scheme.workflows.replay_server import start_remote as start_replay_server
-from pytorchrl.scheme.workflows.weight_board import PullRefused, check_weight_mode
-from pytorchrl.scheme.workflows.worker_proxy import proxy_refused
+from pytorchrl.scheme.servers import inference_server as inference
+from pytorchrl.scheme.servers.queues import QueueLink, check_queue_path, make_queue_server
+from pytorchrl.scheme.servers.replay_server import check_data_path, make_server
+from pytorchrl.scheme.servers.replay_server import start_remote as start_replay_server
+from pytorchrl.scheme.servers.weight_board import PullRefused, check_weight_mode
+from pytorchrl.scheme.servers.worker_proxy import proxy_refused
 
 DEFAULT_COL_RESOURCES = default_remote_config(num_cpus=1)
 DEFAULT_GRAD_RESOURCES = default_remote_config(num_cpus=1)
@@ -103,12 +104,12 @@ class Scheme:
         sample mini-batches from it, paced by its rate limiter instead of the algorithm's
         ``update_every``/``num_updates``/``start_steps``; prioritized replay's TD errors go
         back to it. Remote collectors must then be asynchronous. See
-        ``pytorchrl.scheme.workflows.replay_server``. "queues": every remote collector
+        ``pytorchrl.scheme.servers.replay_server``. "queues": every remote collector
         puts its rollouts into a bounded queue of one queue server (a Ray actor) and
         waits while it is full; gradient workers pop them into their own storage (EXARL's
         RMA windows and queues). Needs ``num_col_workers >= 2`` and asynchronous
         collection; ``max_policy_lag`` drops rollouts too old when popped. See
-        ``pytorchrl.scheme.workflows.queues``.
+        ``pytorchrl.scheme.servers.queues``.
     replay_server : dict or None
         With ``data_path="replay_server"``: some of ``min_size_to_sample``,
         ``samples_per_insert``, ``error_buffer`` (the rate limiter, see ``RateLimiter``)
@@ -116,7 +117,7 @@ class Scheme:
         ``REPLAY_SERVER_DEFAULTS``.
     queues : dict or None
         With ``data_path="queues"``: some of ``size``, ``pop``, ``prefetch``, ``selection``,
-        ``steal``, ``route``, ``num_cpus`` (see ``pytorchrl.scheme.workflows.queues``); the
+        ``steal``, ``route``, ``num_cpus`` (see ``pytorchrl.scheme.servers.queues``); the
         others keep ``QUEUE_DEFAULTS``. Refused with another data path.
     col_rollout_unit : str
         What one rollout is: "steps" (default: the storage's ``size`` steps) or "episodes"
@@ -127,7 +128,7 @@ class Scheme:
         uniformly at random; "server": a central inference server acts for them (SEED):
         collectors send each step's observations, the server batches those of every
         collector, acts once per batch with the learner's latest published weights and
-        answers with actions; see ``pytorchrl.scheme.workflows.inference_server``. The
+        answers with actions; see ``pytorchrl.scheme.servers.inference_server``. The
         actor must be feed-forward without per-environment state, the algorithm without
         collector-side pre-processing, and there is one gradient worker.
     inference_server : dict or None
@@ -145,7 +146,7 @@ class Scheme:
         a weight board (a Ray actor holding a reference to the weights in the object store)
         that every collector checks every ``col_weight_pull_every`` steps without waiting
         for the answer, swapping weights mid-rollout; a rollout's version is the oldest it
-        acted with. See ``pytorchrl.scheme.workflows.weight_board``.
+        acted with. See ``pytorchrl.scheme.servers.weight_board``.
     col_weight_pull_every : int, str or None
         With ``col_weights="pull"``: environment steps between two checks of the board
         (None: ``DEFAULT_PULL_EVERY``, 10), none of them waited for; or ``"episode"``:
@@ -170,7 +171,7 @@ class Scheme:
         collector of its node from its node's object store; it gathers their rollouts into
         one message per round (synchronous collection, without preemption), or passes them
         on to the data server together (asynchronous collection with a replay server or
-        queues), see ``pytorchrl.scheme.workflows.worker_proxy``. Refused where it has
+        queues), see ``pytorchrl.scheme.servers.worker_proxy``. Refused where it has
         nothing to share (asynchronous collectors on the direct data path that load no
         pushed weights: an inference server, pulled weights). Default False: every collector
         gets its own request, small weights ride inside each, and every collector sends
@@ -206,7 +207,8 @@ class Scheme:
         The running data servers (None where the layout has none).
     """
 
-    def __init__(self, algo_factory, actor_factory, storage_factory, train_envs_factory,
+    def __init__(self, algo_factory: AlgorithmFactory, actor_factory: ActorFactory,
+                 storage_factory: StorageFactory, train_envs_factory,
                  test_envs_factory=no_envs, num_col_workers=1, col_compress_data=False,
                  col_workers_communication=prl.SYNC, col_workers_resources=None,
                  col_preemption_thresholds=None, num_grad_workers=1, grad_compress_data=False,

@@ -16,7 +16,7 @@ A run directory (``pytorchrl train`` makes one) holds:
 ======================  ==============================================================
 
 Modules: :mod:`~pytorchrl.tools.metrics` (CSV and TensorBoard logs),
-:mod:`~pytorchrl.tools.progress` (the progress line), :mod:`~pytorchrl.tools.control`
+:mod:`~pytorchrl.tools.progress` (the progress line), :mod:`~pytorchrl.tools.live_control`
 (live control of a running job), :mod:`~pytorchrl.tools.evaluate` and
 :mod:`~pytorchrl.tools.plot` (what ``pytorchrl evaluate`` and ``pytorchrl plot`` do),
 :mod:`~pytorchrl.tools.session` (a training job: ``pytorchrl train`` and ``resume``).

@@ -124,7 +124,7 @@ def build_env(config, render=False):
     render : bool
         Build it with ``render_mode="rgb_array"``.
     """
-    from pytorchrl.agent.env.vec_env import ChannelsFirst
+    from pytorchrl.agent.vec_env import ChannelsFirst
     from pytorchrl.agent.spaces import looks_like_hwc_image, pack_env
     from pytorchrl.envs import make_gym_env
     from pytorchrl.envs.families import ENV_FAMILIES

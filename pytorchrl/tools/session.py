@@ -40,20 +40,19 @@ import datetime
 import math
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
 
 import pytorchrl
-from pytorchrl.agent.env import EnvError
+from pytorchrl.agent.vec_env import EnvError
 from pytorchrl.checkpoint import CheckpointError, SaveError, previous_path, remove_orphans
 from pytorchrl.config import ConfigError, build_learner, dump_config
 from pytorchrl.learner import NonFiniteUpdatesError
 from pytorchrl.scheme.base.ray_runtime import WorkerError
 from pytorchrl.tools import (CHECKPOINT, CONFIG, HOT_SWAPS, METRICS, MODEL, PREVIOUS_CHECKPOINT, RESULTS, REWARD_PLOT,
                              SUMMARY, process_tmp_path)
-from pytorchrl.tools.control import ControlServer, apply_changes
+from pytorchrl.tools.live_control import ControlServer, apply_changes
+from pytorchrl.tools.interrupt import StopOnInterrupt
 from pytorchrl.tools.metrics import RunLog
 from pytorchrl.tools.progress import ProgressDisplay, format_status
 from pytorchrl.tools.tracking import TrackingError, wandb_sink
@@ -70,61 +69,6 @@ ATOMIC_FILES = (CHECKPOINT, MODEL, CONFIG, METRICS, HOT_SWAPS)
 
 class UsageError(Exception):
     """A problem the user can fix, reported as one line ``error: <message>``."""
-
-
-class StopOnInterrupt:
-    """Context manager turning the first Ctrl-C (or SIGTERM) into a request to stop between updates.
-
-    Stopping at an update boundary leaves the weights and optimizer consistent for the
-    model and checkpoint saved on the way out; a second signal raises KeyboardInterrupt at
-    once. SIGTERM is what cluster schedulers and ``kill`` send: the run is saved and can be
-    resumed.
-
-    It takes over a signal whose handler is Python's default or the one ``ray.init``
-    installs (``_replaceable``), in every layout, whether Ray was started before or after
-    it is entered (``ray_runtime.ensure_ray`` keeps a handler set before it). Outside the
-    main thread, or where a signal is ignored (SIGINT of a background shell job) or handled
-    by the embedding program, nothing is changed for it.
-
-    The handler only sets ``requested``: printing from it could re-enter a write to the
-    same stream that the signal interrupted.
-    """
-
-    SIGNALS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
-
-    def __init__(self):
-        self.requested = False
-        self._previous = {}
-
-    def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for signum, default in self.SIGNALS:
-                current = signal.getsignal(signum)
-                if _replaceable(current, default):
-                    self._previous[signum] = signal.signal(signum, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
-        return False
-
-
-def _replaceable(handler, default):
-    """Whether StopOnInterrupt may take over a signal whose handler is ``handler``: Python's
-    ``default`` one, or one that Ray installed. ``ray.init`` sets a SIGTERM handler that
-    exits at once (``sys.exit``), and its core worker a native one that prints a stack
-    trace and ends the process with the signal: either would lose the run."""
-    if handler is default:
-        return True
-    module = getattr(handler, "__module__", None) or ""
-    return module == "ray" or module.startswith("ray.")
 
 
 def write_config(run_dir, config, note):
@@ -177,7 +121,7 @@ def _schema_check(config):
     """``check(target, name, value)`` validating a live change against the configuration
     schema (type and range of the parameter, as in the configuration file)."""
     from pytorchrl.config.schema import algorithm_keys, storage_keys
-    from pytorchrl.config.validate import check_value, strict_key
+    from pytorchrl.config.values import check_value, strict_key
 
     keys = {"algorithm": algorithm_keys(config["algorithm"]["name"]),
             "storage": storage_keys(config["storage"]["name"])}

@@ -14,35 +14,15 @@ package. The run is finished when the job ends: with exit code 0 after training 
 
 import os
 
-#: The line said when the configuration asks for W&B and the package is missing.
-INSTALL_HINT = 'needs the wandb package: pip install "pytorchrl[wandb]"'
+# The configuration refuses learner.wandb without the package before anything starts: the
+# test and the import are its, shared here.
+from pytorchrl.config.wandb_options import INSTALL_HINT, import_wandb, wandb_wanted  # noqa: F401
 
 #: Metric every W&B chart is plotted against (the x axis of metrics.csv too).
 STEP_METRIC = "Scheme/EnvSteps"
 
 #: File of the run directory holding the W&B run id: ``pytorchrl resume`` continues that run.
 RUN_ID_FILE = "wandb-run-id.txt"
-
-
-def wandb_wanted(options):
-    """True when the ``learner.wandb`` section ``options`` (a mapping or None) asks for a
-    W&B run: given, with a mode other than ``disabled``."""
-    return options is not None and options.get("mode") != "disabled"
-
-
-def import_wandb():
-    """The ``wandb`` module.
-
-    Raises
-    ------
-    ImportError
-        With ``INSTALL_HINT`` when the package is not installed.
-    """
-    try:
-        import wandb
-    except ImportError as exc:
-        raise ImportError(f"learner.wandb {INSTALL_HINT}") from exc
-    return wandb
 
 
 class TrackingError(RuntimeError):

@@ -683,7 +683,7 @@ def _a2c_records(tree_eval):
             rec("tree", 1, 1050.0, tree_eval[1], 290.0), rec("base", 1, 1000.0, 400.0, 280.0)]
 
 
-def test_a2c_cartpole_report_says_when_the_tree_learns_worse():
+def test_a2c_cartpole_report_says_when_the_tree_returns_less():
     mod = _load_bench("a2c_cartpole/run.py")
     summary = mod.summarize(_a2c_records((500.0, 420.0)))
     assert summary["tree"]["steps_per_s"] == 1075.0 and summary["base"]["eval_mean"] == 450.0

@@ -10,8 +10,8 @@ import pytest
 
 from pytorchrl import cli
 from pytorchrl.config import build_learner, validate_config
-from pytorchrl.tools import control
-from pytorchrl.tools.control import ControlServer, apply_changes, resolve_key, send_request, wait_for_ack
+from pytorchrl.tools import live_control as control
+from pytorchrl.tools.live_control import ControlServer, apply_changes, resolve_key, send_request, wait_for_ack
 
 from cli_helpers import assert_one_line_error, pytorchrl, read_csv, start_pytorchrl, tiny, write_config
 

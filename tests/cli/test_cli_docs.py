@@ -35,7 +35,7 @@ def test_keys_markdown_prints_the_reference(capsys):
 
 def test_reference_covers_every_key_and_preset():
     from pytorchrl.config.schema import SECTIONS
-    from pytorchrl.scheme.workflows.presets import PRESETS
+    from pytorchrl.scheme.presets import PRESETS
     text = configuration_reference()
     for section, keys in SECTIONS.items():
         assert f"## {section}\n" in text

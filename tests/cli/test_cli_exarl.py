@@ -16,13 +16,9 @@ import os
 import pytest
 import yaml
 
-from pytorchrl.config import build_learner, load_config
 
-from cli_helpers import REPO, pytorchrl_in_process, source_of_test
-from distributed_fixtures import LayoutProbe
-from learning_helpers import greedy_returns_along_run
+from cli_helpers import EXARL, pytorchrl_in_process, source_of_test
 
-EXARL = os.path.join(REPO, "examples", "configs", "exarl")
 #: Every configuration of the directory, by name.
 CONFIGS = sorted(f[:-len(".yaml")] for f in os.listdir(EXARL) if f.endswith(".yaml"))
 #: Configurations with a test of their own below.
@@ -31,17 +27,17 @@ OWN_TESTS = ("exarl-a2c-sync", "exarl-a2c-async", "exarl-async", "exarl-random",
 #: threshold (test file, and the test): a short command-line run of the same file would
 #: prove nothing more than the command-line runs of the other workflows do.
 LEARNED_ELSEWHERE = {
-    "exarl-sync": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
-    "exarl-multi-learner-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
-    "exarl-nonblocking-async": ("test_weight_pull", "test_exarl_nonblocking_async_learns_cartpole"),
-    "exarl-rma": ("test_queues", "test_rma_workflow_learns"),
-    "exarl-rma-window-random": ("test_queues", "test_rma_workflow_learns"),
-    "exarl-rma-window-binned": ("test_queues", "test_rma_workflow_learns"),
-    "exarl-rma-queue-pop-all": ("test_queues", "test_rma_workflow_learns"),
-    "exarl-ml-rma-queue": ("test_queues", "test_rma_workflow_learns"),
-    "exarl-ml-rma-queue-short": ("test_queues", "test_rma_workflow_learns"),
+    "exarl-sync": ("test_learning_exarl_workflows", "test_exarl_workflow_learns_cartpole"),
+    "exarl-multi-learner-async": ("test_learning_exarl_workflows", "test_exarl_workflow_learns_cartpole"),
+    "exarl-nonblocking-async": ("test_learning_weight_pull", "test_exarl_nonblocking_async_learns_cartpole"),
+    "exarl-rma": ("test_learning_queues", "test_rma_workflow_learns"),
+    "exarl-rma-window-random": ("test_learning_queues", "test_rma_workflow_learns"),
+    "exarl-rma-window-binned": ("test_learning_queues", "test_rma_workflow_learns"),
+    "exarl-rma-queue-pop-all": ("test_learning_queues", "test_rma_workflow_learns"),
+    "exarl-ml-rma-queue": ("test_learning_queues", "test_rma_workflow_learns"),
+    "exarl-ml-rma-queue-short": ("test_learning_queues", "test_rma_workflow_learns"),
     # (exarl-seed's command-line run shows the inference server's counters in metrics.csv.)
-    "exarl-seed-a2c": ("test_inference_server", "test_seed_a2c_learns_cartpole_from_whole_episodes"),
+    "exarl-seed-a2c": ("test_learning_inference_server", "test_seed_a2c_learns_cartpole_from_whole_episodes"),
 }
 #: Configurations run from their file elsewhere, not to a return threshold: drl-actor-model
 #: trains to its target with its replay server killed (test_server_faults, in this process)
@@ -124,22 +120,3 @@ def test_every_exarl_config_is_run_by_a_test():
     for name, (module, test) in {**LEARNED_ELSEWHERE, **RUN_ELSEWHERE}.items():
         # The test exists and its file names the configuration.
         assert source_of_test(module, test) and f'"{name}' in source_of_test(module), (name, module, test)
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("name,steps", [("exarl-sync", 10000), ("exarl-a2c-sync", 20000), ("exarl-a2c-async", 20000),
-                                        ("exarl-multi-learner-async", 8000)])
-def test_exarl_workflow_learns_cartpole(ray_session, name, steps):
-    # (The other workflows' learning checks: test_collector_targets, test_weight_pull,
-    # test_queues, test_inference_server, test_replay_server.) The run ends at the bar.
-    learner = build_learner(load_config(os.path.join(EXARL, f"{name}.yaml"),
-                                        [f"learner.target_steps={steps}", "learner.tensorboard=false"]))
-    try:
-        probe = LayoutProbe(learner)
-        returns = greedy_returns_along_run(learner, first=2000, every=1000, stop_at=60, on_infos=probe.observe)
-        collected = learner.num_samples_collected
-        probe.check(name, learner.get_metrics(add_scheme_metrics=True))
-    finally:
-        learner.stop()
-    print(name, collected, "greedy returns", [round(r, 1) for r in returns])
-    # Random CartPole: about 22 an episode; an untrained greedy policy: about 10.
-    assert max(returns) >= 60, returns

@@ -4,11 +4,13 @@ instance): a tiny budget here, or, for a preset whose example configuration anot
 trains to a target, checked there (``LAYOUT_CHECKED_BY``): the layout is built once and
 checked where it is built anyway."""
 
+import re
+
 import pytest
 
 from pytorchrl import cli
 from pytorchrl.config import ConfigError, build_learner, validate_config
-from pytorchrl.scheme.workflows.presets import PRESETS, get_preset
+from pytorchrl.scheme.presets import PRESETS, get_preset
 
 from cli_helpers import source_of_test, tiny, with_sections
 from distributed_fixtures import LayoutProbe
@@ -33,20 +35,21 @@ def preset_config(name, **sections):
 #: Presets whose layout a test that trains their example configuration (a learning test,
 #: or a run that must reach its target) checks with a LayoutProbe (test file, and the test).
 LAYOUT_CHECKED_BY = {
-    **{name: ("test_queues", "test_rma_workflow_learns")
+    **{name: ("test_learning_queues", "test_rma_workflow_learns")
        for name in ("exarl-rma", "exarl-rma-window-random", "exarl-rma-window-binned", "exarl-rma-queue-pop-all",
                     "exarl-ml-rma-queue", "exarl-ml-rma-queue-short")},
-    "exarl-seed": ("test_inference_server", "test_seed_dqn_learns_cartpole_and_batches_across_collectors"),
-    "exarl-seed-a2c": ("test_inference_server", "test_seed_a2c_learns_cartpole_from_whole_episodes"),
-    "exarl-nonblocking-async": ("test_weight_pull", "test_exarl_nonblocking_async_learns_cartpole"),
-    "exarl-async": ("test_collector_targets", "test_exarl_async_learns_cartpole"),
-    "exarl-sync": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
-    "exarl-a2c-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
-    "exarl-multi-learner-async": ("test_cli_exarl", "test_exarl_workflow_learns_cartpole"),
+    "exarl-seed": ("test_learning_inference_server", "test_seed_dqn_learns_cartpole_and_batches_across_collectors"),
+    "exarl-seed-a2c": ("test_learning_inference_server", "test_seed_a2c_learns_cartpole_from_whole_episodes"),
+    "exarl-nonblocking-async": ("test_learning_weight_pull", "test_exarl_nonblocking_async_learns_cartpole"),
+    "exarl-async": ("test_learning_collector_targets", "test_exarl_async_learns_cartpole"),
+    "exarl-sync": ("test_learning_exarl_workflows", "test_exarl_workflow_learns_cartpole"),
+    "exarl-a2c-async": ("test_learning_exarl_workflows", "test_exarl_workflow_learns_cartpole"),
+    "exarl-multi-learner-async": ("test_learning_exarl_workflows", "test_exarl_workflow_learns_cartpole"),
     # (Not learning tests: the replay server killed mid-run, the run reaching its target; the
     # tiny runs of the agent presets whose example configurations name these scheme presets.)
     "drl-actor-model": ("test_server_faults", "test_killed_server_is_replaced_and_the_run_reaches_its_target"),
-    **{name: ("test_agent_presets", "test_agent_preset_trains_on_ray") for name in ("a3c", "dd-ppo", "async-collectors")},
+    **{name: ("test_agent_presets_ray", "test_agent_preset_trains_on_ray")
+       for name in ("a3c", "dd-ppo", "async-collectors")},
 }
 LOCAL = [name for name, p in PRESETS.items() if not p.uses_ray]
 REMOTE = [name for name, p in PRESETS.items() if p.uses_ray and name not in LAYOUT_CHECKED_BY]
@@ -118,11 +121,20 @@ def test_ray_preset_trains(name, ray_session):
     assert metrics["Scheme/EnvSteps"] >= 300
 
 
+def _with_helpers(source):
+    """``source`` (of a test file) followed by the sources of the helper modules of tests/
+    (``*_helpers.py``) it imports from: a helper shared by a test file and the file of its
+    Ray tests lives there."""
+    helpers = re.findall(r"^from (\w+_helpers) import", source, re.M)
+    return "\n".join([source] + [source_of_test(name) for name in helpers])
+
+
 def test_every_ray_preset_layout_is_checked():
     assert set(LAYOUT_CHECKED_BY) <= {name for name, p in PRESETS.items() if p.uses_ray}
     for name, (module, test) in LAYOUT_CHECKED_BY.items():
         # The test exists, its file checks layouts (in the test or a helper of the file),
         # and names the preset.
         assert source_of_test(module, test), (module, test)
-        assert "LayoutProbe(" in source_of_test(module) and ".check(" in source_of_test(module), module
+        source = _with_helpers(source_of_test(module))
+        assert "LayoutProbe(" in source and ".check(" in source, module
         assert f'"{name}' in source_of_test(module), (name, module)

@@ -227,7 +227,7 @@ BLOCKS = {
               shape=r"HalvedPPO: numpy update not used \(policy_loss overridden: the numpy update computes "
                     r"PPO\.policy_loss\); updating in torch"),
     ("docs/architecture.md", "learner.py"): Check(TEXT),
-    ("docs/architecture.md", "if kl_coef != 0.0:"): Check(EXCERPT, where="pytorchrl/agent/accel/losses/actor_critic.py"),
+    ("docs/architecture.md", "if kl_coef != 0.0:"): Check(EXCERPT, where="pytorchrl/agent/losses/actor_critic.py"),
     # ------------------------------------------------------------------ docs/benchmarks.md
     ("docs/benchmarks.md", "pytorchrl train examples/configs/ppo_cartpole.yaml --run-dir runs/one"): Check(RUN),
     # (hours of training: the zoo's smoke test runs a row with --quick, resumes it and reads its table)

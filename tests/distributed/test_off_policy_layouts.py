@@ -9,7 +9,8 @@ synchronous central update; the same asynchronous (A3C); the same decentralized 
 Every run must collect its steps, update, report finite losses; remote collectors must
 hold (and act with) the learner's exploration state of the weights version they were
 sent (DDQN's epsilon, the warm-up switch); gradient workers must hold the same weights
-where the layout says so.
+where the layout says so. (The in-process count of transitions:
+tests/unit/test_off_policy_layouts_in_process.py.)
 """
 
 import math
@@ -30,6 +31,8 @@ from pytorchrl.scheme import Scheme
 
 from distributed_fixtures import SMALL
 
+from off_policy_layouts_helpers import DDQN_KW, factories, run
+
 SYNC, ASYNC = prl.SYNC, prl.ASYNC
 
 LAYOUTS = [
@@ -42,24 +45,7 @@ LAYOUTS = [
                                   decentralized_update_execution=True)),
 ]
 
-DDQN_KW = dict(lr=1e-3, gamma=0.99, polyak=0.0, num_updates=10, update_every=50, start_steps=200,
-               mini_batch_size=32, target_update_interval=20, initial_epsilon=1.0, epsilon_decay=0.99,
-               min_epsilon=0.05, test_every=10 ** 9, num_test_episodes=2)
-SAC_KW = dict(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.99, polyak=0.99, num_updates=20, update_every=20,
-              start_steps=100, mini_batch_size=32, test_every=10 ** 9, num_test_episodes=1)
 BUDGET = {"DDQN": 800, "SAC": 400}
-
-
-def factories(algo, restart_model=None, actor_kw=None, **overrides):
-    env_id = "CartPole-v1" if algo == "DDQN" else "Pendulum-v1"
-    train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id}, vec_env_size=1, seed=0)
-    cls, kw = (DDQN, DDQN_KW) if algo == "DDQN" else (SAC, SAC_KW)
-    algo_factory, name = cls.create_factory(**{**kw, **overrides})
-    actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name, restart_model=restart_model,
-                                                  common_feature_extractor_kwargs={"hidden_sizes": [32, 32]},
-                                                  **(actor_kw or {}))
-    return dict(algo_factory=algo_factory, actor_factory=actor_factory,
-                storage_factory=ReplayBuffer.create_factory(size=10_000), train_envs_factory=train)
 
 
 def build_scheme(algo, layout, **overrides):
@@ -69,14 +55,6 @@ def build_scheme(algo, layout, **overrides):
 
 def epsilon_at(version):
     return max(DDQN_KW["min_epsilon"], DDQN_KW["initial_epsilon"] * DDQN_KW["epsilon_decay"] ** version)
-
-
-def run(learner):
-    """Train to the budget; return the algorithm infos of every update."""
-    infos = []
-    while not learner.done():
-        infos += [i["algo"] for i in learner.step()]
-    return infos
 
 
 def remote_collectors(scheme):
@@ -265,18 +243,6 @@ def test_remote_collectors_explore_with_gsde_and_the_learners_log_std(ray_for_mo
 
 
 # --------------------------------------------------------------- step accounting
-def test_learner_counts_every_transition_collected():
-    """In-process: the learner's step count is the number of transitions collected
-    (the warm-up needs several collection rounds before the first update)."""
-    torch.manual_seed(0)
-    scheme = Scheme(**factories("DDQN"))
-    learner = Learner(scheme, target_steps=600)
-    try:
-        run(learner)
-        storage = scheme.update_worker.local_worker.storage
-        assert learner.num_samples_collected == storage.num_inserted
-    finally:
-        learner.stop()
 
 
 # ------------------------------------------------------------ decentralized TD3

@@ -445,19 +445,23 @@ def test_hot_swap_log_keeps_what_a_replacement_needs(no_ray_import):
     """The log replayed on replacements keeps one entry per parameter between component
     replacements (a schedule does not make it grow), in the order they were applied."""
     from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
+    from pytorchrl.scheme.control_request import ControlRequest
     f = factories()
     s = CWorkerSet(num_workers=0, index_parent=0, algo_factory=f["algo_factory"], actor_factory=f["actor_factory"],
                    storage_factory=f["storage_factory"], train_envs_factory=f["train_envs_factory"])
     try:
         for lr in (1e-3, 9e-4, 8e-4):
-            s.log_hot_swap("update_algorithm_parameter", ("lr", lr))
-        s.log_hot_swap("update_storage_parameter", ("gae_lambda", 0.9))
-        s.log_hot_swap("replace_agent_component", ("algo", "factory"))
-        s.log_hot_swap("update_algorithm_parameter", ("lr", 7e-4))
-        s.log_hot_swap("update_algorithm_parameter", ("lr", 6e-4))
-        assert s.hot_swap_log() == [("update_algorithm_parameter", ("lr", 8e-4)),
-                                    ("update_storage_parameter", ("gae_lambda", 0.9)),
-                                    ("replace_agent_component", ("algo", "factory")),
-                                    ("update_algorithm_parameter", ("lr", 6e-4))]
+            s.log_hot_swap(ControlRequest("algorithm", "lr", lr))
+        s.log_hot_swap(ControlRequest("storage", "gae_lambda", 0.9))
+        s.log_hot_swap(ControlRequest("collector_state", value={"n": 1}))
+        s.log_hot_swap(ControlRequest("collector_state", value={"n": 2}))
+        s.log_hot_swap(ControlRequest("component", "algo", "factory"))
+        s.log_hot_swap(ControlRequest("algorithm", "lr", 7e-4))
+        s.log_hot_swap(ControlRequest("algorithm", "lr", 6e-4))
+        assert s.hot_swap_log() == [ControlRequest("algorithm", "lr", 8e-4),
+                                    ControlRequest("storage", "gae_lambda", 0.9),
+                                    ControlRequest("collector_state", value={"n": 2}),
+                                    ControlRequest("component", "algo", "factory"),
+                                    ControlRequest("algorithm", "lr", 6e-4)]
     finally:
         s.stop()

@@ -6,7 +6,8 @@ asynchronous collectors). Measured on two real Ray nodes (network namespaces, se
 it, synchronous PPO and DistributedReinforcementLearning.jl's own layout (asynchronous
 DDQN collectors feeding a replay server), and the messages per second the replay server
 receives, with and without the proxy. Also on a local Ray: what the proxy does, a
-collector or the proxy killed, how it gathers rollouts, and the layouts it is refused in."""
+collector or the proxy killed, and how it gathers rollouts. (The layouts it is refused in:
+tests/unit/test_worker_proxy_in_process.py.)"""
 
 import json
 import textwrap
@@ -15,11 +16,10 @@ import threading
 import pytest
 
 import pytorchrl as prl
-from pytorchrl.config import ConfigError, validate_config
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 
-from cli_helpers import TESTS, tiny
+from cli_helpers import TESTS
 from distributed_fixtures import SMALL, ddqn_factories, factories, wait_gone, wait_until
 from netns_cluster import NetnsCluster
 
@@ -28,29 +28,6 @@ RAY_BY_VALUE = (__name__,)
 
 
 # ------------------------------------------------------------------ refusals
-@pytest.mark.parametrize("scheme,words", [
-    ({"col_worker_proxy": True}, "needs remote collectors (num_col_workers >= 2)"),
-    ({"preset": "async-collectors", "col_weights": "pull", "col_worker_proxy": True},
-     "has nothing to share: the collectors pull their weights from the weight board"),
-    ({"preset": "sync-collectors-preemptive", "col_worker_proxy": True}, "does not cut stragglers"),
-])
-def test_layouts_the_proxy_cannot_serve_are_refused(scheme, words):
-    with pytest.raises(ConfigError) as info:
-        validate_config(tiny(scheme=scheme))
-    assert str(info.value).startswith("config error: scheme.col_worker_proxy: true ") and words in str(info.value)
-    with pytest.raises(ValueError, match="col_worker_proxy has nothing to share"):
-        Scheme(**factories(vec_env_size=2, rollout_size=8), num_col_workers=2, col_workers_communication=prl.ASYNC,
-               col_weights="pull", col_worker_proxy=True)
-
-
-def test_the_proxy_serves_drl_actor_model_as_the_seed_draws_it():
-    """The configuration of DistributedReinforcementLearning.jl's own layout (asynchronous
-    workers feeding a replay server) takes the proxy (refused before)."""
-    config = tiny(storage={"name": "ReplayBuffer", "size": 1000},
-                  scheme={"preset": "drl-actor-model", "col_worker_proxy": True})
-    config["algorithm"] = {"name": "DDQN"}
-    config = validate_config(config)
-    assert config["scheme"]["col_worker_proxy"] and config["scheme"]["data_path"] == "replay_server"
 
 
 # ------------------------------------------------------------------ local Ray
@@ -76,7 +53,7 @@ class GateServer:
 
 def test_a_proxy_passes_on_together_what_its_collectors_hand_it_while_a_message_is_on_its_way(ray_for_module):
     ray = ray_for_module
-    from pytorchrl.scheme.workflows.worker_proxy import WorkerProxy
+    from pytorchrl.scheme.servers.worker_proxy import WorkerProxy
     gate = ray.remote(GateServer).options(max_concurrency=4, num_cpus=0).remote()
     proxy = WorkerProxy()
     answers = {}

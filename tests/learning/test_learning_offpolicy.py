@@ -9,9 +9,11 @@ SAC: 3-6k of 12k).
 """
 
 import pytest
+import torch
 
 from pytorchrl.agent.algorithms import DDQN, SAC
 
+from _util import needs_bf16
 from learning_helpers import evaluate_until, offpolicy_learner
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.usefixtures("no_ray_import")]
@@ -46,5 +48,21 @@ def test_sac_solves_pendulum():
         best, steps, history = evaluate_until(learner, -250.0, budget, every=1000, episodes=5)
         assert best >= -250.0, f"SAC greedy return {best:.1f} < -250 after {steps} steps: {history[-5:]}"
         print(f"SAC: greedy return {best:.1f} after {steps} steps")
+    finally:
+        learner.stop()
+
+
+@needs_bf16
+@pytest.mark.usefixtures("one_torch_thread")
+def test_sac_in_bf16_solves_pendulum():
+    budget = 12_000
+    algo_factory, name = SAC.create_factory(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.99, polyak=0.995,
+                                            num_updates=1, update_every=1, start_steps=100, mini_batch_size=256,
+                                            test_every=10 ** 9, num_test_episodes=5)
+    learner = offpolicy_learner("Pendulum-v1", algo_factory, name, budget, precision="bf16")
+    try:
+        assert learner.update_worker.local_worker.actor.critics.low_precision_layers(torch.device("cpu")) == (1,)
+        best, steps, history = evaluate_until(learner, -250.0, budget, every=1000, episodes=5)
+        assert best >= -250.0, f"SAC bf16 greedy return {best:.1f} < -250 after {steps} steps: {history[-5:]}"
     finally:
         learner.stop()

@@ -20,7 +20,7 @@ import pytorchrl as prl
 from pytorchrl.agent import accel
 from pytorchrl.agent.accel import cuda_graph, private_torch, sampling, threads
 from pytorchrl.agent.accel.adam import NumpyAdam
-from pytorchrl.agent.accel.losses import actor_critic, deterministic, q_learning, sac
+from pytorchrl.agent.losses import actor_critic, deterministic, q_learning, sac
 from pytorchrl.agent.accel.networks import matmul
 from pytorchrl.agent.accel.off_policy import NumpyDDQNUpdate, NumpySACUpdate, NumpyTD3Update
 from pytorchrl.agent.accel.on_policy import NumpyActorCriticUpdate

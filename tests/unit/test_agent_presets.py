@@ -1,71 +1,24 @@
 """Named agents (top-level ``preset: NAME``) and environment families (``env.family``):
-every agent preset's example configuration validates and trains a tiny budget (the Ray
-ones on the session's shared local Ray instance); explicit keys win over a preset; family
+every agent preset's example configuration validates and trains a tiny budget (those with
+remote workers: tests/distributed/test_agent_presets_ray.py); explicit keys win over a preset; family
 options, ids and packages are checked with one clear message."""
 
 import importlib.util
-import os
 
 import numpy as np
 import pytest
 
 from pytorchrl import cli
-from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.config import ConfigError, load_config, validate_config
 from pytorchrl.config.agent_presets import AGENT_PRESETS, get_agent_preset
 from pytorchrl.config.loader import resolve_agent_preset
 from pytorchrl.config.build import build_actor_factory, build_env_factories
 from pytorchrl.config.schema import FEATURE_EXTRACTORS
 
 from _util import needs_extra
-from cli_helpers import REPO, assert_one_line_error, pytorchrl_in_process, tiny, train_checking_float32
-from distributed_fixtures import LayoutProbe
+from cli_helpers import assert_one_line_error, pytorchrl_in_process, tiny, train_checking_float32
 
-EXAMPLES = os.path.join(REPO, "examples", "configs")
-
-#: Overrides that make each agent's run tiny: a few hundred steps, at least one update
-#: (off-policy agents start learning after start_steps), no evaluation games.
-TINY_RUNS = {
-    "A2C": ["learner.target_steps=400"],
-    "PPO": ["learner.target_steps=512", "algorithm.num_epochs=4"],
-    "A3C": ["learner.target_steps=400"],
-    "IMPALA": ["learner.target_steps=400"],
-    "DD-PPO": ["learner.target_steps=512", "algorithm.num_epochs=2"],
-    "DQN": ["learner.target_steps=400", "algorithm.start_steps=100", "algorithm.update_every=100",
-            "algorithm.num_updates=10"],
-    "Ape-X": ["learner.target_steps=400", "algorithm.start_steps=100", "algorithm.update_every=100",
-              "algorithm.num_updates=10"],
-    "R2D2-Lite": ["learner.target_steps=400", "algorithm.start_steps=100", "algorithm.update_every=100",
-                  "algorithm.num_updates=10"],
-    "SAC": ["learner.target_steps=300", "algorithm.start_steps=100"],
-    "TD3": ["learner.target_steps=300", "algorithm.start_steps=100"],
-    "PPO-Atari": ["learner.target_steps=64", "env.vec_env_size=2", "storage.size=32"],
-    "SAC-MuJoCo": ["learner.target_steps=200", "algorithm.start_steps=100"],
-}
-
-
-def _example(agent):
-    return os.path.join(EXAMPLES, agent.file)
-
-
-#: The package of each environment family that needs one, and the extra that installs it.
-FAMILY_PACKAGES = {"atari": ("ale_py", "atari"), "mujoco": ("mujoco", "mujoco")}
-
-
-def _family(agent):
-    return resolve_agent_preset(agent)["env"].get("family", "gym")
-
-
-def _needs(agent):
-    """Skip when the agent's simulator cannot load here (ale-py, MuJoCo), naming its extra."""
-    family = _family(agent)
-    if family in FAMILY_PACKAGES:
-        needs_extra(*FAMILY_PACKAGES[family])
-    if family == "mujoco":
-        try:
-            from pytorchrl.envs import mujoco_train_env_factory
-            mujoco_train_env_factory(resolve_agent_preset(agent)["env"]["id"], 0, 0).close()
-        except Exception as exc:  # no mujoco package, no OpenGL-free build, ...
-            pytest.skip(f"MuJoCo cannot load: {type(exc).__name__}: {exc}")
+from agent_preset_helpers import ON_RAY, TINY_RUNS, example_config, train_tiny
 
 
 # ------------------------------------------------------------------------ agent presets
@@ -74,12 +27,12 @@ def test_every_agent_preset_has_a_valid_example_config():
     for name, agent in AGENT_PRESETS.items():
         # The example is the preset's file itself, so that its hyperparameters are on view
         # where users look; the package ships the same file for ``preset: NAME``.
-        with open(_example(agent)) as f, open(agent.path) as g:
+        with open(example_config(agent)) as f, open(agent.path) as g:
             assert f.read() == g.read(), f"examples/configs/{agent.file} differs from {agent.path}"
         assert agent.description and "\n" not in agent.description
         if resolve_agent_preset(agent)["env"].get("family") in ("atari", "mujoco"):
             continue  # validated where their simulator loads (test_agent_preset_trains)
-        config = load_config(_example(agent))
+        config = load_config(example_config(agent))
         named = validate_config({"preset": name})
         assert {k: v for k, v in named.items() if k != "preset"} == {k: v for k, v in config.items() if k != "preset"}
         # A resolved configuration (a run's config.yaml) validates to itself.
@@ -149,7 +102,7 @@ def test_an_unknown_agent_preset_is_one_clear_error(tmp_path):
     assert "(did you mean 'PPO-Atari'?)" in message
     with pytest.raises(KeyError, match="unknown agent preset 'x'; valid: A2C, PPO, "):
         get_agent_preset("x")
-    result = pytorchrl_in_process("train", _example(AGENT_PRESETS["A2C"]), "preset=Impala", cwd=tmp_path)
+    result = pytorchrl_in_process("train", example_config(AGENT_PRESETS["A2C"]), "preset=Impala", cwd=tmp_path)
     assert_one_line_error(result, "preset: expected one of")
 
 
@@ -166,56 +119,9 @@ def test_presets_command_lists_the_agents(capsys):
     assert "scheme: {preset: async-collectors" in out and "    - {name: lr, target: algorithm" in out
 
 
-def _uses_ray(name):
-    agent = AGENT_PRESETS[name]
-    if _family(agent) in FAMILY_PACKAGES and importlib.util.find_spec(FAMILY_PACKAGES[_family(agent)][0]) is None:
-        # Its configuration does not load without the simulator (a ConfigError at collection):
-        # test_agent_preset_trains skips it, naming the extra. (The examples with a
-        # simulator run in one process.)
-        return False
-    scheme = load_config(_example(agent))["scheme"]
-    return scheme["num_col_workers"] > 1 or scheme["num_grad_workers"] > 1
-
-
-#: Agents whose example layout has remote workers train on the session's Ray instance,
-#: in a test of their own (what a test uses decides its markers: tests/conftest.py).
-ON_RAY = [name for name in AGENT_PRESETS if _uses_ray(name)]
-
-
 @pytest.mark.parametrize("name", [name for name in AGENT_PRESETS if name not in ON_RAY])
 def test_agent_preset_trains(name):
-    _train_tiny(name)
-
-
-@pytest.mark.parametrize("name", ON_RAY)
-def test_agent_preset_trains_on_ray(name, ray_session):
-    # The layout of the example's scheme preset ("a3c", "dd-ppo", "async-collectors") is
-    # checked here, where it is built anyway, instead of by a tiny run of that preset
-    # (LAYOUT_CHECKED_BY of tests/cli/test_cli_presets.py).
-    _train_tiny(name, check_layout=True)
-
-
-def _train_tiny(name, check_layout=False):
-    """The example configuration with a tiny budget on the command line's overrides (and on
-    until each of several gradient workers reported a round: ``LayoutProbe.train``). With
-    ``check_layout`` the probe checks that the run had the layout of the configuration's
-    scheme preset."""
-    agent = AGENT_PRESETS[name]
-    _needs(agent)
-    config = load_config(_example(agent), TINY_RUNS[name] + ["env.test_env=false"])
-    learner = build_learner(config)
-    try:
-        probe = LayoutProbe(learner)
-        before = {k: v.clone() for k, v in learner.update_worker.get_weights().items()}
-        probe.train()
-        metrics = learner.get_metrics(add_scheme_metrics=True)
-        after = learner.update_worker.get_weights()
-        if check_layout:
-            probe.check(config["scheme"]["preset"], metrics)
-    finally:
-        learner.stop()
-    assert metrics["Scheme/EnvSteps"] >= config["learner"]["target_steps"]
-    assert any(not np.array_equal(after[k].numpy(), v.numpy()) for k, v in before.items()), "no update happened"
+    train_tiny(name)
 
 
 # -------------------------------------------------------------------- environment families
@@ -254,7 +160,8 @@ def test_atari_family_ids_and_options(tmp_path):
             validate_config(tiny(env=env))
         assert str(info.value).startswith(f"config error: {expected}"), str(info.value)
     # On the command line: one line, exit status 2.
-    result = pytorchrl_in_process("train", _example(AGENT_PRESETS["PPO-Atari"]), "env.id=CartPole-v1", cwd=tmp_path)
+    result = pytorchrl_in_process("train", example_config(AGENT_PRESETS["PPO-Atari"]), "env.id=CartPole-v1",
+                                  cwd=tmp_path)
     assert_one_line_error(result, "env.id: 'CartPole-v1' is not an environment of the atari family")
 
 
@@ -286,7 +193,7 @@ def test_actor_precision_reaches_the_image_extractors_of_both_families_and_train
     (its observation extractor); bf16 trains a tiny budget with float32 weights; a flat
     observation space (mlp) refuses it; it cannot change while training."""
     needs_extra("ale_py", "atari")
-    from pytorchrl.tools.control import resolve_key
+    from pytorchrl.tools.live_control import resolve_key
 
     atari = {"family": "atari", "id": "PongNoFrameskip-v4", "frame_stack": 2, "max_episode_steps": 40,
              "test_env": False}
@@ -321,7 +228,7 @@ def test_evaluation_plays_whole_games_of_the_family(tmp_path):
 
     from pytorchrl.tools.evaluate import build_policy
 
-    config = load_config(_example(AGENT_PRESETS["PPO-Atari"]), ["env.max_episode_steps=20"])
+    config = load_config(example_config(AGENT_PRESETS["PPO-Atari"]), ["env.max_episode_steps=20"])
     _, _, action_space, obs_space = build_env_factories(config)
     torch.save(build_actor_factory(config, obs_space, action_space, "PPO")("cpu").state_dict(),
                tmp_path / "model.state_dict")

@@ -120,7 +120,7 @@ LAYERS = [
     ("pytorchrl.config", "pytorchrl.tools", "pytorchrl.utils"),
     # Population-based training drives training jobs (tools.session) like the command line.
     ("pytorchrl.pbt", "pytorchrl.tune"),
-    ("pytorchrl.cli",),
+    ("pytorchrl.cli", "pytorchrl.cli_help"),
 ]
 
 
@@ -141,11 +141,25 @@ def test_dependencies_point_one_way():
     assert upward == []
 
 
-def test_the_accelerator_imports_no_algorithm_and_no_actor_class():
-    allowed = ("pytorchrl.agent.accel", "pytorchrl.agent.notices", "pytorchrl.agent.actors.feature_extractors",
-               "pytorchrl.agent.actors.distributions")
+def test_the_configuration_imports_nothing_that_runs_jobs():
+    """The configuration is read by the tools, population-based training, Ray Tune and the
+    command line, never the other way: it may import learner, scheme and agent only (the
+    layering alone would let it import ``tools``, its neighbour)."""
     graph = import_graph()
-    accel = {m: t for m, t in graph.items() if _inside(m, "pytorchrl.agent.accel")}
+    above = ("pytorchrl.tools", "pytorchrl.pbt", "pytorchrl.tune", "pytorchrl.cli")
+    assert "pytorchrl.config.validate" in graph
+    upward = sorted((m, t) for m, targets in graph.items() if _inside(m, "pytorchrl.config")
+                    for t in targets if any(_inside(t, a) for a in above))
+    assert upward == []
+
+
+def test_the_accelerator_imports_no_algorithm_and_no_actor_class():
+    # The losses are the numeric kernels' formulas: they obey the same rule.
+    kernels = ("pytorchrl.agent.accel", "pytorchrl.agent.losses")
+    allowed = kernels + ("pytorchrl.agent.notices", "pytorchrl.agent.actors.feature_extractors",
+                         "pytorchrl.agent.actors.distributions")
+    graph = import_graph()
+    accel = {m: t for m, t in graph.items() if any(_inside(m, k) for k in kernels)}
     assert "pytorchrl.agent.accel.on_policy" in accel and "pytorchrl.agent.accel.off_policy" in accel
     outside = {(m, t) for m, targets in accel.items() for t in targets
                if t not in ("pytorchrl", "pytorchrl.agent", "pytorchrl.agent.actors")
@@ -153,6 +167,20 @@ def test_the_accelerator_imports_no_algorithm_and_no_actor_class():
     assert outside == set()
     # The actors package may be passed through only because its __init__ loads no actor class.
     assert graph["pytorchrl.agent.actors"] == set()
+
+
+#: Lines a module of the package may have: a longer one holds several roles, to be split by role.
+MAX_MODULE_LINES = 700
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = {}
+    for path in _modules().values():
+        with open(path) as f:
+            lines = sum(1 for _ in f)
+        if lines > MAX_MODULE_LINES:
+            long[os.path.relpath(path, ROOT)] = lines
+    assert long == {}
 
 
 # ------------------------------------------------------ docs/architecture.md stays true

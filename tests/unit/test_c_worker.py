@@ -301,3 +301,20 @@ def test_the_worker_set_attributes_pytorchrl_documents():
         assert col_set.worker_params["algo_factory"] is algo_factory and col_set.local_worker().device.type == "cpu"
     finally:
         col_set.stop()
+
+
+def test_a_rollout_returned_in_process_is_not_copied():
+    """The delivery to the caller hands over the storage's ``get_data`` as it is (the
+    in-process fast path); packed only when asked or compressing; a request naming a
+    server picks that server's delivery."""
+    from pytorchrl.scheme.collection.delivery import Deliveries, Request
+    deliveries = Deliveries(False, (0, 1))
+    delivery, server = deliveries.of(None, None)
+    assert delivery is deliveries.caller and server is None
+    data, info = {"obs": np.zeros((4, 3), dtype=np.float32)}, {}
+    assert delivery.deliver(data, info, Request(None, None, None, None)) is data and info == {}
+    packed = delivery.deliver(data, info, Request(True, None, None, None))
+    np.testing.assert_array_equal(unpack(packed)["obs"], data["obs"])
+    assert info["raw_bytes"] == data["obs"].nbytes
+    assert deliveries.of("replay", None) == (deliveries.replay, "replay")
+    assert deliveries.of(None, "queue") == (deliveries.queue, "queue")

@@ -7,9 +7,10 @@ import pytest
 import yaml
 
 from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.factory import documented_parameters
 from pytorchrl.config import (ConfigError, apply_overrides, build_learner, dump_config, load_config,
                               parse_yaml, validate_config)
-from pytorchrl.config.schema import SECTIONS, algorithm_keys, documented_parameters, storage_keys
+from pytorchrl.config.schema import SECTIONS, algorithm_keys, storage_keys
 from pytorchrl.schedules import Schedule
 
 from cli_helpers import REPO, with_sections
@@ -103,7 +104,7 @@ ERRORS = [
     ("open bound", minimal(scheme={"fraction_samples": 0.0}), "scheme.fraction_samples: must be in (0, 1], got 0.0"),
     ("unknown env id", minimal(env={"id": "CartPole-v9"}), "env.id: unknown gymnasium environment 'CartPole-v9' (did you mean 'CartPole-v1'?)"),
     ("env module", minimal(env={"id": "no_such_module:Foo-v0"}), "env.id: cannot import module 'no_such_module'"),
-    ("unknown algorithm", minimal(algorithm={"name": "PPO2"}), "algorithm.name: expected one of 'PPO', 'A2C', 'DDQN', 'DDPG', 'TD3', 'SAC', 'RND_PPO', got 'PPO2' "
+    ("unknown algorithm", minimal(algorithm={"name": "PPO2"}), "algorithm.name: expected one of 'PPO', 'A2C', 'DDQN', 'DDPG', 'TD3', 'SAC', 'MPO', 'RND_PPO', got 'PPO2' "
      "(did you mean 'PPO'?)"),
     ("unknown storage", minimal(storage={"name": "GAE"}), "storage.name: expected one of 'GAEBuffer', 'VanillaOnPolicyBuffer', 'VTraceBuffer', 'ReplayBuffer', "
      "'NStepReplayBuffer', 'PERBuffer', 'EREBuffer', 'RecurrentReplayBuffer', 'HERBuffer', 'PPODBuffer', 'ppod' or null, got 'GAE'"),

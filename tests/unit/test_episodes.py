@@ -3,61 +3,12 @@
 import csv
 import json
 
-import gymnasium as gym
-import numpy as np
 import pytest
 
-import pytorchrl as prl
-from pytorchrl.agent.actors import OnPolicyActor
-from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.algorithms import A2C, PPO
-from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.storages import GAEBuffer
 from pytorchrl.learner import Learner
-from pytorchrl.scheme import Scheme
 
-#: Sent to Ray workers by value (tests/conftest.py's ray_for_module): this module's functions.
-RAY_BY_VALUE = (__name__,)
-
-
-class RandomLengthEnv(gym.Env):
-    """Reward 1 per step; episodes of 3 to 7 steps (drawn at reset), whatever the actions."""
-
-    observation_space = gym.spaces.Box(-1.0, 10.0, shape=(2,), dtype=np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.length = 0, int(self.np_random.integers(3, 8))
-        return np.zeros(2, dtype=np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        return np.array([self.t, 0.0], dtype=np.float32), 1.0, self.t >= self.length, False, {}
-
-
-def random_length_env():
-    return RandomLengthEnv()
-
-
-def build(algo_cls=PPO, envs=1, size=16, **scheme_kwargs):
-    train, action_space, obs_space = VecEnv.create_factory(env_fn=random_length_env, vec_env_size=envs, seed=0)
-    params = dict(lr=1e-3, num_epochs=2, num_mini_batch=2) if algo_cls is PPO else dict(lr=1e-3)
-    algo_factory, name = algo_cls.create_factory(**params)
-    actor_factory = OnPolicyActor.create_factory(obs_space, action_space, name, feature_extractor_network=MLP,
-                                                 feature_extractor_kwargs={"hidden_sizes": [8]})
-    return Scheme(algo_factory=algo_factory, actor_factory=actor_factory,
-                  storage_factory=GAEBuffer.create_factory(size=size), train_envs_factory=train, **scheme_kwargs)
-
-
-def run(learner, limit=10_000):
-    infos = []
-    for _ in range(limit):
-        if learner.done():
-            return infos
-        infos += learner.step()
-    raise AssertionError("the run did not end")
-
+from episodes_helpers import build, run
 
 # ------------------------------------------------------------------- versions
 def test_a_version_is_one_publication_per_update_round():
@@ -85,19 +36,6 @@ def test_the_version_is_saved_and_restored(tmp_path):
         assert resumed.update_worker.local_worker.algo.updates_applied == 12
         infos = resumed.step()
         assert infos[0]["version"] == 3 and resumed.update_worker.local_worker.col_workers.version == 3
-
-
-def test_the_lag_bound_drops_stale_data(ray_for_module):
-    # Two async collectors: when a round starts, the other collector's rollout was asked for
-    # one publication ago. With a bound of 0 every such rollout is dropped.
-    with Learner(build(num_col_workers=2, col_workers_communication=prl.ASYNC, max_policy_lag=0,
-                       col_workers_resources={"num_cpus": 0.25}), target_steps=400) as learner:
-        infos = run(learner)
-        m = learner.get_metrics(add_scheme_metrics=True)
-    lags = [lag for i in infos for lag in i.get("policy_lags", [])]
-    assert lags and max(lags) == 0 and m["Scheme/MaxPolicyLag"] == 0
-    assert m["Scheme/DroppedRollouts"] > 0
-    assert m["Scheme/PolicyVersion"] >= 5     # training went on
 
 
 # ------------------------------------------------------------- episode budgets
@@ -130,38 +68,6 @@ def test_a_resumed_run_runs_only_the_episodes_left(tmp_path):
         resumed.load_checkpoint(path)
         run(resumed)
         assert resumed.num_episodes == 9 and resumed.budget_spent
-
-
-def test_an_episode_budget_over_async_collectors_runs_exactly_n(ray_for_module):
-    with Learner(build(A2C, num_col_workers=2, col_workers_communication=prl.ASYNC, col_rollout_unit="episodes",
-                       col_workers_resources={"num_cpus": 0.25}),
-                 target_steps=10 ** 6, target_episodes=11, record_episodes=True) as learner:
-        run(learner)
-        assert learner.num_episodes == 11
-        assert {r["col_worker"] for r in learner.episode_records} == {1, 2}
-        assert learner.update_worker.local_worker.col_workers._in_flight == {}
-
-
-def test_an_episode_budget_is_shared_by_gradient_workers(ray_for_module):
-    # 2 gradient workers take 6 and 5 episodes; the one done first sends no gradient while
-    # the other trains on, and the run ends once both are done.
-    with Learner(build(A2C, num_grad_workers=2, grad_workers_resources={"num_cpus": 0.25},
-                       col_rollout_unit="episodes"), target_steps=10 ** 6, target_episodes=11,
-                 record_episodes=True) as learner:
-        infos = run(learner)
-        assert learner.num_episodes == 11
-        per_worker = [sum(1 for r in learner.episode_records if r["grad_worker"] == g) for g in (1, 2)]
-        assert per_worker == [6, 5]
-        assert learner.budget_spent and sum(1 for i in infos if i.get("budget_spent")) == 1
-    # The Learner refuses the scheme it is given, which stays the caller's to stop (its
-    # gradient workers would hold their CPUs for the rest of the session).
-    scheme = build(A2C, num_grad_workers=2, grad_workers_resources={"num_cpus": 0.25},
-                   decentralized_update_execution=True)
-    try:
-        with pytest.raises(ValueError, match="needs a central update"):
-            Learner(scheme, target_steps=100, target_episodes=5)
-    finally:
-        scheme.stop()
 
 
 def test_the_cutoff_ends_a_run_whose_returns_stopped_changing():

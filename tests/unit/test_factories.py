@@ -1,20 +1,14 @@
 """Factories cross process boundaries: they survive pickle and cloudpickle (Ray's), and the
-unpickled factory builds a working component, in this process and in a fresh one."""
+unpickled factory builds a working component in this process (in a fresh one:
+tests/cli/test_factories_processes.py)."""
 
-import os
 import pickle
-import subprocess
-import sys
-import textwrap
 
-import cloudpickle
-import gymnasium as gym
 import pytest
 import torch
 
 import pytorchrl as prl
 from pytorchrl.agent.actors import OnPolicyActor
-from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.algorithms import A2C, PPO
 from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import GAEBuffer, VanillaOnPolicyBuffer
@@ -22,32 +16,15 @@ from pytorchrl.envs import make_gym_env
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-PICKLERS = {"pickle": pickle, "cloudpickle": cloudpickle}
+from factories_helpers import PICKLERS, agent_factories, cartpole_env
+
 
 # The in-process scheme must run without Ray (DESIGN, principle 2).
 pytestmark = pytest.mark.usefixtures("no_ray_import")
 
 
-def cartpole_env(index_env=0, max_steps=50):
-    """Module-level env_fn (picklable by reference)."""
-    return gym.wrappers.TimeLimit(gym.make("CartPole-v1").unwrapped, max_episode_steps=max_steps)
-
-
 def roundtrip(obj, pickler):
     return pickle.loads(PICKLERS[pickler].dumps(obj))
-
-
-def agent_factories(size=8, algo_cls=PPO, storage_cls=GAEBuffer):
-    env_factory, action_space, obs_space = VecEnv.create_factory(
-        env_fn=cartpole_env, env_kwargs={"max_steps": 50}, vec_env_size=2, seed=1)
-    algo_kwargs = dict(lr=1e-3, num_epochs=2, num_mini_batch=2)
-    algo_factory, name = algo_cls.create_factory(**algo_kwargs)
-    actor_factory = OnPolicyActor.create_factory(obs_space, action_space, name, feature_extractor_network=MLP,
-                                                 feature_extractor_kwargs={"hidden_sizes": [16]})
-    storage_factory = storage_cls.create_factory(size=size)
-    return dict(algo_factory=algo_factory, actor_factory=actor_factory, storage_factory=storage_factory,
-                train_envs_factory=env_factory)
 
 
 # --------------------------------------------------------------------- components
@@ -178,38 +155,3 @@ def test_gworkerset_factory(pickler):
         assert len(grads) == len(list(worker.actor.parameters()))
     finally:
         grad_set.stop()
-
-
-# ------------------------------------------------------------- in a fresh process
-CHILD = textwrap.dedent("""
-    import pickle, sys
-    import torch
-    from pytorchrl.scheme import Scheme
-    from pytorchrl.learner import Learner
-    for path in sys.argv[1:]:
-        with open(path, "rb") as fh:
-            f = pickle.load(fh)
-        scheme = Scheme(**f)
-        learner = Learner(scheme, target_steps=32)
-        while not learner.done():
-            learner.step()
-        assert learner.num_samples_collected == 32, learner.num_samples_collected
-        learner.stop()
-    assert "ray" not in sys.modules
-    print("CHILD-OK")
-""")
-
-
-def test_factories_work_in_a_fresh_process(tmp_path):
-    """What Ray does: unpickle the factories in another interpreter and build from them there
-    (one child process for both picklers, to keep the test fast)."""
-    paths = []
-    for name, pickler in PICKLERS.items():
-        paths.append(str(tmp_path / f"factories_{name}.pkl"))
-        with open(paths[-1], "wb") as fh:
-            pickler.dump(agent_factories(size=8), fh)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", CHILD, *paths], capture_output=True, text=True, env=env,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "CHILD-OK" in proc.stdout

@@ -1,5 +1,6 @@
 """The garbage collector paused around the library's large imports (pytorchrl/gc_pause.py)
-is put back as it was found, and the optimizer built under the pause is torch's."""
+is put back as it was found, and the optimizer built under the pause is torch's (in a fresh
+interpreter: tests/cli/test_gc_pause_processes.py)."""
 
 import gc
 
@@ -61,28 +62,3 @@ def test_import_and_freeze_moves_what_exists_out_of_later_collections(collector_
     assert module.dumps([1]) == "[1]" and gc.isenabled()
     assert gc.get_freeze_count() >= frozen + len(kept)
     # (Frozen objects are still freed when their last reference goes: only cycles stay.)
-
-
-def test_torch_imported_after_the_library_is_frozen_and_leaves_the_collector_on():
-    import subprocess
-    import sys
-    # torch is not imported with the library; the first module that imports it (here the
-    # code itself) has it imported paused, then frozen.
-    code = ("import gc, sys, pytorchrl; before = 'torch' in sys.modules; import torch; "
-            "print(before, gc.isenabled(), gc.get_freeze_count() > 100000, torch.__spec__.loader is torch.__loader__)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["False", "True", "True", "True"], out.stderr[-2000:]
-
-
-def test_the_data_servers_modules_do_without_torch():
-    import subprocess
-    import sys
-    code = ("import sys; import pytorchrl.scheme.workflows.queues, pytorchrl.scheme.workflows.weight_board, "
-            "pytorchrl.scheme.workflows.worker_proxy; from pytorchrl.scheme import Scheme, WorkerError; "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code.replace("from pytorchrl.scheme import Scheme, WorkerError; ", "")],
-                         capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["False"], out.stderr[-2000:]
-    # The package's names still import (Scheme on first use, with torch).
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["True"], out.stderr[-2000:]

@@ -9,7 +9,7 @@ from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.algorithms import A2C, SAC
 from pytorchrl.config import build_learner, validate_config
 from pytorchrl.config.schema import algorithm_keys, storage_keys
-from pytorchrl.tools.control import apply_changes
+from pytorchrl.tools.live_control import apply_changes
 
 pytestmark = pytest.mark.usefixtures("no_ray_import")
 

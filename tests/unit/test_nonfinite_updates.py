@@ -1,16 +1,16 @@
 """Numerical faults: an update whose gradient is NaN or infinite is skipped (weights and
 optimizer state unchanged), counted and said once per run of skips; too many in a row stop
-the Learner with one clear error, in one process and with remote gradient workers.
+the Learner with one clear error (with remote gradient workers:
+tests/distributed/test_nonfinite_updates_ray.py; the command line's one line and checkpoint:
+tests/cli/test_cli_nonfinite_updates.py).
 
 NaNs are made deterministically: ``NaNLossPPO`` (a subclass, as users write them) returns
-a NaN loss on chosen calls of ``compute_loss``; the distributed test uses CartPole whose
-rewards turn NaN in one gradient worker's environments.
+a NaN loss on chosen calls of ``compute_loss``.
 """
 
 import copy
 import logging
 import math
-import re
 
 import gymnasium as gym
 import numpy as np
@@ -18,8 +18,7 @@ import pytest
 import torch
 
 import pytorchrl as prl
-from pytorchrl.agent.actors import OffPolicyActor, OnPolicyActor
-from pytorchrl.agent.actors.feature_extractors.mlp import MLP
+from pytorchrl.agent.actors import OffPolicyActor
 from pytorchrl.agent.algorithms import PPO, SAC
 from pytorchrl.agent.algorithms.base import clip_grad_norm, grad_norm, grads_finite
 from pytorchrl.agent.env import VecEnv
@@ -30,9 +29,6 @@ from pytorchrl.learner import Learner, NonFiniteUpdatesError
 from pytorchrl.scheme import Scheme
 
 from _util import make_actor
-
-#: Sent to Ray workers by value (tests/conftest.py's ray_for_module): the fault environments.
-RAY_BY_VALUE = ("fault_envs",)
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, shape=(4,), dtype=np.float32)
 
@@ -242,83 +238,3 @@ def test_weights_with_nan_are_never_saved(tmp_path):
             learner.save_model()
         assert open(path, "rb").read() == saved
         assert not (tmp_path / "model.state_dict").exists()
-
-
-# --------------------------------------------------------- remote gradients
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("decentralized", [True, False], ids=["dd-ppo", "central-sync"])
-def test_remote_gradient_workers_all_skip_a_nan_gradient(ray_for_module, decentralized):
-    """Two remote gradient workers; only gradient worker 2's rewards turn NaN. DD-PPO: the
-    all-reduced gradient is NaN on both, both skip, their weights stay identical. Central:
-    the averaged gradient is NaN and the update worker skips it. Either way the learner
-    stops after ``max_nonfinite_updates`` and the weights are the last finite ones."""
-    import ray
-
-    from distributed_fixtures import SMALL
-    import fault_envs
-    train, action_space, obs_space = VecEnv.create_factory(
-        fault_envs.nan_reward_cartpole, {"nan_from": 20, "nan_grad_worker": 2}, vec_env_size=2, seed=0)
-    algo_factory, name = PPO.create_factory(num_epochs=2, num_mini_batch=1)
-    actor_factory = OnPolicyActor.create_factory(obs_space, action_space, name, feature_extractor_network=MLP,
-                                                 feature_extractor_kwargs={"hidden_sizes": [8]})
-    scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory,
-                    storage_factory=GAEBuffer.create_factory(size=8), train_envs_factory=train,
-                    num_grad_workers=2, grad_workers_resources=SMALL,
-                    decentralized_update_execution=decentralized)
-    with Learner(scheme, target_steps=100_000, max_nonfinite_updates=3) as learner:
-        uw = learner.update_worker
-        good, updates = None, None
-        # (Optimizer steps, not versions: DD-PPO's gradient workers publish a version per round.)
-        with pytest.raises(NonFiniteUpdatesError, match="3 updates in a row had NaN"):
-            for _ in range(40):
-                infos = learner.step()
-                if not any(i.get("update_skipped") for i in infos):
-                    good = copy.deepcopy(uw.get_weights())
-                    updates = uw.local_worker.algo.updates_applied
-        # Rounds 1-2 of gradient worker 2 are finite (8 steps each, NaN from the 20th).
-        assert good is not None and updates >= 4
-        uw.sync_local_weights()
-        assert learner.skipped_updates == 3 and uw.local_worker.algo.updates_applied == updates
-        remote = ray.get([w.get_weights.remote() for w in uw.grad_workers.remote_workers()])
-        for weights in remote + [uw.get_weights()]:
-            assert all(torch.equal(torch.as_tensor(v), good[k]) for k, v in weights.items())
-        states = ray.get([w.get_state.remote() for w in uw.grad_workers.remote_workers()])
-        if decentralized:   # (central: the remote workers' count is that of the weights sent)
-            assert [s["algo"]["updates_applied"] for s in states] == [updates, updates]
-
-
-# ----------------------------------------------------------------------- CLI
-@pytest.mark.timeout(300)
-def test_cli_run_that_keeps_getting_nan_stops_with_one_line_and_a_finite_checkpoint(tmp_path):
-    """Rewards NaN from every environment's 100th step (round 7 of 32 env steps): each
-    update from there on is skipped, the sixth in a row ends the run. The checkpoint saved
-    on the way out holds finite weights and loads."""
-    from cli_helpers import pytorchrl, read_csv, tiny, write_config
-    from pytorchrl import checkpoint as ckpt
-
-    config = tiny(env={"id": "fault_envs:NaNRewardCartPole-v0", "test_env": False},
-                  learner={"target_steps": 100_000, "max_nonfinite_updates": 6, "save_every_steps": 64})
-    run_dir = tmp_path / "run"
-    result = pytorchrl("train", write_config(tmp_path, config), "--run-dir", run_dir, "--progress", "plain",
-                       cwd=tmp_path, timeout=300)
-    assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    m = re.fullmatch(r"error: 6 updates in a row had NaN or infinite gradients and were skipped "
-                     r"\(learner\.max_nonfinite_updates=6\): .*; stopped at ([\d,]+) env steps, checkpoint saved: "
-                     r"continue with 'pytorchrl resume .*'", lines[0])
-    assert m, lines[0]
-    stopped_at = int(m.group(1).replace(",", ""))
-    skipping = [ln for ln in result.stdout.splitlines() if "update skipped at" in ln]
-    assert len(skipping) == 1 and "its gradient holds NaN or infinite values" in skipping[0], result.stdout
-    state = ckpt.read_checkpoint(str(run_dir / "checkpoint.pt"))
-    assert state["learner"]["num_samples_collected"] == stopped_at > 0
-    weights = state["worker"]["algo"]["actor"]
-    assert weights and all(torch.isfinite(torch.as_tensor(v)).all() for v in weights.values())
-    assert all(torch.isfinite(v).all() for v in torch.load(run_dir / "model.state_dict").values())
-    rows = read_csv(run_dir / "metrics.csv")
-    # The last row is of the stopping step. It holds at least the skips of its first update:
-    # a PPO rollout gives several updates at one env step, and a periodic row already written
-    # at that step is not written twice (metrics.csv has one row per env step), so it may
-    # predate the last skips (the exact count is checked through the Learner above).
-    assert int(rows[-1]["Scheme/EnvSteps"]) == stopped_at and int(rows[-1]["Scheme/SkippedUpdates"]) >= 1

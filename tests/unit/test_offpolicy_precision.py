@@ -2,7 +2,8 @@
 (``OffPolicyActor(precision="bf16")``, YAML ``actor.precision``): the products between two
 hidden layers read bfloat16 copies and accumulate in float32 (the numpy update and acting
 compute the same products: cases of tests/unit/test_accel_parity.py); weights, gradients and
-optimizer state stay float32; what cannot act is refused; SAC still learns Pendulum with it."""
+optimizer state stay float32; what cannot act is refused. (SAC still learns Pendulum with it:
+tests/learning/test_learning_offpolicy.py.)"""
 
 import copy
 import logging
@@ -15,10 +16,10 @@ import torch
 from pytorchrl.agent.actors import OffPolicyActor
 from pytorchrl.agent.actors.feature_extractors import precision as precision_module
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
-from pytorchrl.agent.actors.feature_extractors.precision import native_bf16
 from pytorchrl.agent.actors.feature_extractors.ensemble import EnsembleMLP
 from pytorchrl.agent.algorithms import SAC
 
+from _util import needs_bf16
 from cli_helpers import tiny, train_checking_float32
 
 OBS = gym.spaces.Box(-1.0, 1.0, (5,), dtype=np.float32)
@@ -26,15 +27,8 @@ DISCRETE = gym.spaces.Discrete(3)
 BOX = gym.spaces.Box(np.array([-2.0, 0.0], dtype=np.float32), np.array([2.0, 1.0], dtype=np.float32))
 NETS = {"hidden_sizes": [48, 40, 32]}   # two products between hidden layers
 
-needs_bf16 = pytest.mark.skipif(not native_bf16("cpu"), reason="this CPU has no native bfloat16 (AVX512-BF16/AMX)")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _relative(a, b):
@@ -124,22 +118,3 @@ def test_yaml_precision_reaches_the_off_policy_networks_and_trains():
     actor = build_actor_factory(config, obs_space, action_space, "DDQN")("cpu")
     assert actor.precision == "bf16" and actor.critics.precision == "bf16"
     train_checking_float32(config)
-
-
-# ------------------------------------------------------------------- learning
-@needs_bf16
-@pytest.mark.timeout(400)
-def test_sac_in_bf16_solves_pendulum():
-    from learning_helpers import evaluate_until, offpolicy_learner
-
-    budget = 12_000
-    algo_factory, name = SAC.create_factory(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.99, polyak=0.995,
-                                            num_updates=1, update_every=1, start_steps=100, mini_batch_size=256,
-                                            test_every=10 ** 9, num_test_episodes=5)
-    learner = offpolicy_learner("Pendulum-v1", algo_factory, name, budget, precision="bf16")
-    try:
-        assert learner.update_worker.local_worker.actor.critics.low_precision_layers(torch.device("cpu")) == (1,)
-        best, steps, history = evaluate_until(learner, -250.0, budget, every=1000, episodes=5)
-        assert best >= -250.0, f"SAC bf16 greedy return {best:.1f} < -250 after {steps} steps: {history[-5:]}"
-    finally:
-        learner.stop()

@@ -16,7 +16,7 @@ import torch
 
 import pytorchrl as prl
 from pytorchrl.agent.algorithms import PPO
-from pytorchrl.agent.env.vec_env import TorchVecEnv
+from pytorchrl.agent.env import TorchVecEnv
 from pytorchrl.agent.notices import forget_notices
 from pytorchrl.agent.storages import STORAGES, PPODBuffer
 from pytorchrl.agent.storages.base import FINAL_OBS

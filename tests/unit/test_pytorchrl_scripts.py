@@ -11,7 +11,7 @@ from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.base.checks import check_communication
 from pytorchrl.config import validate_config
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
-from pytorchrl.scheme.workflows.presets import PRESETS
+from pytorchrl.scheme.presets import PRESETS
 
 from cli_helpers import TINY, with_sections
 from distributed_fixtures import factories

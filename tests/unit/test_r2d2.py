@@ -3,10 +3,11 @@ sequences with burn-in, double-DQN sequence targets. The actor's state carried a
 while acting; stored states equal the states the actor had; burn-in steps without gradient
 and outside the loss; n-step windows never crossing an episode end; targets and loss
 against a hand computation; prioritized sequences; the numpy fast paths stepping aside;
-refusals (Python and YAML); one process and asynchronous Ray collectors; train, resume and
-evaluate from the command line. Real gymnasium CartPole, real torch, real Ray.
+refusals (Python and YAML); one process; train, resume and evaluate from the command line.
+Real gymnasium CartPole, real torch.
 
-(Learning on the memory task: tests/learning/test_learning_r2d2.py.)
+(Asynchronous Ray collectors: tests/distributed/test_r2d2_ray.py; learning on the memory
+task: tests/learning/test_learning_r2d2.py.)
 """
 
 import logging
@@ -22,33 +23,22 @@ from pytorchrl import cli
 from pytorchrl.agent.actors import OffPolicyActor
 from pytorchrl.agent.notices import _said
 from pytorchrl.agent.algorithms import DDQN
-from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import NStepReplayBuffer, PERBuffer, RecurrentReplayBuffer, ReplayBuffer
 from pytorchrl.agent.storages.replay import nstep_windows
 from pytorchrl.checkpoint import read_checkpoint
 from pytorchrl.config import ConfigError, validate_config
-from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
-from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
 from pytorchrl.tools.evaluate import run_episodes
 
 from cli_helpers import assert_one_line_error, pytorchrl_in_process, write_config
 
+from r2d2_helpers import actor_factory, env_factory, r2d2_scheme
+
 #: Episodes of this many steps (time limit): episode ends at known steps of the stream.
 EPISODE = 5
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
 ACTIONS = gym.spaces.Discrete(2)
-
-
-def env_factory(num_envs=2, env_id="CartPole-v1", **kwargs):
-    return VecEnv.create_factory(make_gym_env, {"env_id": env_id, **kwargs}, vec_env_size=num_envs, seed=0)
-
-
-def actor_factory(obs_space, action_space, net="GRU", hidden_size=8, overlap=0.5):
-    return OffPolicyActor.create_factory(obs_space, action_space, "DDQN", recurrent_net=net,
-                                        recurrent_net_kwargs={"hidden_size": hidden_size}, sequence_overlap=overlap,
-                                        common_feature_extractor_kwargs={"hidden_sizes": [16]})
 
 
 def collector(net="GRU", overlap=0.0, sequence_length=4, burn_in=2, n_step=1, num_envs=2, update_every=8,
@@ -382,7 +372,7 @@ def test_refusals_name_the_cause():
     assert storage.priority_eta == 0.5
     with pytest.raises(ValueError, match="targets_on_collector=True\\) computes targets of single transitions"):
         DDQN("cpu", recurrent, targets_on_collector=True)
-    from pytorchrl.scheme.workflows.replay_server import check_data_path
+    from pytorchrl.scheme.servers.replay_server import check_data_path
     with pytest.raises(ValueError, match="^data_path='replay_server' holds single transitions; RecurrentReplayBuffer"):
         check_data_path("replay_server", None, RecurrentReplayBuffer.create_factory(size=10), 2, True)
 
@@ -445,15 +435,6 @@ def test_yaml_recurrent_ddqn_defaults_to_sequence_replay():
 
 
 # -------------------------------------------------------------------------- layouts
-def r2d2_scheme(**layout):
-    envs, action_space, obs_space = env_factory(2, env_id="MaskedCartPole-v1")
-    algo_factory, name = DDQN.create_factory(lr=1e-3, update_every=32, num_updates=4, start_steps=128,
-                                             mini_batch_size=16, target_update_interval=10, polyak=0.0,
-                                             epsilon_decay=0.99, test_every=10 ** 9)
-    return Scheme(algo_factory=algo_factory, actor_factory=actor_factory(obs_space, action_space),
-                  storage_factory=RecurrentReplayBuffer.create_factory(size=500, sequence_length=8, burn_in=4,
-                                                                       n_step=2),
-                  train_envs_factory=envs, **layout)
 
 
 def train_and_check(scheme, steps):
@@ -474,28 +455,6 @@ def train_and_check(scheme, steps):
 @pytest.mark.usefixtures("no_ray_import")
 def test_one_process_trains_a_recurrent_ddqn():
     train_and_check(r2d2_scheme(), 640)
-
-
-@pytest.mark.timeout(240)
-def test_async_ray_collectors_train_a_recurrent_ddqn(ray_session):
-    import ray
-    scheme = r2d2_scheme(num_col_workers=2, col_workers_communication=prl.ASYNC,
-                         col_workers_resources={"num_cpus": 0.5})
-    assert scheme.uses_ray
-    learner = Learner(scheme, target_steps=800)
-    try:
-        while not learner.done():
-            learner.step()
-        assert learner.num_updates > 0
-        local = scheme.update_worker.local_worker
-        assert local.storage.num_items > 0
-        for handle in scheme.update_worker.local_worker.col_workers.remote_workers():
-            weights = ray.get(handle.get_weights.remote())
-            assert ray.get(handle.get_hyperparameters.remote())["version"] >= 1
-            assert set(weights) == set(local.actor.acting_state_dict())       # memory included
-            assert any(k.startswith("memory.") for k in weights)
-    finally:
-        learner.stop()
 
 
 # ------------------------------------------------------------------ command line

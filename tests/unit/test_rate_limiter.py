@@ -1,4 +1,4 @@
-"""RateLimiter (pytorchrl.scheme.workflows.rate_limiter): Reverb's samples-per-insert
+"""RateLimiter (pytorchrl.scheme.servers.rate_limiter): Reverb's samples-per-insert
 semantics, its tolerance over a long interleaving, and waits that end when the other side
 is closed (bounded by events and timeouts, never by sleeps)."""
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from pytorchrl.scheme.workflows.rate_limiter import CLOSED, OK, TIMEOUT, RateLimiter
+from pytorchrl.scheme.servers.rate_limiter import CLOSED, OK, TIMEOUT, RateLimiter
 
 
 def test_parameters_are_checked():

@@ -1,7 +1,8 @@
 """Recurrent on-policy actors (GRU, LSTM memories): state carried and reset by the
 collector, sequence mini-batches that re-evaluate exactly what was acted, the numpy fast
-paths stepping aside, checkpoints, configuration, and the one-process and two-collector
-Ray schemes. Real gymnasium CartPole, real torch, real Ray: no mocks.
+paths stepping aside, checkpoints, configuration, and the one-process scheme (two Ray
+collectors: tests/distributed/test_recurrent_ray.py). Real gymnasium CartPole, real torch:
+no mocks.
 """
 
 import logging
@@ -14,33 +15,21 @@ import torch
 
 import pytorchrl as prl
 from pytorchrl.agent.actors import OnPolicyActor, get_memory_network
-from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.actors.memory_networks import GRU, LSTM
 from pytorchrl.agent.algorithms import A2C, PPO
-from pytorchrl.agent.env import VecEnv
 from pytorchrl.agent.storages import GAEBuffer
 from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
-from pytorchrl.envs import make_gym_env
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import Scheme
 from pytorchrl.scheme.collection.c_worker import CWorker
 
 from cli_helpers import REPO, with_sections
 
+from recurrent_helpers import actor_factory, env_factory
+
 
 #: Episodes of this many steps (time limit): episode ends at known steps of each rollout.
 EPISODE = 5
-
-
-def env_factory(num_envs=4, env_id="CartPole-v1", **kwargs):
-    return VecEnv.create_factory(make_gym_env, {"env_id": env_id, **kwargs}, vec_env_size=num_envs, seed=0)
-
-
-def actor_factory(obs_space, action_space, algo="PPO", net="GRU", shared=True, hidden_size=8):
-    return OnPolicyActor.create_factory(obs_space, action_space, algo, feature_extractor_network=MLP,
-                                        feature_extractor_kwargs={"hidden_sizes": [16], "activation": "tanh"},
-                                        shared_policy_value_network=shared, recurrent_net=net,
-                                        recurrent_net_kwargs={"hidden_size": hidden_size})
 
 
 def collector(algo=PPO, net="GRU", shared=True, num_envs=4, size=8, **hyper):
@@ -278,26 +267,3 @@ def test_yaml_recurrent_mistakes_are_one_line_errors(raw, expected):
     with pytest.raises(ConfigError) as info:
         validate_config(raw)
     assert expected in str(info.value) and "\n" not in str(info.value)
-
-
-# ----------------------------------------------------------------------- Ray
-@pytest.mark.timeout(240)
-def test_two_sync_ray_collectors_train_a_recurrent_actor(ray_session):
-    envs, action_space, obs_space = env_factory(2, env_id="MaskedCartPole-v1")
-    algo_factory, name = PPO.create_factory(num_epochs=2, num_mini_batch=2, test_every=10 ** 9)
-    scheme = Scheme(algo_factory=algo_factory, actor_factory=actor_factory(obs_space, action_space, name),
-                    storage_factory=GAEBuffer.create_factory(size=16), train_envs_factory=envs,
-                    num_col_workers=2, col_workers_communication=prl.SYNC,
-                    col_workers_resources={"num_cpus": 0.5})
-    learner = Learner(scheme, target_steps=256)
-    try:
-        assert scheme.uses_ray
-        while not learner.done():
-            learner.step()
-        local = learner.update_worker.local_worker
-        # Rounds of 2 collectors x 2 envs x 16 steps; each gives epochs x mini-batches updates
-        # (the run ends at the first update once 256 samples are in).
-        assert local.algo.updates_applied == 3 * 2 * 2 + 1
-        assert learner.num_samples_collected >= 256
-    finally:
-        learner.stop()

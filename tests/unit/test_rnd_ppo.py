@@ -1,7 +1,8 @@
 """RND-PPO: the maths of its parts (intrinsic reward normalisation, non-episodic intrinsic
 GAE, the observation warm-up, the predictor mask, both value heads, where gradients go),
-its factory and configuration, and short runs in one process (recurrent and CNN actors),
-from the command line and with Ray collectors."""
+its factory and configuration, and short runs in one process (recurrent and CNN actors).
+With Ray collectors: tests/distributed/test_rnd_ppo_ray.py; from the command line:
+tests/cli/test_cli_rnd_ppo.py."""
 
 import inspect
 import math
@@ -21,13 +22,13 @@ from pytorchrl.agent.env import VecEnv
 from pytorchrl.envs.gym_env import make_gym_env
 from pytorchrl.agent.storages import GAEBuffer, VTraceBuffer
 from pytorchrl.agent.storages.on_policy import compute_intrinsic_gae
-from pytorchrl.config import ConfigError, build_learner, describe_schema, load_config, validate_config
+from pytorchrl.config import ConfigError, build_learner, describe_schema, validate_config
 from pytorchrl.scheme.collection.c_worker import CWorker
 
 from _util import make_actor
-from cli_helpers import REPO, pytorchrl
 
-EXAMPLE = f"{REPO}/examples/configs/rnd_ppo_mountaincar.yaml"
+from rnd_ppo_helpers import ROLLOUT, WARM_UP, short_config, train_rnd, train_and_save, assert_same_statistics
+
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT_SPACE = gym.spaces.Discrete(2)
 
@@ -222,26 +223,8 @@ def test_the_factory_takes_pytorchrl_keyword_names_and_the_config_its_keys():
         validate_config({"env": {"id": "MountainCar-v0"}, "algorithm": {"name": "RND_PPO", "gamma_intrinsik": 0.9}})
 
 
-def _short(*overrides):
-    return load_config(EXAMPLE, ["learner.target_steps=128", "env.vec_env_size=2", "storage.size=32",
-                                 "algorithm.pre_normalization_steps=1", "algorithm.pre_normalization_length=8",
-                                 "algorithm.num_mini_batch=2",
-                                 "env.monitor=false", "learner.tensorboard=false", *overrides])
-
-
-def _train(config, log_dir=None):
-    learner = build_learner(config, log_dir=log_dir)
-    infos = []
-    try:
-        while not learner.done():
-            infos += [i.get("algo", {}) for i in learner.step()]
-    finally:
-        learner.stop()
-    return learner, [i for i in infos if i]
-
-
 def test_recurrent_and_cnn_actors_train_with_intrinsic_rewards(tmp_path):
-    _, infos = _train(_short("actor.recurrent_net=GRU", "actor.recurrent_hidden_size=8"))
+    _, infos = train_rnd(short_config("actor.recurrent_net=GRU", "actor.recurrent_hidden_size=8"))
     assert infos and all(math.isfinite(i["IntValueLoss"]) and math.isfinite(i["PredictorLoss"]) for i in infos)
     assert any(i["IntrinsicReward"] > 0 for i in infos)
     actor = make_actor(gym.spaces.Box(0, 255, (1, 36, 36), np.uint8), ACT_SPACE, "RND_PPO")
@@ -252,58 +235,13 @@ def test_recurrent_and_cnn_actors_train_with_intrinsic_rewards(tmp_path):
     assert data[OBS_MEAN].shape == (1, 36, 36)
 
 
-def test_the_example_config_trains_from_the_command_line(tmp_path):
-    result = pytorchrl("train", EXAMPLE, "learner.target_steps=256", "algorithm.pre_normalization_steps=1",
-                       "env.vec_env_size=4", "storage.size=64", "learner.tensorboard=false", f"run_dir={tmp_path}/run",
-                       cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "training RND_PPO on MountainCar-v0" in result.stdout
-    assert (tmp_path / "run" / "model.state_dict").exists()
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("preset", ["sync-collectors", "async-collectors", "dd-ppo"])
-def test_rnd_ppo_runs_with_ray_collectors(ray_session, tmp_path, preset):
-    """Ray collectors (synchronous, asynchronous) and remote gradient workers (DD-PPO's
-    decentralized updates: the predictor's gradients are all-reduced with the actor's)."""
-    # (The resources of the level the preset spreads over Ray: a worker of the learner's
-    # process takes none, and the configuration refuses them there.)
-    level = "grad" if preset == "dd-ppo" else "col"
-    learner, infos = _train(_short(f"scheme.preset={preset}", f"scheme.{level}_workers_resources={{num_cpus: 0.25}}"))
-    assert learner.scheme.uses_ray and learner.scheme.num_col_workers >= 1
-    assert infos and all(math.isfinite(i["Loss"]) for i in infos)
-    assert any(i["IntrinsicReward"] > 0 for i in infos)
-
-
 # ------------------------------------------------------------------ checkpoints
-def assert_same_statistics(a, b):
-    """Two ``RND_PPO.collector_state`` (arrays or the tensors a checkpoint reads back) are equal."""
-    for key in ("obs_rms", "int_return_rms"):
-        for field in ("mean", "var", "count"):
-            np.testing.assert_array_equal(np.asarray(a[key][field]), np.asarray(b[key][field]))
-    np.testing.assert_array_equal(np.asarray(a["int_returns"]), np.asarray(b["int_returns"]))
-
-
-def _train_and_save(config, path):
-    """Train ``config`` to its end, save a checkpoint to ``path``; returns the statistics saved."""
-    learner = build_learner(config)
-    try:
-        while not learner.done():
-            learner.step()
-        learner.save_checkpoint(str(path))
-        return learner.update_worker.collector_state()
-    finally:
-        learner.stop()
-
-
-# 2 environments, rollouts of 32 steps, a warm-up of 1 x 8 steps.
-WARM_UP, ROLLOUT = 1 * 8 * 2, 32 * 2
 
 
 def test_a_resumed_run_starts_from_the_saved_statistics_without_warming_up(tmp_path):
-    saved = _train_and_save(_short("learner.target_steps=192"), tmp_path / "checkpoint.pt")
+    saved = train_and_save(short_config("learner.target_steps=192"), tmp_path / "checkpoint.pt")
     assert saved["obs_rms"]["count"] == WARM_UP + 3 * ROLLOUT and saved["int_returns"].shape == (2,)
-    resumed = build_learner(_short("learner.target_steps=256"))
+    resumed = build_learner(short_config("learner.target_steps=256"))
     try:
         collector = resumed.update_worker.local_worker.col_workers.local_worker()
         assert collector.algo.obs_rms.count == 0
@@ -322,39 +260,3 @@ def test_a_resumed_run_starts_from_the_saved_statistics_without_warming_up(tmp_p
         _algo().load_collector_state({"obs_rms": saved["obs_rms"]})
     with pytest.raises(ValueError, match=r"saved observation statistics have shape \(2,\), this run's \(3,\)"):
         _algo().load_collector_state(saved)
-
-
-@pytest.mark.timeout(300)
-def test_resumed_ray_collectors_start_from_the_first_collectors_statistics(ray_session, tmp_path):
-    ray_scheme = ("scheme.preset=sync-collectors", "scheme.col_workers_resources={num_cpus: 0.25}")
-    # Two collectors of 2 environments: a round is 2 rollouts.
-    saved = _train_and_save(_short("learner.target_steps=128", *ray_scheme), tmp_path / "checkpoint.pt")
-    assert saved["obs_rms"]["count"] == WARM_UP + ROLLOUT
-    resumed = build_learner(_short("learner.target_steps=256", *ray_scheme))
-    try:
-        resumed.load_checkpoint(str(tmp_path / "checkpoint.pt"))
-        remotes = resumed.update_worker.local_worker.col_workers.remote_workers()
-        assert len(remotes) == 2
-        for state in ray_session.get([w.get_collector_state.remote() for w in remotes]):
-            assert_same_statistics(state, saved)
-        resumed.step()
-        counts = [s["obs_rms"]["count"] for s in ray_session.get([w.get_collector_state.remote() for w in remotes])]
-    finally:
-        resumed.stop()
-    assert counts == [saved["obs_rms"]["count"] + ROLLOUT] * 2
-
-
-def test_the_command_line_resumes_with_the_saved_statistics(tmp_path):
-    run = tmp_path / "run"
-    args = ["learner.target_steps=256", "algorithm.pre_normalization_steps=1", "env.vec_env_size=4",
-            "storage.size=64", "learner.tensorboard=false"]
-    first = pytorchrl("train", EXAMPLE, *args, f"run_dir={run}", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    saved = torch.load(run / "checkpoint.pt", weights_only=True)["collectors"]
-    # 1 x 64 warm-up steps and one rollout of 64 steps, of 4 environments.
-    assert saved["obs_rms"]["count"] == 2 * 64 * 4
-    second = pytorchrl("resume", str(run), "learner.target_steps=512", cwd=tmp_path)
-    assert second.returncode == 0, second.stderr
-    resumed = torch.load(run / "checkpoint.pt", weights_only=True)["collectors"]
-    # One more rollout, no warm-up.
-    assert resumed["obs_rms"]["count"] == saved["obs_rms"]["count"] + 64 * 4

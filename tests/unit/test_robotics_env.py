@@ -11,7 +11,7 @@ import torch
 from pytorchrl.agent.actors import OffPolicyActor
 from pytorchrl.agent.algorithms import SAC
 from pytorchrl.agent.env import VecEnv
-from pytorchrl.agent.env.vec_env import EnvError
+from pytorchrl.agent.env import EnvError
 from pytorchrl.agent.spaces import PackedBox
 from pytorchrl.agent.storages import HERBuffer
 from pytorchrl.envs.families import ENV_FAMILIES

@@ -8,6 +8,8 @@ import torch
 
 from pytorchrl.scheme.transport import AUTO_MIN_BYTES, Packed, pack, unpack
 
+from _util import linear_net
+
 
 def _payload():
     rng = np.random.default_rng(0)
@@ -112,13 +114,9 @@ def test_weights_travel_as_numpy_and_come_back_bit_exact():
     assert weights_from_wire(state)["steps"] is state["steps"]  # tensors pass through
 
 
-def _linear_net(width):
-    return torch.nn.Sequential(torch.nn.Linear(4, width), torch.nn.Tanh(), torch.nn.Linear(width, 2))
-
-
 def test_small_weights_ride_inside_requests_and_are_detached_from_the_parameters():
     from pytorchrl.scheme.transport import WeightBroadcast
-    net = _linear_net(8)
+    net = linear_net(8)
     stats = {"other": 1}
     broadcast = WeightBroadcast(net.state_dict, stats=stats)
     sent = broadcast.current(0)
@@ -135,19 +133,3 @@ def test_small_weights_ride_inside_requests_and_are_detached_from_the_parameters
     broadcast.invalidate()
     assert broadcast.current(1) is not newer              # same number, rebuilt after invalidate
     assert stats == {"other": 1, "weight_versions_sent": 3, "weight_puts": 0}
-
-
-def test_large_weights_are_put_once_per_version(ray_session):
-    from pytorchrl.scheme.transport import WeightBroadcast, weights_from_wire
-    net = _linear_net(8192)                               # 4 x 8192 + 8192 x 2 floats: 224 KiB
-    broadcast = WeightBroadcast(net.state_dict)
-    ref = broadcast.current(5)
-    assert isinstance(ref, ray_session.ObjectRef)
-    assert broadcast.current(5) is ref
-    got = weights_from_wire(ray_session.get(ref))
-    assert all(torch.equal(got[k], v) for k, v in net.state_dict().items())
-    assert broadcast.current(6) is not ref
-    assert broadcast.stats == {"weight_versions_sent": 2, "weight_puts": 2}
-    # The threshold is the owner's choice: 0 puts even the smallest weights.
-    assert isinstance(WeightBroadcast(_linear_net(2).state_dict, inline_max_bytes=0).current(0),
-                      ray_session.ObjectRef)

@@ -1,15 +1,13 @@
 """V-trace (VTraceBuffer, compute_vtrace): targets against the paper's definition, the
 on-policy case against GAE, the truncation thresholds, the collector/learner protocol,
-the configuration, and learning CartPole with A2C in one process and with asynchronous
-collectors on Ray (IMPALA).
+the configuration (learning CartPole with A2C: tests/learning/test_learning_vtrace.py; the
+IMPALA example with asynchronous collectors on Ray: tests/distributed/test_vtrace_ray.py).
 
 Rollouts of the storage tests are synthetic (tests/_util.py) and valued by a real small
 actor: the learner side evaluates that actor, and the references are computed from the
 same actor's outputs.
 """
 
-import math
-import os
 
 import gymnasium as gym
 import numpy as np
@@ -20,14 +18,13 @@ import pytorchrl as prl
 from pytorchrl.agent.algorithms import A2C
 from pytorchrl.agent.storages import STORAGES, GAEBuffer, VTraceBuffer, compute_vtrace
 from pytorchrl.agent.storages.vtrace import NEXT_OBS, TRUNC_INDEX, TRUNC_OBS
-from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.config import ConfigError, load_config, validate_config
 
 from _util import TablePPO, final_obs_of, make_actor, random_rollout, write_rollout
-from cli_helpers import REPO, tiny
+from cli_helpers import IMPALA_CONF, tiny
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float32)
 DISCRETE = gym.spaces.Discrete(3)
-IMPALA_CONF = os.path.join(REPO, "examples", "configs", "impala_cartpole.yaml")
 T, N = 10, 3
 GAMMA = 0.9
 
@@ -273,52 +270,3 @@ def test_configuration_names_and_checks_the_storage():
     example = load_config(IMPALA_CONF)
     assert example["algorithm"]["name"] == "A2C" and example["storage"]["name"] == "VTraceBuffer"
     assert example["scheme"]["col_workers_communication"] == "async" and example["scheme"]["num_col_workers"] == 2
-
-
-# ------------------------------------------------------------------- learning
-@pytest.mark.timeout(300)
-@pytest.mark.usefixtures("no_ray_import")
-def test_a2c_on_vtrace_targets_improves_over_random():
-    """In one process A2C + VTraceBuffer learns CartPole within the budget of A2C's own
-    learning test (tests/learning/test_learning.py)."""
-    from learning_helpers import cartpole_learner, train_until
-
-    budget = 60_000
-    algo_factory, name = A2C.create_factory(lr=1e-3, gamma=0.99, entropy_coef=0.0, value_loss_coef=0.5,
-                                            max_grad_norm=0.5, test_every=10**9)
-    learner = cartpole_learner(algo_factory, name, VTraceBuffer.create_factory(size=8), budget)
-    log_ratios = []
-    try:
-        train_until(learner, 100.0, "A2C+V-trace",    # a random policy averages ~22
-                    lambda infos: log_ratios.extend(info["algo"]["VTraceAbsLogRatio"] for info in infos))
-        # In one process each rollout is trained on by the weights that acted it: on-policy
-        # (up to the rounding of the collector's numpy log-probs), nothing truncated.
-        assert max(log_ratios) < 1e-4
-    finally:
-        learner.stop()
-
-
-@pytest.mark.timeout(300)
-def test_impala_example_runs_with_asynchronous_collectors(ray_session, tmp_path):
-    """The shipped IMPALA configuration, with a small budget, on the session's Ray: two
-    asynchronous collectors hand over rollouts acted by older weights (policy lag > 0),
-    V-trace sees ratios other than 1, and every loss is finite."""
-    config = load_config(IMPALA_CONF, ["learner.target_steps=3000", "env.test_env=false", "env.monitor=false",
-                                       "scheme.col_workers_resources={num_cpus: 0.25}"])
-    learner = build_learner(config)
-    lags, losses, log_ratios, clipped = [], [], [], []
-    try:
-        assert learner.scheme.num_col_workers == 2 and learner.scheme.uses_ray
-        while not learner.done():
-            for info in learner.step():
-                lags += info.get("policy_lags", [])
-                algo = info.get("algo", {})
-                losses += [algo[k] for k in ("PolicyLoss", "ValueLoss", "Loss")]
-                log_ratios.append(algo["VTraceAbsLogRatio"])
-                clipped.append(algo["VTraceClippedRho"])
-    finally:
-        learner.stop()
-    assert lags and max(lags) > 0 and max(lags) <= config["scheme"]["max_policy_lag"]
-    assert losses and all(math.isfinite(x) for x in losses)
-    # Rollouts acted by older weights: pi differs from mu and some ratios are truncated.
-    assert all(math.isfinite(x) for x in log_ratios) and max(log_ratios) > 1e-3 and max(clipped) > 0

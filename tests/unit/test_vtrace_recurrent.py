@@ -2,16 +2,14 @@
 actor over each rollout as a sequence from the stored start state, resetting it at the
 episode ends inside the rollout as the collector did; the targets equal a direct
 step-by-step run of that actor; the importance ratio is 1 when behaviour and target
-weights are the same; the configuration accepts the combination; A2C + V-trace with a GRU
-learns MaskedCartPole-v1 with asynchronous collectors on Ray; a resumed run's collectors
-start new episodes with their memories at the initial state.
+weights are the same; the configuration accepts the combination; a resumed run's collectors
+start new episodes with their memories at the initial state (learning MaskedCartPole-v1
+with a GRU and asynchronous collectors on Ray: tests/learning/test_learning_vtrace.py).
 
-Real gymnasium CartPole, real torch, real Ray: no mocks.
+Real gymnasium CartPole, real torch: no mocks.
 """
 
 import copy
-import math
-import os
 
 import numpy as np
 import pytest
@@ -22,12 +20,12 @@ import pytorchrl as prl
 from pytorchrl.agent.algorithms import A2C, PPO
 from pytorchrl.agent.storages import VTraceBuffer
 from pytorchrl.agent.storages.vtrace import NEXT_OBS, TRUNC_INDEX, TRUNC_OBS
-from pytorchrl.config import ConfigError, build_learner, load_config, validate_config
+from pytorchrl.config import ConfigError, build_learner, validate_config
 from pytorchrl.scheme.collection.c_worker import CWorker
 
-from cli_helpers import REPO, with_sections
-from learning_helpers import check_memory_is_needed
-from test_recurrent import MASKED, actor_factory, env_factory
+from cli_helpers import with_sections
+from recurrent_helpers import actor_factory, env_factory
+from test_recurrent import MASKED
 from test_vtrace import paper_vtrace
 
 #: Time limit of the episodes and steps of a rollout: with the policy leaning left
@@ -191,41 +189,6 @@ def test_configuration_accepts_a_recurrent_actor_with_vtrace_and_trains(tmp_path
 
 
 # ------------------------------------------------------------------ learning
-#: The shipped IMPALA-with-memory configuration (A2C + VTraceBuffer, GRU, 2 asynchronous
-#: collectors of 8 envs x 16 steps), the env steps of the learning test and the mean
-#: training return the GRU must pass. Measured (2-CPU Ray, policy lag 2 on average, up to
-#: 18 with a core kept busy): the GRU passes 80 after 21-29k steps (seeds 0-14); the
-#: feed-forward actor stays at 53-57 over the whole budget (seeds 0-4).
-IMPALA_GRU_CONF = os.path.join(REPO, "examples", "configs", "impala_cartpole_masked_gru.yaml")
-IMPALA_BUDGET = 80_000
-IMPALA_THRESHOLD = 80.0
-
-
-def masked_impala_learner(recurrent, seed=0):
-    """The learner of the shipped configuration with ``seed``, a budget of IMPALA_BUDGET
-    steps and no test environments; ``recurrent=False``: the same without the GRU."""
-    overrides = [f"seed={seed}", f"learner.target_steps={IMPALA_BUDGET}", "env.test_env=false", "env.monitor=false"]
-    if not recurrent:
-        overrides.append("actor.recurrent_net=null")
-    return build_learner(load_config(IMPALA_GRU_CONF, overrides))
-
-
-@pytest.mark.timeout(300)
-def test_impala_with_a_gru_learns_masked_cartpole_with_asynchronous_collectors(ray_session):
-    """The GRU passes a return the feed-forward actor (same settings and budget) cannot
-    reach; its rollouts were acted by older weights (policy lag > 0) and V-trace saw
-    ratios other than 1."""
-    lags, log_ratios = [], []
-
-    def on_infos(infos):
-        for info in infos:
-            lags.extend(info.get("policy_lags", []))
-            if "algo" in info:
-                log_ratios.append(info["algo"]["VTraceAbsLogRatio"])
-
-    check_memory_is_needed(masked_impala_learner, IMPALA_BUDGET, IMPALA_THRESHOLD, "IMPALA", on_infos)
-    # Only asynchronous collectors hand over rollouts acted by older weights.
-    assert max(lags) > 0 and all(math.isfinite(x) for x in log_ratios) and max(log_ratios) > 1e-3
 
 
 # ------------------------------------------------------------------ resume

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, DISCOUNT, OBS, OBS2, REW, TD_ERROR, WEIGHT
-from pytorchrl.agent.accel.losses import deterministic, q_learning, sac
+from pytorchrl.agent.losses import deterministic, q_learning, sac
 from pytorchrl.agent.accel.networks import (LANE_MIN_WEIGHTS, NumpyEnsemble, activation_grad, bf16_matmul, column,
                                             float2d, matmul, program_of, set_grads, view)
 from pytorchrl.agent.accel.observations import numpy_normalizer

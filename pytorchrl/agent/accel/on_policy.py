@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, ADV, LOGP, OBS, RET, VAL
-from pytorchrl.agent.accel.losses.actor_critic import categorical_actor_critic, normalize_advantages
+from pytorchrl.agent.losses.actor_critic import categorical_actor_critic, normalize_advantages
 from pytorchrl.agent.accel.networks import float2d, pair_of, program_of, set_grads, view
 from pytorchrl.agent.accel.threads import limit_blas_threads
 from pytorchrl.agent.accel.observations import numpy_normalizer

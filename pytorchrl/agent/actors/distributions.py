@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pytorchrl.agent.accel.losses import sac
+from pytorchrl.agent.losses import sac
 from pytorchrl.agent.accel.sampling import gaussian_entropy, gaussian_log_density
 from pytorchrl.agent.accel.xp import TORCH
 

@@ -12,6 +12,8 @@ The networks an algorithm needs are built for it:
   ``use_sde`` the Box policy explores with generalized state-dependent exploration (gSDE,
   Raffin et al., 2021; ``StateDependentNoiseHead``): exploration weights drawn per
   environment and kept for a while (``sde_sample_freq``), not a fresh draw every step.
+- ``MPO``: SAC's policy (its mean and log standard deviation per state are the M-step's
+  decoupled Gaussian) and one critic.
 
 Critics built from the default MLP are computed together (one batched matrix product
 per layer for all of them: on small networks the operator count, not arithmetic, is what
@@ -35,7 +37,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from pytorchrl.agent.accel import Accelerator, accelerated
-from pytorchrl.agent.accel.losses import q_learning, sac
+from pytorchrl.agent.losses import q_learning, sac
 from pytorchrl.agent.accel.off_policy import NumpyOffPolicyActing
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.actors.base import Actor
@@ -52,7 +54,8 @@ from pytorchrl.agent.spaces import check_action_space, check_observation_space, 
 #: Algorithms served, with the critics (Q-networks) each uses: "q" maps an observation to a
 #: value per action, "qsa" maps an (observation, action) pair to one value.
 ALGORITHM_NETWORKS = {"DDQN": ("q", None), "DQN": ("q", None), "DDPG": ("qsa", "deterministic"),
-                      "TD3": ("qsa", "deterministic"), "SAC": ("qsa", "stochastic")}
+                      "TD3": ("qsa", "deterministic"), "SAC": ("qsa", "stochastic"),
+                      "MPO": ("qsa", "stochastic")}
 NOISES = (None, "Gauss", "OU", "NoNoise")
 
 
@@ -159,9 +162,9 @@ class OffPolicyActor(Actor):
     input_space : gymnasium.Space
         Observation space.
     action_space : gymnasium.spaces.Discrete or gymnasium.spaces.Box
-        Action space (DDQN: Discrete; DDPG/TD3: Box; SAC: either).
+        Action space (DDQN: Discrete; DDPG/TD3: Box; SAC, MPO: either).
     algorithm_name : str
-        "DDQN", "DDPG", "TD3" or "SAC": which networks to build.
+        "DDQN", "DDPG", "TD3", "SAC" or "MPO": which networks to build.
     noise : str or None
         Exploration noise of deterministic policies (DDPG, TD3): "Gauss" (default for
         them), "OU" (Ornstein-Uhlenbeck, reset at episode ends) or "NoNoise".

@@ -1,7 +1,7 @@
 """Advantage Actor-Critic (synchronous A2C; Mnih et al., 2016)."""
 
 from pytorchrl.agent.accel import accelerated
-from pytorchrl.agent.accel.losses.actor_critic import a2c_policy_loss
+from pytorchrl.agent.losses.actor_critic import a2c_policy_loss
 from pytorchrl.agent.algorithms.on_policy import OnPolicyAlgorithm, actor_critic_accelerators
 
 

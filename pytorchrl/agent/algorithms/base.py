@@ -1,22 +1,31 @@
-"""Algorithm base class: losses, gradients, optimizer and live hyperparameters."""
+"""Algorithm base class: losses to gradients, gradients to weights, weights and state.
 
-import inspect
-import math
+``Algorithm`` is assembled from one part per role, each in its own module:
+
+- ``optimization.Optimization``: parameter groups, optimizers and the update engine;
+- ``hyperparameters.HyperparameterRegistry``: hyperparameters, factories and hot-swaps;
+- ``collector_side.CollectorSide``: what collectors store, pre-process and bootstrap, and
+  the routing of their computations with weights to an inference server;
+- this module: the learner-facing core (compute and apply gradients, weights, state).
+
+The gradient kernels (norms, finiteness, clipping) are in ``accel.gradients``.
+"""
+
 from abc import ABC
 
-import numpy as np
 import torch
 
 from pytorchrl.agent import accel
-from pytorchrl.agent.accel.adam import NumpyAdam
 from pytorchrl.agent.accel.cuda_graph import graph_accelerator
-from pytorchrl.agent.accel.private_torch import all_finite, foreach_mul_, foreach_norms
-from pytorchrl.agent.factory import ComponentFactory, documented_kind, documented_parameters
-from pytorchrl.gc_pause import gc_paused
+from pytorchrl.agent.accel.gradients import clip_grad_norm, clip_norms, grad_norm, grads_finite, scale_grads
+from pytorchrl.agent.algorithms.collector_side import CollectorSide
+from pytorchrl.agent.algorithms.hyperparameters import HyperparameterRegistry
+from pytorchrl.agent.algorithms.optimization import Optimization, make_adam
+from pytorchrl.agent.factory import check_parameter
 
 
 @accel.accelerated(graph_accelerator())
-class Algorithm(ABC):
+class Algorithm(Optimization, HyperparameterRegistry, CollectorSide, ABC):
     """Base class of every algorithm.
 
     An algorithm turns mini-batches into gradients (``compute_gradients``) and gradients
@@ -66,15 +75,11 @@ class Algorithm(ABC):
     name = None
     #: Whether the algorithm learns from data produced by its current policy only.
     on_policy = True
-    #: Keys of ``Actor.act``'s extras that collectors store with every step.
-    acting_extras = ()
-    #: Hyperparameter holding the learning rate of each parameter group.
-    group_lr = {"actor": "lr"}
-    #: Hyperparameters fixed at construction: a hot-swap may only repeat their value.
-    fixed_hyperparameters = ()
     #: Whether ``max_grad_norm`` bounds the norm of every group's gradients taken together
     #: (one clip over all parameters) instead of each group's on its own.
     clip_groups_together = False
+    #: Run after every accepted hot-swap: the optimizers take the new learning rates and eps.
+    hyperparameter_effects = ("_sync_optimizers",)
 
     def __init__(self, device, actor, envs=None):
         self.device = torch.device(device)
@@ -86,323 +91,9 @@ class Algorithm(ABC):
         self._params = None
         self._groups = None
 
-    #: Attributes derived from the others on first use (fast paths, which hold numpy views
-    #: of the parameters or graphs captured on them): a copy (deepcopy, pickle) builds its own.
-    derived_attributes = ("_update_engine", "_fused_loss", "_graph_update")
-
     def __getstate__(self):
-        # A route leads to a server of this process (or to its handle's client): a copy
-        # computes with its own weights.
         return {k: v for k, v in self.__dict__.items()
-                if k not in self.derived_attributes and k != "_collector_route"}
-
-    # ------------------------------------------------------------ parameters
-    def parameter_groups(self):
-        """Dict group name -> list of parameters, one optimizer per group (in order)."""
-        return {"actor": list(self.actor.parameters())}
-
-    @property
-    def learner_modules(self):
-        """Dict name -> nn.Module of networks the learner keeps besides the actor (targets)."""
-        return {}
-
-    @property
-    def collector_modules(self):
-        """Names of ``learner_modules`` that collectors need for ``preprocess_rollout``: sent
-        with every weight broadcast (``get_acting_weights``). None by default."""
-        return ()
-
-    def trainable_parameters(self):
-        """Every parameter that gets a gradient, group after group: the order of the
-        gradient lists that ``compute_gradients`` returns and ``apply_gradients`` takes."""
-        if self._params is None:
-            self._params = [p for params in self._parameter_groups().values() for p in params]
-        return self._params
-
-    def _parameter_groups(self):
-        """``parameter_groups()``, computed once (it runs at every update)."""
-        if self._groups is None:
-            self._groups = self.parameter_groups()
-        return self._groups
-
-    # The optimizers are built on first use: collection workers act but never train, and
-    # the first torch.optim optimizer of a process costs seconds (it imports torch._dynamo).
-    @property
-    def optimizers(self):
-        """Dict group name -> optimizer (built by ``make_optimizer`` on first use)."""
-        if self._optimizers is None:
-            self._optimizers = {name: self.make_optimizer(name, params)
-                                for name, params in self.parameter_groups().items()}
-        return self._optimizers
-
-    @property
-    def optimizer(self):
-        """The optimizer of an algorithm with one parameter group (pytorchrl's attribute)."""
-        opts = self.optimizers
-        if len(opts) != 1:
-            raise AttributeError(f"{self.name} has several optimizers: {list(opts)}; use .optimizers")
-        return next(iter(opts.values()))
-
-    def make_optimizer(self, group, params):
-        """Build the optimizer of parameter group ``group``: Adam with the group's learning
-        rate and, when the algorithm has one, its ``eps`` (``NumpyAdam``, the same
-        arithmetic without torch's dispatch, when the numpy update runs)."""
-        if self.update_engine is not None:
-            return NumpyAdam(params, self, lr_attr=self.group_lr[group])
-        return make_adam(params, lr=getattr(self, self.group_lr[group]), eps=getattr(self, "eps", 1e-8))
-
-    def _sync_optimizers(self):
-        """Write the current optimizer hyperparameters (learning rates, eps) into the
-        optimizers, so that a hot-swap reaches them."""
-        if self._optimizers is None:
-            return
-        for name, opt in self._optimizers.items():
-            for group in opt.param_groups:
-                group["lr"] = float(getattr(self, self.group_lr[name]))
-                if hasattr(self, "eps") and "eps" in group:
-                    group["eps"] = float(self.eps)
-
-    def _derived(self, attribute, build):
-        """The fast path kept under ``attribute`` (one of ``derived_attributes``), built by
-        ``build()`` on first use; None when it does not apply (decided once).
-
-        Parameters
-        ----------
-        attribute : str
-            Where it is kept.
-        build : callable
-            ``build() -> fast path or None``.
-        """
-        value = self.__dict__.get(attribute)
-        if value is None:
-            value = build() or False
-            setattr(self, attribute, value)
-        return value or None
-
-    @property
-    def update_engine(self):
-        """The fast update of this algorithm (computes gradients into ``.grad``), or None.
-
-        Chosen once, on first use, by ``build_update_engine``.
-        """
-        return self._derived("_update_engine", self.build_update_engine)
-
-    @property
-    def graph_update(self):
-        """The update captured as CUDA graphs (``accel.cuda_graph.CudaGraphUpdate``) when
-        it applies to this algorithm (a CUDA device, a feed-forward actor, the library's
-        ``compute_loss``), else None (said once). Used where ``update_engine`` is None;
-        chosen on first use."""
-        return self._derived("_graph_update", lambda: accel.build(self, "graph"))
-
-    def build_update_engine(self):
-        """A callable ``engine(batch) -> info`` filling every trainable parameter's ``.grad``
-        exactly as ``compute_loss`` + backward would, or None (torch path): the "update"
-        fast path the class declares (``pytorchrl.agent.accel``) when ``numpy_update`` is
-        set and it applies (else said once)."""
-        if not getattr(self, "numpy_update", False):
-            return None
-        return accel.build(self, "update")
-
-    # ----------------------------------------------------------------- factories
-    @classmethod
-    def hyperparameter_names(cls):
-        """Names accepted by ``create_factory`` (the constructor's keyword arguments)."""
-        # Read once per class: a schedule checks every hot swap against these names, and
-        # inspect.signature per check cost ~4% of PPO CartPole's training time.
-        names = cls.__dict__.get("_hyperparameter_names")
-        if names is None:
-            params = inspect.signature(cls.__init__).parameters
-            names = tuple(n for n in params if n not in ("self", "device", "actor", "envs"))
-            cls._hyperparameter_names = names
-        return list(names)
-
-    @classmethod
-    def create_factory(cls, **hyperparameters):
-        """Return ``(factory, name)``: a picklable ``factory(device, actor, envs)`` and the algorithm name.
-
-        Every keyword argument is a hyperparameter of the algorithm (see the class
-        docstring); an unknown name raises ValueError listing the valid ones.
-        """
-        valid = cls.hyperparameter_names()
-        unknown = [k for k in hyperparameters if k not in valid]
-        if unknown:
-            raise ValueError(f"unknown {cls.name} hyperparameter(s) {unknown}; valid: {valid}")
-        return ComponentFactory(cls, **hyperparameters), cls.name
-
-    # ------------------------------------------------------------ hyperparameters
-    @property
-    def hyperparameters(self):
-        """Dict of the current value of every hyperparameter."""
-        return {n: getattr(self, n) for n in self.hyperparameter_names()}
-
-    def check_update(self, parameter_name, new_parameter_value):
-        """What ``update_algorithm_parameter(parameter_name, new_parameter_value)`` would set
-        (the value converted to the parameter's type), or the ValueError/TypeError it would
-        raise: name, type, range and fixed hyperparameters. Nothing changes.
-
-        Parameters
-        ----------
-        parameter_name : str
-            One of ``self.hyperparameters``.
-        new_parameter_value : object
-            The value asked for.
-        """
-        value = check_parameter(self.hyperparameters, parameter_name, new_parameter_value,
-                                f"{self.name} hyperparameter", owner=self)
-        old = getattr(self, parameter_name)
-        if parameter_name in self.fixed_hyperparameters:
-            if value != old:
-                raise ValueError(f"{self.name} hyperparameter {parameter_name!r} is fixed once the "
-                                 f"algorithm is built (it is {old!r})")
-            return value
-        # The ranges are checked on the algorithm as it would be, then every hyperparameter
-        # held as an attribute is put back (one set through a property, A2C's ``lr``, may
-        # change several).
-        names = set(self.hyperparameter_names())
-        saved = {n: v for n, v in self.__dict__.items() if n in names}
-        setattr(self, parameter_name, value)
-        try:
-            self.check_hyperparameters()
-        finally:
-            self.__dict__.update(saved)
-        return value
-
-    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
-        """Set hyperparameter ``parameter_name`` to ``new_parameter_value`` (refused, with
-        nothing changed, as ``check_update`` says).
-
-        Parameters
-        ----------
-        parameter_name : str
-            One of ``self.hyperparameters``; anything else raises ValueError listing them.
-        new_parameter_value : object
-            New value; numbers must stay numbers, booleans booleans.
-        """
-        value = self.check_update(parameter_name, new_parameter_value)
-        if parameter_name in self.fixed_hyperparameters:
-            return
-        setattr(self, parameter_name, value)
-        self._sync_optimizers()
-
-    def check_hyperparameters(self):
-        """Raise ValueError/TypeError if a hyperparameter holds a value the algorithm cannot use.
-
-        Called by the constructor and by every hot-swap, so that a change refused at
-        construction is refused while training too.
-        """
-
-    # ------------------------------------------------------------------- acting
-    #: Data keys that ``preprocess_rollout`` adds to a rollout (storages keep them).
-    preprocessed_keys = ()
-
-    def preprocess_rollout(self, data):
-        """Collector-side pre-processing of a finished rollout, before it is sent.
-
-        Runs on the collector with the weights it acted with (the actor's and those of
-        ``collector_modules``); may add per-transition arrays under ``preprocessed_keys``.
-        The default changes nothing.
-
-        Parameters
-        ----------
-        data : dict of tensors
-            The rollout as the storage hands it over (``Storage.get_data``).
-
-        Returns
-        -------
-        dict of tensors
-            The rollout to send.
-        """
-        return data
-
-    #: Methods of this algorithm that its collector-side hooks (``preprocess_rollout``,
-    #: bootstraps) compute with weights, through ``collector_call``: numpy arrays (or None)
-    #: in, a numpy array out, no per-collector state read or changed. A collector acting
-    #: through an inference server runs them on the server, with its current weights.
-    server_calls = ()
-
-    def route_collector_calls(self, program):
-        """Run ``collector_call`` through ``program`` instead of this algorithm's weights.
-
-        Parameters
-        ----------
-        program : object or None
-            Anything with ``call_algorithm(name, *args)`` (``ServerActing``: the collector's
-            inference server). None: back to this algorithm's own weights.
-        """
-        self._collector_route = program
-
-    def collector_call(self, name, *args):
-        """``self.<name>(*args)``, or the same call run by the program set by
-        ``route_collector_calls`` (the inference server's copy of this algorithm).
-
-        Parameters
-        ----------
-        name : str
-            One of ``server_calls``.
-        *args : np.ndarray or None
-            The method's arguments.
-
-        Raises
-        ------
-        ValueError
-            ``name`` is not one of ``server_calls``.
-        """
-        if name not in self.server_calls:
-            raise ValueError(f"{self.name}.collector_call: {name!r} is not one of its server_calls "
-                             f"{list(self.server_calls)}")
-        route = getattr(self, "_collector_route", None)
-        if route is None:
-            return getattr(self, name)(*args)
-        return route.call_algorithm(name, *args)
-
-    def warm_up(self, envs):
-        """What a collector does with its training environments before its first rollout
-        (RND_PPO: observation statistics from random steps); nothing by default.
-
-        Parameters
-        ----------
-        envs : TorchVecEnv
-            The collector's training environments.
-
-        Returns
-        -------
-        bool
-            Whether ``envs`` were stepped (the collector then resets them).
-        """
-        return False
-
-    def collector_state(self):
-        """What a collector's algorithm accumulates over the run, in plain types (numbers,
-        numpy arrays, lists, dicts), for checkpoints; None (the default): nothing."""
-        return None
-
-    def load_collector_state(self, state):
-        """Restore a ``collector_state`` (a resumed run's collectors).
-
-        Parameters
-        ----------
-        state : dict or None
-            What ``collector_state`` returned.
-
-        Raises
-        ------
-        ValueError
-            ``state`` is not None: this algorithm keeps no collector state (the checkpoint
-            was saved by another algorithm).
-        """
-        if state is not None:
-            raise ValueError(f"{self.name} keeps no collector state; got one with keys {sorted(state)}")
-
-    def bootstrap(self, obs, state=None):
-        """What a rollout needs at its end, computed from observations (N, ...) numpy.
-
-        Returns the values (N, 1) used to bootstrap returns, or None when the algorithm
-        bootstraps at training time (replay-based algorithms). Called by on-policy
-        storages for the observation after a rollout's last step and for the final
-        observations of truncated episodes.
-        """
-        return None
+                if k not in self.derived_attributes and k not in self.process_local_attributes}
 
     # ---------------------------------------------------------------- learning
     def loss_tensors(self, batch):
@@ -570,21 +261,16 @@ class Algorithm(ABC):
         for name, group_params in self._parameter_groups().items():
             grads = [p.grad for p in group_params if p.grad is not None]
             if grads:   # a group without gradients had no loss this update (TD3's delayed policy)
-                # With clipping, the norms it needs anyway are the finiteness check.
-                groups[name] = (grads, grad_norm(grads) if clip else None)
-        finite = all(math.isfinite(total) for _, total in groups.values()) if clip else \
-            grads_finite([g for grads, _ in groups.values() for g in grads])
-        if not finite:
+                groups[name] = grads
+        norms = clip_norms(groups, clip, self.clip_groups_together)
+        if norms is None:
             for p in params:
                 p.grad = None
             self.skipped_updates += 1
             return False
-        if clip and self.clip_groups_together and groups:
-            total = math.sqrt(sum(norm * norm for _, norm in groups.values()))
-            groups = {name: (grads, total) for name, (grads, _) in groups.items()}
-        for name, (grads, total) in groups.items():
+        for name, grads in groups.items():
             if clip:
-                scale_grads(grads, max_norm / (total + 1e-6))
+                scale_grads(grads, max_norm / (norms[name] + 1e-6))
             self.optimizers[name].step()
         self.updates_applied += 1
         self.after_update()
@@ -699,172 +385,6 @@ def _split_weights(weights):
     return actor_w, modules
 
 
-def make_adam(params, lr, eps=1e-8):
-    """Adam with the fastest implementation available: the fused kernel (one operator for
-    all parameters: 3x faster than foreach on small CPU networks), else foreach.
-
-    Parameters
-    ----------
-    params : iterable of torch.nn.Parameter
-        Parameters to train.
-    lr : float
-        Learning rate.
-    eps : float
-        Adam's epsilon.
-    """
-    params = list(params)
-    # A process's first torch.optim optimizer imports torch._dynamo: 0.73-0.86 CPU-s after
-    # torch's objects were frozen at its import, 0.65 with the collector paused (measured).
-    with gc_paused():
-        try:
-            return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
-        except (RuntimeError, TypeError):
-            return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
-
-
-def grad_norm(grads):
-    """Global L2 norm of ``grads`` (tensors of one device and dtype), as a float: inf or
-    NaN when a gradient holds an infinity or a NaN.
-
-    On the CPU the norm is taken in numpy on views of the gradients (a few hundred
-    nanoseconds per array, where each torch operator costs microseconds of dispatch): it
-    runs after every mini-batch.
-
-    Parameters
-    ----------
-    grads : list of tensors
-        The gradients (at least one).
-    """
-    if grads[0].device.type == "cpu":
-        arrays = [g.detach().numpy() for g in grads]
-        total = float(np.sqrt(sum(float(np.vdot(a, a)) for a in arrays)))
-        if not math.isfinite(total) and all(np.isfinite(a).all() for a in arrays):
-            # Finite gradients whose squares overflow float32 (above ~1e19): the norm in
-            # float64, so that they are clipped, not mistaken for a numerical fault.
-            total = float(np.sqrt(sum(float(np.vdot(a, a)) for a in (x.astype(np.float64) for x in arrays))))
-        return total
-    # One synchronisation with the device per update, which clipping needed anyway.
-    total = float(torch.linalg.vector_norm(torch.stack(foreach_norms(grads))))
-    if not math.isfinite(total) and all(bool(torch.isfinite(g).all()) for g in grads):
-        total = float(torch.linalg.vector_norm(torch.stack([g.double().norm() for g in grads])))
-    return total
-
-
-def grads_finite(grads):
-    """True when no tensor of ``grads`` holds a NaN or an infinity (one fused pass over all
-    of them where torch offers it: ``private_torch.all_finite``).
-
-    Parameters
-    ----------
-    grads : list of tensors
-        Gradients of one device (an empty list is finite).
-    """
-    return all_finite(grads)
-
-
-def scale_grads(grads, coef):
-    """Multiply ``grads`` in place by ``min(coef, 1)`` (nothing when ``coef >= 1``).
-
-    Parameters
-    ----------
-    grads : list of tensors
-        Gradients of one device and dtype.
-    coef : float
-        Scale factor.
-    """
-    if coef >= 1.0:
-        return
-    if grads[0].device.type == "cpu":
-        for g in grads:
-            a = g.detach().numpy()
-            a *= coef
-    else:
-        foreach_mul_(grads, coef)
-
-
-def clip_grad_norm(parameters, max_norm):
-    """Scale gradients in place so that their global L2 norm is at most ``max_norm``.
-
-    Same result as ``torch.nn.utils.clip_grad_norm_`` for the gradients of one device and
-    dtype, with less overhead (see ``grad_norm``).
-
-    Parameters
-    ----------
-    parameters : iterable of torch.nn.Parameter
-        Parameters whose ``.grad`` is clipped (those without a gradient are skipped).
-    max_norm : float
-        Largest global norm allowed.
-
-    Returns
-    -------
-    float
-        The global norm before clipping.
-    """
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return 0.0
-    total = grad_norm(grads)
-    scale_grads(grads, max_norm / (total + 1e-6))
-    return total
-
-
-def check_parameter(current, name, value, what, owner=None):
-    """Validate a hot-swap of ``name`` to ``value`` against the dict ``current``.
-
-    Returns the value converted to the parameter's type (1 -> 1.0 for a float parameter).
-    Raises ValueError naming the valid names for an unknown name, and TypeError for a value
-    of the wrong kind (a string for a number, 2.5 for an integer, a number for a boolean).
-    A parameter whose current value is None takes the kind its owner documents ("int or
-    None": an integer, 1.0 refused; "float or None": a number), or None again.
-
-    Parameters
-    ----------
-    current : dict
-        Current values of the parameters that may change.
-    name : str
-        Name of the parameter to change.
-    value : object
-        Requested value.
-    what : str
-        Words naming the kind of parameter, for the messages.
-    owner : object, type or None
-        The component (or its class) whose docstring documents the parameters (read only
-        for a parameter that is None now; None: such a parameter accepts anything).
-    """
-    if name not in current:
-        raise ValueError(f"unknown {what} {name!r}; valid: {sorted(current)}")
-    old = current[name]
-    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-    if old is None:
-        return _check_documented(owner, name, value, what, number)
-    if isinstance(old, bool):
-        if isinstance(value, bool):
-            return value
-    elif isinstance(old, int):
-        if number and float(value).is_integer():
-            return int(value)
-    elif isinstance(old, float):
-        if number:
-            return float(value)
-    elif isinstance(value, type(old)):
-        return value
-    raise TypeError(f"{what} {name!r} expects {type(old).__name__}, got {value!r}")
-
-
-def _check_documented(owner, name, value, what, number):
-    """``check_parameter`` of a parameter that is None now: ``value`` must be None or of
-    the kind ``owner`` documents for ``name`` (anything when it documents none)."""
-    if value is None or owner is None:
-        return value
-    cls = owner if isinstance(owner, type) else type(owner)
-    type_text = documented_parameters(cls).get(name, ("", ""))[0]
-    kind = documented_kind(type_text)
-    if kind is None:
-        return value
-    if kind == "int" and number and isinstance(value, (int, np.integer)):
-        return int(value)
-    if kind == "number" and number:
-        return float(value)
-    if (kind, type(value)) in (("bool", bool), ("str", str), ("dict", dict)):
-        return value
-    raise TypeError(f"{what} {name!r} expects {type_text} (it is None now), got {value!r}")
+# Names this module has always offered (their definitions moved to the modules of their role).
+__all__ = ["Algorithm", "tensors_to_host", "make_adam", "check_parameter", "grad_norm", "grads_finite", "scale_grads",
+           "clip_grad_norm"]

@@ -5,7 +5,7 @@ import torch
 
 from pytorchrl import ACT, BOOTSTRAP_STEP, DISCOUNT, DONE, OBS, OBS2, REW, RHS, TARGET, WEIGHT
 from pytorchrl.agent.accel import accelerated
-from pytorchrl.agent.accel.losses import q_learning
+from pytorchrl.agent.losses import q_learning
 from pytorchrl.agent.accel.off_policy import NumpyDDQNUpdate
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm, numpy_update
@@ -71,6 +71,8 @@ class DDQN(OffPolicyAlgorithm):
 
     name = "DDQN"
     fixed_hyperparameters = OffPolicyAlgorithm.fixed_hyperparameters + ("targets_on_collector",)
+    # The actor holds the exploration rate it acts with: a hot-swap of its schedule reaches it.
+    hyperparameter_effects = OffPolicyAlgorithm.hyperparameter_effects + ("_set_epsilon",)
 
     @property
     def collector_modules(self):
@@ -136,10 +138,6 @@ class DDQN(OffPolicyAlgorithm):
 
     def _set_epsilon(self):
         self.actor.epsilon.fill_(self.epsilon)
-
-    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
-        super().update_algorithm_parameter(parameter_name, new_parameter_value)
-        self._set_epsilon()
 
     def after_update(self):
         super().after_update()

@@ -5,7 +5,7 @@ import copy
 from pytorchrl import ACT, ADV, DONE, LOGP, OBS, RET, RHS, VAL
 from pytorchrl.agent import accel
 from pytorchrl.agent.accel.cuda_graph import graph_accelerator
-from pytorchrl.agent.accel.losses.actor_critic import normalize_advantages, reference_actor_critic
+from pytorchrl.agent.losses.actor_critic import normalize_advantages, reference_actor_critic
 from pytorchrl.agent.accel.on_policy import FusedCategoricalLoss, NumpyActorCriticUpdate
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.actors.on_policy_actor import OnPolicyActor

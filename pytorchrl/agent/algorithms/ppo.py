@@ -1,7 +1,7 @@
 """Proximal Policy Optimization (Schulman et al., 2017), clipped surrogate objective."""
 
 from pytorchrl.agent.accel import accelerated
-from pytorchrl.agent.accel.losses.actor_critic import ppo_policy_loss
+from pytorchrl.agent.losses.actor_critic import ppo_policy_loss
 from pytorchrl.agent.algorithms.on_policy import OnPolicyAlgorithm, actor_critic_accelerators
 
 

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, ADV, IADV, IRET, IREW, IVAL, LOGP, OBS, RET, VAL
-from pytorchrl.agent.accel.losses.actor_critic import normalize_advantages, reference_actor_critic, value_loss
+from pytorchrl.agent.losses.actor_critic import normalize_advantages, reference_actor_critic, value_loss
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.algorithms.on_policy import sequence_args
 from pytorchrl.agent.algorithms.ppo import PPO

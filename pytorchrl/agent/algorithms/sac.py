@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 from pytorchrl.agent.accel import accelerated
-from pytorchrl.agent.accel.losses import q_learning, sac
+from pytorchrl.agent.losses import q_learning, sac
 from pytorchrl.agent.accel.off_policy import NumpySACUpdate
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm, numpy_update

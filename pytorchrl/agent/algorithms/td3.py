@@ -3,7 +3,7 @@
 import torch
 
 from pytorchrl.agent.accel import accelerated
-from pytorchrl.agent.accel.losses import deterministic, q_learning
+from pytorchrl.agent.losses import deterministic, q_learning
 from pytorchrl.agent.accel.off_policy import NumpyTD3Update
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.algorithms.off_policy import OffPolicyAlgorithm, numpy_update

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, OBS, OBS2, REW, RHS, TERM, TRUNC
-from pytorchrl.agent.algorithms.base import check_parameter
+from pytorchrl.agent.factory import check_parameter
 from pytorchrl.agent.factory import ComponentFactory
 
 #: Key of ``insert``'s step dict holding ``{env index: final observation}`` of the

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, ADV, DONE, IADV, IRET, IREW, IVAL, LOGP, OBS, RET, REW, RHS, TERM, TRUNC, TRUNC_VAL, VAL
-from pytorchrl.agent.accel.losses.q_learning import bellman_target
+from pytorchrl.agent.losses.q_learning import bellman_target
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.storages.base import Storage, as_numpy
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, ADV, DONE, IVAL, LOGP, OBS, RET, REW, RHS, TERM, TRUNC, VAL
-from pytorchrl.agent.accel.losses.q_learning import bellman_target
+from pytorchrl.agent.losses.q_learning import bellman_target
 from pytorchrl.agent.factory import ComponentFactory
 from pytorchrl.agent.storages.on_policy import VanillaOnPolicyBuffer, next_values, reverse_scan
 

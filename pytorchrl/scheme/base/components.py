@@ -6,6 +6,9 @@ holds its own, or acts with those of the gradient worker of its process (see
 ``CWorker``'s ``borrow_from``).
 """
 
+from pytorchrl.agent.protocols import (ActorFactory, ActorProtocol, AlgorithmFactory, AlgorithmProtocol,
+                                      StorageFactory, StorageProtocol)
+
 #: Components ``replace_agent_component`` may replace.
 AGENT_COMPONENTS = ("actor", "algo", "storage", "envs_train", "envs_test")
 #: Those a gradient worker holds (the others are a collector's environments).
@@ -18,7 +21,8 @@ def check_component_name(component_name):
         raise ValueError(f"unknown agent component {component_name!r}; valid: {list(AGENT_COMPONENTS)}")
 
 
-def build_agent(device, actor_factory, algo_factory, storage_factory, envs=None):
+def build_agent(device, actor_factory: ActorFactory, algo_factory: AlgorithmFactory, storage_factory: StorageFactory,
+                envs=None) -> tuple[ActorProtocol, AlgorithmProtocol, StorageProtocol]:
     """Build an actor, its algorithm and a storage, in that order (each needs the ones before).
 
     Parameters
@@ -75,5 +79,36 @@ def rebuild_learner_component(holder, component_name, factory, envs=None):
         raise ValueError(f"{component_name!r} is not one of the learner's components {list(LEARNER_COMPONENTS)}")
 
 
+def rebuild_component(worker, component_name, factory, owner=None):
+    """Replace one agent component of the collection worker ``worker`` and rebuild the ones
+    that depend on it (see ``rebuild_learner_component``).
+
+    Parameters
+    ----------
+    worker : CWorker
+        The worker.
+    component_name : str
+        One of ``AGENT_COMPONENTS``.
+    factory : callable
+        Factory of the new component, with that component's factory signature.
+    owner : object or None
+        The gradient worker whose actor and algorithm ``worker`` borrows (see
+        ``CWorker``'s ``borrow_from``): it replaced them already, ``worker`` takes its new ones.
+    """
+    check_component_name(component_name)
+    if owner is not None and component_name in ("actor", "algo"):
+        worker.actor, worker.algo = owner.actor, owner.algo
+        worker.storage.actor = worker.actor
+        worker.storage.algorithm = worker.algo
+    elif component_name in LEARNER_COMPONENTS:
+        rebuild_learner_component(worker, component_name, factory, worker.envs_train)
+    else:
+        old = getattr(worker, component_name)
+        mode = "train" if component_name == "envs_train" else "test"
+        setattr(worker, component_name, factory(worker.device, worker.index_worker, worker.index_parent, mode))
+        if old is not None:
+            old.close()
+
+
 __all__ = ["AGENT_COMPONENTS", "LEARNER_COMPONENTS", "check_component_name", "build_agent",
-           "rebuild_learner_component"]
+           "rebuild_learner_component", "rebuild_component"]

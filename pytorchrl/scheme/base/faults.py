@@ -172,7 +172,7 @@ def _origin(exc):
 def env_error_of(exc):
     """The ``EnvError`` behind ``exc`` (the error itself, or the cause of a Ray task error),
     or None."""
-    from pytorchrl.agent.env import EnvError
+    from pytorchrl.agent.vec_env import EnvError
     origin = _origin(exc)
     return origin if isinstance(origin, EnvError) else None
 

@@ -84,7 +84,7 @@ class WorkerSet:
         self.remote_config = dict(worker_remote_config or default_remote_config())
         self.fault_policy = fault_policy or FaultPolicy()
         self.restarts = RestartBook(self.fault_policy)
-        self._swap_log = []        # (method, args) of the hot-swaps applied, replayed on replacements
+        self._swap_log = []        # ControlRequests of the hot-swaps applied, replayed on replacements
         self._seeds = []
         self._remote_cls = None
         self._remote_device = "cpu"
@@ -200,44 +200,38 @@ class WorkerSet:
         raise WorkerError(f"no {self.role[:-1]} could answer {method}: {'; '.join(causes) or 'there is none'}")
 
     # ------------------------------------------------------------------ failures
-    #: Logged calls that a later call of the same method replaces whatever their arguments
-    #: (a restored collector state is a whole state, not a named parameter).
-    replaced_whole = ("set_collector_state",)
-
-    def log_hot_swap(self, method, args):
-        """Remember a hot-swap sent to every remote worker, to replay it on replacements.
+    def log_hot_swap(self, request):
+        """Remember a hot-swap (a ``ControlRequest``) sent to every remote worker, to replay
+        it on replacements.
 
         A parameter set again replaces its earlier entry unless a component was replaced
-        in between (which may have read the earlier value), so the log stays as long as
-        the number of distinct changes, not of schedule steps.
+        in between (which may have read the earlier value), and a collector state restored
+        again replaces the earlier one, so the log stays as long as the number of distinct
+        changes, not of schedule steps.
 
         Parameters
         ----------
-        method : str
-            The worker method ("update_algorithm_parameter", "update_storage_parameter",
-            "replace_agent_component").
-        args : tuple
-            Its arguments (parameter or component name first).
+        request : ControlRequest
+            The hot-swap sent.
         """
-        args = tuple(args)
-        if method != "replace_agent_component":
-            for j in range(len(self._swap_log) - 1, -1, -1):
-                m, a = self._swap_log[j]
-                if m == "replace_agent_component":
-                    break
-                if m == method and (method in self.replaced_whole or a[0] == args[0]):
-                    del self._swap_log[j]
-                    break
-        self._swap_log.append((method, args))
+        for j in range(len(self._swap_log) - 1, -1, -1):
+            earlier = self._swap_log[j]
+            if earlier.target == "component":
+                break
+            if request.supersedes(earlier):
+                del self._swap_log[j]
+                break
+        self._swap_log.append(request)
 
-    def send_to_remotes(self, method, args):
-        """Call ``method(*args)`` (a hot-swap) on every remote worker, logged first for the
-        replacements (see ``log_hot_swap``); returns the (position, ObjectRef) of each call."""
-        self.log_hot_swap(method, args)
-        return [(i, getattr(w, method).remote(*args)) for i, w in enumerate(self._remote_workers)]
+    def send_to_remotes(self, request):
+        """Hand ``request`` (a hot-swap) to every remote worker's ``handle_control``, logged
+        first for the replacements (see ``log_hot_swap``); returns the (position, ObjectRef)
+        of each call."""
+        self.log_hot_swap(request)
+        return [(i, w.handle_control.remote(request)) for i, w in enumerate(self._remote_workers)]
 
     def hot_swap_log(self):
-        """The hot-swaps replayed on a replacement: a list of (method, args), oldest first."""
+        """The hot-swaps replayed on a replacement: a list of ``ControlRequest``, oldest first."""
         return list(self._swap_log)
 
     def pop_events(self):
@@ -297,7 +291,7 @@ class WorkerSet:
                                    seed)
             self._remote_workers[position] = w
             refs = [w.set_seed.remote(seed)]
-            refs += [getattr(w, method).remote(*args) for method, args in self._swap_log]
+            refs += [w.handle_control.remote(request) for request in self._swap_log]
             refs += list(prepare(w) if prepare is not None else [])
             refs.append(w.ping.remote())
             timeout = self.fault_policy.start_timeout_s

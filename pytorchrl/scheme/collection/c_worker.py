@@ -6,15 +6,18 @@ import numpy as np
 import torch
 
 from pytorchrl import ACT, OBS2, REW, RHS, TERM, TRUNC
-from pytorchrl.agent.env import EnvError
+from pytorchrl.agent.protocols import ActorFactory, AlgorithmFactory, StorageFactory
 from pytorchrl.agent.storages.base import FINAL_OBS
 from pytorchrl.scheme.base.components import (AGENT_COMPONENTS, LEARNER_COMPONENTS, build_agent,  # noqa: F401
-                                              check_component_name, rebuild_learner_component)
+                                              check_component_name, rebuild_component, rebuild_learner_component)
 from pytorchrl.scheme.base.checks import check_int
-from pytorchrl.scheme.base.servers import ServerLost, call_or_lost
+from pytorchrl.scheme.base.servers import ServerLost
 from pytorchrl.scheme.base.worker import Worker, set_worker_threads
+from pytorchrl.scheme.collection.delivery import Deliveries, HeldRollouts, Request
 from pytorchrl.scheme.collection.step_log import StepLog
-from pytorchrl.scheme.transport import pack, payload_bytes, weights_from_wire
+from pytorchrl.scheme.collection.worker_envs import WorkerEnvironments
+from pytorchrl.scheme.control_request import WorkerControlEntries
+from pytorchrl.scheme.transport import payload_bytes, weights_from_wire
 
 
 #: What one rollout is: a fixed number of steps, or whole episodes (see CWorker).
@@ -22,44 +25,6 @@ ROLLOUT_UNITS = ("steps", "episodes")
 #: Where actions come from: the actor, uniform draws from the action space, or a central
 #: inference server (SEED).
 POLICIES = ("learned", "random", "server")
-
-
-#: Rollouts a collector keeps while its actor is not ready to send them (an EXARL agent whose
-#: ``has_data`` stays false) before it says so.
-MAX_HELD_ROLLOUTS = 1000
-
-
-def _concatenate(rollouts):
-    """One rollout of several (dicts of arrays or tensors of shape (M, ...), the storage's
-    ``get_data``), joined along their first axis."""
-    first = rollouts[0]
-    out = {}
-    for key, value in first.items():
-        parts = [r[key] for r in rollouts]
-        if isinstance(value, dict):
-            out[key] = _concatenate(parts)
-        elif isinstance(value, torch.Tensor):
-            out[key] = torch.cat(parts)
-        elif isinstance(value, np.ndarray):
-            out[key] = np.concatenate(parts)
-        else:
-            out[key] = value
-    return out
-
-
-def _server_call(proxy, server, method, args, kind, generation):
-    """``call_or_lost(server, method, args, ...)``, through the node's ``proxy`` when there is
-    one (it passes the call on with those of the node's other collectors); a proxy that died
-    is bypassed."""
-    if proxy is not None:
-        import ray
-        from pytorchrl.scheme.base.faults import worker_died
-        try:
-            return ray.get(proxy.forward.remote(server, kind, generation, method, args))
-        except Exception as exc:  # noqa: BLE001 - only a dead proxy is passed over
-            if not worker_died(exc):
-                raise
-    return call_or_lost(server, method, args, kind, generation)
 
 
 def episodes_per_rollout(rollout_unit, rollout_episodes=None):
@@ -75,7 +40,7 @@ def no_envs(*args, **kwargs):
     return None
 
 
-class CWorker(Worker):
+class CWorker(WorkerEnvironments, WorkerControlEntries, Worker):
     """Worker class handling data collection.
 
     It wraps an actor, an algorithm (for its hyperparameters and what it needs stored), a
@@ -128,7 +93,7 @@ class CWorker(Worker):
         (see ``step_log.STEP_LOG_FIELDS``). None (default): no log. Written where the worker runs.
     weight_board : WeightBoard, ray.actor.ActorHandle or None
         Weights pulled (EXARL's non-blocking async workflow, see
-        ``pytorchrl.scheme.workflows.weight_board``): the worker checks this board for a
+        ``pytorchrl.scheme.servers.weight_board``): the worker checks this board for a
         newer version every ``weight_pull_every`` training steps without waiting for the
         answer, and swaps the weights in between two steps when it comes. None (default):
         weights only arrive with requests (``set_weights``).
@@ -139,7 +104,7 @@ class CWorker(Worker):
         episode start).
     inference_server : InferenceServer, ray.actor.ActorHandle or None
         With ``policy="server"``: the scheme's server (see
-        ``pytorchrl.scheme.workflows.inference_server``); required then, refused otherwise.
+        ``pytorchrl.scheme.servers.inference_server``); required then, refused otherwise.
     borrow_from : object or None
         The gradient worker of this process (anything with ``actor`` and ``algo``
         attributes): this worker acts with its actor and algorithm instead of building its
@@ -175,7 +140,8 @@ class CWorker(Worker):
     ``collector_state`` first, and an algorithm whose statistics hold data skips it).
     """
 
-    def __init__(self, index_worker, index_parent, algo_factory, actor_factory, storage_factory,
+    def __init__(self, index_worker, index_parent, algo_factory: AlgorithmFactory, actor_factory: ActorFactory,
+                 storage_factory: StorageFactory,
                  fraction_samples=1.0, compress_data_to_send=False, train_envs_factory=no_envs,
                  test_envs_factory=no_envs, initial_weights=None, device=None, rollout_unit="steps",
                  policy="learned", step_log_dir=None, weight_board=None, weight_pull_every=None,
@@ -222,7 +188,7 @@ class CWorker(Worker):
                 self.storage = storage_factory(self.device, self.actor, self.algo, self.envs_train)
         self._server_acting = None
         if inference_server is not None:
-            from pytorchrl.scheme.workflows.inference_server import ServerActing, check_server_agent
+            from pytorchrl.scheme.servers.inference_server import ServerActing, check_server_agent
             check_server_agent(self.actor, self.algo)
             self._server_acting = ServerActing(inference_server, inference_generation)
             self.actor.route_acting(self._server_acting)
@@ -250,9 +216,11 @@ class CWorker(Worker):
             self.set_weights(initial_weights, version=0)
         self._board_reader = None
         if weight_board is not None:
-            from pytorchrl.scheme.workflows.weight_board import DEFAULT_PULL_EVERY, BoardReader
+            from pytorchrl.scheme.servers.weight_board import DEFAULT_PULL_EVERY, BoardReader
             self._board_reader = BoardReader(weight_board, weight_pull_every or DEFAULT_PULL_EVERY)
-        self._held = []             # (data, info) of rollouts the actor was not ready to send
+        self._held = HeldRollouts()
+        # Where rollouts go (returned, or sent to a server named by the request).
+        self._deliveries = Deliveries(compress_data_to_send, (index_parent, index_worker))
         self._done = None           # done flags of the last step taken (see ``done``)
         self._weight_swaps = []     # (step, version) of the rollout running
         self._pulled_bytes = 0
@@ -318,7 +286,7 @@ class CWorker(Worker):
             ``rollout_episodes`` when an episode budget has fewer left). None:
             ``rollout_episodes``.
         data_proxy : ray.actor.ActorHandle or None
-            This worker's node proxy (``pytorchrl.scheme.workflows.worker_proxy``): the
+            This worker's node proxy (``pytorchrl.scheme.servers.worker_proxy``): the
             insert into ``replay_server`` or the put into ``queue_server`` is handed to it,
             which passes it on with those of the node's other collectors as one message (a
             proxy found dead is bypassed: the call goes to the server).
@@ -347,6 +315,18 @@ class CWorker(Worker):
             mean and variance of the rollout's observations, when the actor normalises them
             (``ObservationNormalizer.moments``).
         """
+        data, info = self._collect(listen_to, data_to_cpu, weights, version, round_id, max_episodes)
+        if data is not None:
+            delivery, server = self._deliveries.of(replay_server, queue_server)
+            data = delivery.deliver(data, info, Request(pack_data, server, server_generation, data_proxy))
+        if not info.get("paused"):
+            self.iter += 1
+        return data, info
+
+    def _collect(self, listen_to, data_to_cpu, weights, version, round_id, max_episodes):
+        """The rollout of a ``collect_data`` request (arguments as there) and its
+        information: ``(data, info)``, data None when there is nothing to deliver (the
+        rollout is paused by its inference server's death, or held by the actor)."""
         if weights is not None:
             self.set_weights(weights, version)
         self._check_envs()
@@ -394,67 +374,8 @@ class CWorker(Worker):
         ready = getattr(self.actor, "ready_to_send", None)
         if ready is not None:
             # (An EXARL agent's actor: it sends only when the agent has data.)
-            data, info = self._send_when_ready(ready, data, info)
-            if data is None:
-                self.iter += 1
-                return None, info
-        if replay_server is not None or queue_server is not None:
-            # Compressed here and unpacked by the replay server when inserted, or by the
-            # gradient worker when popped: the queue holds what was sent. A queue's rollout
-            # is always packed (numpy arrays): the queue server then never unpickles a
-            # tensor, so its process does without torch (pytorchrl/gc_pause.py).
-            payload = (pack(data, self.compress_data_to_send) if self.compress_data_to_send or queue_server is not None
-                       else data)
-            if replay_server is not None:
-                # (Waits as long as the server's rate limiter says.)
-                outcome, lost = _server_call(data_proxy, replay_server, "insert", (payload, info["version"]), "replay",
-                                             server_generation)
-                info["replay_outcome"] = outcome or "lost"
-            else:
-                # (Waits for room in this worker's queue: back-pressure.)
-                outcome, lost = _server_call(data_proxy, queue_server, "put",
-                                             ((self.index_parent, self.index_worker), payload, info["version"], None,
-                                              len(info["episodes"])), "queue", server_generation)
-                info["queue_outcome"] = outcome or "lost"
-            if payload is not data:
-                info.update(raw_bytes=payload.raw_bytes, sent_bytes=payload.sent_bytes)
-            elif replay_server is not None:
-                info["raw_bytes"] = info["sent_bytes"] = payload_bytes(data)
-            data = None
-        else:
-            lost = None
-            if pack_data or (pack_data is None and self.compress_data_to_send):
-                data = pack(data, self.compress_data_to_send)
-                info.update(raw_bytes=data.raw_bytes, sent_bytes=data.sent_bytes)
-        if lost is not None:
-            info["server_lost"] = lost
-        self.iter += 1
+            return self._held.gate(ready, data, info, self.index_worker, self.update_every)
         return data, info
-
-    def _send_when_ready(self, ready, data, info):
-        """``(data, info)`` to send: the rollout with those kept before it, once the actor's
-        ``ready_to_send(data)`` says so; until then ``(None, report)``, the rollout kept and
-        the report saying so (``held`` True, no samples and no episodes: they are reported
-        with the rollout that sends them, so counts and budgets see them once)."""
-        if not ready(data):
-            self._held.append((data, info))
-            if len(self._held) > MAX_HELD_ROLLOUTS:
-                raise ValueError(f"the actor's agent said it has no data to send (ExaAgent.has_data) after "
-                                 f"{MAX_HELD_ROLLOUTS} rollouts of {self.update_every} steps: a collector sends "
-                                 f"only when it has; make has_data true once the agent remembers experiences")
-            report = dict(collected_samples=0, steps=0, col_time=info["col_time"], version=info["version"],
-                          episodes=[], index_worker=self.index_worker, cut=False, held=True)
-            if "TestReward" in info:
-                report["TestReward"] = info["TestReward"]
-            return None, report
-        if not self._held:
-            return data, info
-        held, self._held = self._held + [(data, info)], []
-        merged = dict(info, collected_samples=sum(i["collected_samples"] for _, i in held),
-                      steps=sum(i["steps"] for _, i in held), col_time=sum(i["col_time"] for _, i in held),
-                      version=held[0][1]["version"], episodes=[e for _, i in held for e in i["episodes"]],
-                      cut=any(i["cut"] for _, i in held))
-        return _concatenate([d for d, _ in held]), merged
 
     def _rollout_version(self, first_version):
         """Weight version of the rollout just collected: ``first_version`` (the actor's when
@@ -507,51 +428,6 @@ class CWorker(Worker):
         col_time, _, _ = self._guarded(self._rollout, "envs_train", int(steps), None, self.rollout_episodes)
         eps = self.envs_train.pop_finished_episodes()
         return col_time, (float(np.mean([r for r, _ in eps])) if eps else float("nan"))
-
-    # ------------------------------------------------------------ env failures
-    def _guarded(self, fn, component, *args):
-        """Run ``fn(*args)``; an EnvError it raises is tagged with the failed ``component``
-        and remembered: the environments are in an unknown state until ``restart_envs``."""
-        try:
-            return fn(*args)
-        except EnvError as exc:
-            exc.component = component
-            self._env_failure = exc
-            raise
-
-    def _check_envs(self):
-        """Refuse to collect with environments that failed and were not rebuilt (a request
-        queued behind the failed one fails at once instead of stepping broken envs)."""
-        failed = self._env_failure
-        if failed is not None:
-            err = EnvError(f"{failed} (not rebuilt yet)")
-            err.component = failed.component
-            raise err
-
-    def restart_envs(self, component="envs_train"):
-        """Rebuild the ``component`` environments ("envs_train" or "envs_test") with the
-        factory they were built with, after they failed.
-
-        The rollout they were producing is dropped: the next one starts from the new
-        environments' first observations (and the actor's initial state).
-
-        Returns
-        -------
-        str
-            The component rebuilt.
-        """
-        if component not in self._env_factories:
-            raise ValueError(f"restart_envs: component must be 'envs_train' or 'envs_test', got {component!r}")
-        old = getattr(self, component)
-        setattr(self, component, None)
-        if old is not None:
-            try:
-                old.close()
-            except Exception:  # noqa: BLE001 - a broken env may fail to close; it is dropped anyway
-                pass
-        self.replace_agent_component(component, self._env_factories[component])
-        self._env_failure = None
-        return component
 
     def interrupt(self, round_id=None, min_steps=0):
         """Ask the ``collect_data(listen_to=["sync"], round_id=round_id)`` call to stop at a step
@@ -693,50 +569,6 @@ class CWorker(Worker):
             self._step_log.close()
             self._step_log = None
 
-    def _random_actions(self, like):
-        """One uniform draw of the action space per environment, shaped and typed as the
-        actor's actions ``like`` (the storage's buffers are sized by them)."""
-        space = self.envs_train.action_space
-        draws = np.stack([np.asarray(space.sample()) for _ in range(self.envs_train.num_envs)])
-        return draws.reshape(np.shape(like)).astype(np.asarray(like).dtype, copy=False)
-
-    # ---------------------------------------------------------------- evaluation
-    def evaluate(self, num_episodes=None, deterministic=True):
-        """Run the current policy on the test environments.
-
-        Parameters
-        ----------
-        num_episodes : int or None
-            Episodes to run (default: the algorithm's ``num_test_episodes``).
-        deterministic : bool
-            Greedy actions (mode of the policy) instead of sampled ones.
-
-        Returns
-        -------
-        float
-            Mean return over the episodes.
-        """
-        envs = self.envs_test
-        if envs is None:
-            raise ValueError("evaluate() needs test environments (test_envs_factory)")
-        n = int(num_episodes or self.algo.num_test_episodes)
-        quota = -(-n // envs.num_envs)   # episodes per env: every env contributes equally
-        returns = [[] for _ in range(envs.num_envs)]
-        obs = envs.reset_numpy()
-        envs.pop_finished_episodes()
-        state = self.actor.initial_state(envs.num_envs)
-        while sum(min(len(r), quota) for r in returns) < n:
-            env_action, _, state = self.actor.act(obs, state, deterministic=deterministic)
-            obs, _, _, _, final_obs = envs.step_numpy(env_action)
-            if final_obs:
-                finished = envs.pop_finished_episodes()
-                for i, (ret, _) in zip(sorted(final_obs), finished):
-                    returns[i].append(ret)
-                if state is not None:
-                    state = self.actor.reset_state(state, list(final_obs))
-        picked = [r for env_returns in returns for r in env_returns[:quota]][:n]
-        return float(np.mean(picked))
-
     # ----------------------------------------------------------------- control
     def set_inference_server(self, server, generation):
         """Act through ``server`` (of ``generation``), the replacement of a dead inference
@@ -771,39 +603,32 @@ class CWorker(Worker):
         RND's statistics), for checkpoints."""
         return self.algo.collector_state()
 
-    def set_collector_state(self, state):
-        """Restore a ``get_collector_state`` (a resumed run): before the first rollout, it
-        makes the algorithm skip its warm-up.
+    def handle_control(self, request):
+        """Apply ``request`` (a ``ControlRequest``) to this worker.
 
-        Parameters
-        ----------
-        state : dict or None
-            What ``get_collector_state`` returned.
+        An algorithm parameter is set unless the algorithm is borrowed (its owner, the
+        gradient worker of this process, set it); a collector state (``get_collector_state``
+        of a resumed run) makes the algorithm skip its warm-up before the first rollout; a
+        component ("actor", "algo", "storage", "envs_train" or "envs_test") is rebuilt from
+        the request's factory. Returns the parameter's value now, True for a collector
+        state, or the replaced component's name.
         """
-        self.algo.load_collector_state(state)
-        return True
+        if request.target == "algorithm":
+            if self._owner is None:   # a borrowed algorithm was changed by its owner
+                self.algo.update_algorithm_parameter(request.name, request.value)
+            return getattr(self.algo, request.name)
+        if request.target == "storage":
+            self.storage.update_storage_parameter(request.name, request.value)
+            return getattr(self.storage, request.name)
+        if request.target == "collector_state":
+            self.algo.load_collector_state(request.value)
+            return True
+        return self._replace_component(request.name, request.value)
 
-    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
-        """Change a hyperparameter of this worker's algorithm (see Algorithm.update_algorithm_parameter)."""
-        if self._owner is None:   # a borrowed algorithm was changed by its owner
-            self.algo.update_algorithm_parameter(parameter_name, new_parameter_value)
-        return getattr(self.algo, parameter_name)
-
-    def update_storage_parameter(self, parameter_name, new_parameter_value):
-        """Change a parameter of this worker's storage (see the storage's update_storage_parameter)."""
-        self.storage.update_storage_parameter(parameter_name, new_parameter_value)
-        return getattr(self.storage, parameter_name)
-
-    def replace_agent_component(self, component_name, new_component_factory):
-        """Replace ``actor``, ``algo``, ``storage``, ``envs_train`` or ``envs_test`` with a new one.
-
-        Parameters
-        ----------
-        component_name : str
-            Which component to replace.
-        new_component_factory : callable
-            Factory of the new component, with that component's factory signature.
-        """
+    def _replace_component(self, component_name, new_component_factory):
+        """Rebuild component ``component_name`` from ``new_component_factory``, and what
+        depends on it here (the rollout under way, the acting route, the warm-up, the
+        recurrent state)."""
         rebuild_component(self, component_name, new_component_factory, self._owner)
         if component_name != "envs_test":
             # A rollout paused by its server's death belonged to the components replaced.
@@ -838,34 +663,3 @@ class CWorker(Worker):
         for envs in (self.envs_train, self.envs_test):
             if envs is not None:
                 envs.close()
-
-
-def rebuild_component(worker, component_name, factory, owner=None):
-    """Replace one agent component of the collection worker ``worker`` and rebuild the ones
-    that depend on it (see ``rebuild_learner_component``).
-
-    Parameters
-    ----------
-    worker : CWorker
-        The worker.
-    component_name : str
-        One of ``AGENT_COMPONENTS``.
-    factory : callable
-        Factory of the new component, with that component's factory signature.
-    owner : object or None
-        The gradient worker whose actor and algorithm ``worker`` borrows (see
-        ``CWorker``'s ``borrow_from``): it replaced them already, ``worker`` takes its new ones.
-    """
-    check_component_name(component_name)
-    if owner is not None and component_name in ("actor", "algo"):
-        worker.actor, worker.algo = owner.actor, owner.algo
-        worker.storage.actor = worker.actor
-        worker.storage.algorithm = worker.algo
-    elif component_name in LEARNER_COMPONENTS:
-        rebuild_learner_component(worker, component_name, factory, worker.envs_train)
-    else:
-        old = getattr(worker, component_name)
-        mode = "train" if component_name == "envs_train" else "test"
-        setattr(worker, component_name, factory(worker.device, worker.index_worker, worker.index_parent, mode))
-        if old is not None:
-            old.close()

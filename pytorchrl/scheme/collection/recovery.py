@@ -8,7 +8,7 @@ restart is counted in the set's ``RestartBook`` and reported by ``pop_events`` (
 flight is the collection policy's part (``CWorkerSet``).
 """
 
-from pytorchrl.agent.env import EnvError
+from pytorchrl.agent.vec_env import EnvError
 from pytorchrl.scheme.base.faults import WorkerFailure, death_cause, env_error_of, gather, raise_failure, worker_died
 
 

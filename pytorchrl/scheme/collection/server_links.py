@@ -68,7 +68,7 @@ class ServerLinks:
         self.stash = []      # (data, info) of reports whose server died, handed over by the next collect
         self._sent = {}      # ref -> queue server generation it carries
         if queues is not None:
-            from pytorchrl.scheme.workflows.queues import QueueLedger
+            from pytorchrl.scheme.servers.queues import QueueLedger
             self.ledger = QueueLedger()
             self.ledger.generation = self.generations["queue"]
             stats.update(lost_rollouts=0, lost_episodes=0)

@@ -49,7 +49,7 @@ class WeightDistribution:
             from pytorchrl.scheme.base.servers import ServerClient
             self._server_client = ServerClient(inference_server, kind="inference")
         if board is not None:
-            from pytorchrl.scheme.workflows.weight_board import BoardPublisher
+            from pytorchrl.scheme.servers.weight_board import BoardPublisher
             self.publisher = BoardPublisher(board, get_weights)
         self._server_version = None  # version of the weights the inference server holds
 
@@ -117,7 +117,7 @@ class WeightDistribution:
     def stop(self):
         """End the weight board (idempotent)."""
         if self.publisher is not None:
-            from pytorchrl.scheme.workflows.weight_board import stop_remote_board
+            from pytorchrl.scheme.servers.weight_board import stop_remote_board
             stop_remote_board(self.publisher.board)
             self.publisher = None
 

@@ -11,10 +11,11 @@ from pytorchrl.scheme.base.components import (LEARNER_COMPONENTS, build_agent, c
                                               rebuild_learner_component)
 from pytorchrl.scheme.base.worker import Worker, set_worker_threads
 from pytorchrl.scheme.collection.c_worker_set import EpisodeBudgetSpent
+from pytorchrl.scheme.control_request import WorkerControlEntries
 from pytorchrl.scheme.transport import pack, unpack, weights_from_wire
 
 
-class GWorker(Worker):
+class GWorker(WorkerControlEntries, Worker):
     """Worker class handling gradient computation.
 
     It owns the learner's actor, algorithm and storage, built from the agent factories
@@ -72,19 +73,19 @@ class GWorker(Worker):
         self._round_info = None
         self._dist = False
         # Replay-server data path: mini-batches come from the scheme's server instead of
-        # this worker's storage (see pytorchrl.scheme.workflows.replay_server).
+        # this worker's storage (see pytorchrl.scheme.servers.replay_server).
         self._data_path = None
         if getattr(self.col_workers, "replay_server", None) is not None:
-            from pytorchrl.scheme.workflows.replay_server import ReplayDataPath
+            from pytorchrl.scheme.servers.replay_server import ReplayDataPath
             self._data_path = ReplayDataPath(self.col_workers.replay_server, lambda: self.algo.mini_batch_size,
                                              self.device, local_collection=not self.col_workers.remote_workers(),
                                              generation=self.col_workers.servers.generations["replay"],
                                              counts=self.col_workers.stats)
         # Queue data path: rollouts are popped from the scheme's queue server into this
-        # worker's storage (see pytorchrl.scheme.workflows.queues).
+        # worker's storage (see pytorchrl.scheme.servers.queues).
         self._queue_path = None
         if getattr(self.col_workers, "queues", None) is not None and self.col_workers.remote_workers():
-            from pytorchrl.scheme.workflows.queues import QueueDataPath
+            from pytorchrl.scheme.servers.queues import QueueDataPath
             self._queue_path = QueueDataPath(self.col_workers.queues, index_worker,
                                              ledger=self.col_workers.servers.ledger)
 
@@ -538,35 +539,27 @@ class GWorker(Worker):
         """The collector state a checkpoint keeps (``CWorkerSet.collector_state``)."""
         return self.col_workers.collector_state()
 
-    def set_collector_state(self, state):
-        """Give ``state`` (``collector_state``) to every collection worker."""
-        return self.col_workers.set_collector_state(state)
+    def handle_control(self, request):
+        """Apply ``request`` (a ``ControlRequest``) to this worker's algorithm or storage, or
+        replace one of its components (the actor, algorithm or storage), then hand it to
+        every collection worker; returns the local collection worker's result.
 
-    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
-        """Change an algorithm hyperparameter here and on every collection worker."""
-        self.algo.update_algorithm_parameter(parameter_name, new_parameter_value)
-        return self.col_workers.apply_to_all("update_algorithm_parameter", parameter_name, new_parameter_value)
-
-    def update_storage_parameter(self, parameter_name, new_parameter_value):
-        """Change a storage parameter here and on every collection worker."""
-        self.storage.update_storage_parameter(parameter_name, new_parameter_value)
-        return self.col_workers.apply_to_all("update_storage_parameter", parameter_name, new_parameter_value)
-
-    def replace_agent_component(self, component_name, new_component_factory):
-        """Replace an agent component here (the actor, algorithm or storage) and on every
-        collection worker.
-
-        The data of the current round is dropped (it may not fit the new component); the
-        next step collects a new round.
+        A replaced component drops the data of the current round (it may not fit the new
+        component); the next step collects a new round.
         """
-        # Refused requests change nothing, here or on the collectors.
-        check_component_name(component_name)
-        self.col_workers.check_control("replace_agent_component", (component_name, new_component_factory))
-        self._batches = None
-        self.storage.clear()
-        if component_name in LEARNER_COMPONENTS:
-            rebuild_learner_component(self, component_name, new_component_factory)
-        return self.col_workers.apply_to_all("replace_agent_component", component_name, new_component_factory)
+        if request.target == "algorithm":
+            self.algo.update_algorithm_parameter(request.name, request.value)
+        elif request.target == "storage":
+            self.storage.update_storage_parameter(request.name, request.value)
+        elif request.target == "component":
+            # Refused requests change nothing, here or on the collectors.
+            check_component_name(request.name)
+            self.col_workers.check_control(request)
+            self._batches = None
+            self.storage.clear()
+            if request.name in LEARNER_COMPONENTS:
+                rebuild_learner_component(self, request.name, request.value)
+        return self.col_workers.handle_control(request)
 
     def get_hyperparameters(self):
         """Parameters of this worker's learner components, then of each of its collection

@@ -10,10 +10,11 @@ from pytorchrl.scheme.base.checks import check_communication
 from pytorchrl.scheme.base.faults import InFlight, death_cause, drain, failure_of, gather, raise_failure, worker_died
 from pytorchrl.scheme.base.servers import server_lost_of
 from pytorchrl.scheme.base.worker import Worker
+from pytorchrl.scheme.control_request import WorkerControlEntries
 from pytorchrl.scheme.transport import WeightBroadcast
 
 
-class UWorker(Worker):
+class UWorker(WorkerControlEntries, Worker):
     """Update worker: one ``step`` is one update of the policy.
 
     - One gradient worker (local): it computes a mini-batch gradient and the update is
@@ -391,7 +392,7 @@ class UWorker(Worker):
         """Wait (at most ``POP_POLL_S``) for a rollout in the queue server; a server found
         dead meanwhile is replaced (the next step asks the gradient workers again)."""
         from pytorchrl.scheme.base.servers import ServerClient, ServerLost
-        from pytorchrl.scheme.workflows.queues import POP_POLL_S, QueueServer
+        from pytorchrl.scheme.servers.queues import POP_POLL_S, QueueServer
         client = ServerClient(self.queue_server, remote=not isinstance(self.queue_server, QueueServer), kind="queue",
                               generation=self._queue_generation)
         try:
@@ -580,47 +581,24 @@ class UWorker(Worker):
             return self.local_worker.collector_state()
         return self.grad_workers.first_answer("collector_state")
 
-    def set_collector_state(self, state):
-        """Give ``state`` (``collector_state``) to every collector of the scheme."""
-        return self._apply_everywhere("set_collector_state", state)
-
     # ------------------------------------------------------------------ control
-    def _apply_everywhere(self, method, *args):
-        """Call ``method(*args)`` on every gradient worker (each forwards it to its
-        collectors); in-flight asynchronous gradients are awaited first so that the change
-        lands between updates."""
-        result = getattr(self.local_worker, method)(*args)
-        remotes = self.grad_workers.remote_workers()
-        if remotes:
-            # Logged for replacements (which get it with the replay, so a worker found dead
-            # now is simply replaced).
-            outcomes = gather([ref for _, ref in self.grad_workers.send_to_remotes(method, args)])
-            self._raise_failures(outcomes)
-            self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
-        return result
-
-    def update_algorithm_parameter(self, parameter_name, new_parameter_value):
-        """Change an algorithm hyperparameter on every worker of the scheme; returns the value set."""
-        return self._apply_everywhere("update_algorithm_parameter", parameter_name, new_parameter_value)
-
-    def update_storage_parameter(self, parameter_name, new_parameter_value):
-        """Change a storage parameter on every worker of the scheme; returns the value set."""
-        return self._apply_everywhere("update_storage_parameter", parameter_name, new_parameter_value)
-
-    def replace_agent_component(self, component_name, new_component_factory):
-        """Replace an agent component on every worker of the scheme.
+    def handle_control(self, request):
+        """Apply ``request`` (a ``ControlRequest``) on every gradient worker of the scheme,
+        which forwards it to its collectors; returns the local gradient worker's result.
 
         A new actor (or algorithm) starts a new weight version: the local worker's weights
         are sent to every gradient worker (and, with them, to every collector), so that all
         continue from the same weights. Gradients in flight are discarded.
         """
+        if request.target != "component":
+            return self._apply_everywhere(request)
         self.sync_local_weights()
         # (The gradients in flight are computed before the replacement reaches their workers
         # anyway: waited for and dropped.)
         drain(list(self._in_flight), timeout=None)
         self._in_flight = InFlight()
-        result = self._apply_everywhere("replace_agent_component", component_name, new_component_factory)
-        if component_name in ("actor", "algo"):
+        result = self._apply_everywhere(request)
+        if request.name in ("actor", "algo"):
             self.local_worker.publish()
             self.local_worker.set_weights(self.local_worker.get_weights(), self.version + 1)
             self.broadcast.invalidate()
@@ -630,6 +608,19 @@ class UWorker(Worker):
                 outcomes = gather([w.set_weights.remote(weights, self.version) for w in remotes])
                 self._raise_failures(outcomes)
                 self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
+        return result
+
+    def _apply_everywhere(self, request):
+        """Hand ``request`` to every gradient worker (each forwards it to its collectors);
+        returns the local one's result."""
+        result = self.local_worker.handle_control(request)
+        remotes = self.grad_workers.remote_workers()
+        if remotes:
+            # Logged for replacements (which get it with the replay, so a worker found dead
+            # now is simply replaced).
+            outcomes = gather([ref for _, ref in self.grad_workers.send_to_remotes(request)])
+            self._raise_failures(outcomes)
+            self._handle_deaths({i: exc for i, (_, exc) in enumerate(outcomes) if exc is not None})
         return result
 
     def get_hyperparameters(self):
