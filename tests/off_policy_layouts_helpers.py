@@ -18,13 +18,14 @@ SAC_KW = dict(lr_q=1e-3, lr_pi=1e-3, lr_alpha=1e-3, gamma=0.99, polyak=0.99, num
               start_steps=100, mini_batch_size=32, test_every=10 ** 9, num_test_episodes=1)
 
 
-def factories(algo, restart_model=None, **overrides):
+def factories(algo, restart_model=None, actor_kw=None, **overrides):
     env_id = "CartPole-v1" if algo == "DDQN" else "Pendulum-v1"
     train, action_space, obs_space = VecEnv.create_factory(make_gym_env, {"env_id": env_id}, vec_env_size=1, seed=0)
     cls, kw = (DDQN, DDQN_KW) if algo == "DDQN" else (SAC, SAC_KW)
     algo_factory, name = cls.create_factory(**{**kw, **overrides})
     actor_factory = OffPolicyActor.create_factory(obs_space, action_space, name, restart_model=restart_model,
-                                                  common_feature_extractor_kwargs={"hidden_sizes": [32, 32]})
+                                                  common_feature_extractor_kwargs={"hidden_sizes": [32, 32]},
+                                                  **(actor_kw or {}))
     return dict(algo_factory=algo_factory, actor_factory=actor_factory,
                 storage_factory=ReplayBuffer.create_factory(size=10_000), train_envs_factory=train)
 

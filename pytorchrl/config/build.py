@@ -183,7 +183,9 @@ def build_actor_factory(config, obs_space, action_space, algorithm_name):
         noise_kwargs={"sigma": actor["noise_sigma"]}, dueling=actor["dueling"], restart_model=actor["restart_model"],
         recurrent_net=actor["recurrent_net"], sequence_overlap=actor["sequence_overlap"],
         recurrent_net_kwargs={"hidden_size": actor["recurrent_hidden_size"]} if actor["recurrent_net"] else None,
-        precision=actor["precision"], **normalization)
+        precision=actor["precision"], use_sde=actor["use_sde"], log_std_init=actor["sde_log_std_init"],
+        sde_sample_freq=actor["sde_sample_freq"], full_std=actor["sde_full_std"], use_expln=actor["sde_use_expln"],
+        **normalization)
 
 
 #: Smallest image side the CNN of ``actor.feature_extractor: cnn`` takes.

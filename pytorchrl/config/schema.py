@@ -56,6 +56,8 @@ FEATURE_EXTRACTORS = {name: get_feature_extractor(name) for name in ("mlp", "cnn
 #: other family they are refused (they would have no effect).
 ON_POLICY_ACTOR_KEYS = ("shared_policy_value_network", "ortho_init", "log_std_init")
 OFF_POLICY_ACTOR_KEYS = ("noise", "noise_sigma", "num_critics", "dueling", "sequence_overlap")
+#: gSDE's keys (SAC only); without ``use_sde`` the others are refused.
+SDE_ACTOR_KEYS = ("use_sde", "sde_log_std_init", "sde_sample_freq", "sde_full_std", "sde_use_expln")
 
 #: Keys accepted in ``scheme.*_workers_resources``: the arguments of ``Worker.as_remote``.
 RESOURCE_KEYS = tuple(n for n in inspect.signature(Worker.as_remote).parameters if n != "cls")
@@ -215,6 +217,16 @@ SECTIONS = {
         "noise_sigma": Key("number", 0.1, "Scale of that noise, in units of half the action range "
                                           "(DDPG, TD3).", low=0.0),
         "num_critics": derived(OffPolicyActor, "num_critics", low=1),
+        "use_sde": derived(OffPolicyActor, "use_sde",
+                           doc="SAC with Box actions: explore with gSDE (generalized state-dependent exploration, "
+                               "Stable-Baselines3's use_sde): a noise linear in the policy's last hidden layer, "
+                               "with exploration weights drawn per environment and held for a rollout "
+                               "(sde_sample_freq) and a learned log_std sent with the weights. Other algorithms "
+                               "refuse it, so does an inference server; the sde_* keys need it."),
+        "sde_log_std_init": derived(OffPolicyActor, "log_std_init"),
+        "sde_sample_freq": derived(OffPolicyActor, "sde_sample_freq", low=-1),
+        "sde_full_std": derived(OffPolicyActor, "full_std"),
+        "sde_use_expln": derived(OffPolicyActor, "use_expln"),
         "normalize_observations": Key("bool", False, "Normalise the observations at the actor's input with running "
                                                      "mean and variance (as stable-baselines3's VecNormalize), in "
                                                      "acting, evaluation and training alike: the float entries "

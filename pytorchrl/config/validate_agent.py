@@ -135,6 +135,20 @@ def check_families(config, raw):
         raise ConfigError("actor.dueling", f"a dueling Q-network is for DDQN, not {algo}")
     if given.get("noise") is not None and algo not in ("DDPG", "TD3"):
         raise ConfigError("actor.noise", f"exploration noise is for DDPG and TD3; {algo} explores otherwise")
+    _check_sde_keys(config, given, algo)
+
+
+def _check_sde_keys(config, given, algo):
+    """Refuse gSDE (``actor.use_sde``) for another algorithm than SAC, and its settings
+    (``actor.sde_*``) given a value of their own without it: they would have no effect."""
+    if config["actor"]["use_sde"] and algo != "SAC":
+        raise ConfigError("actor.use_sde", f"gSDE is served for SAC's Gaussian policy, not for {algo}")
+    if config["actor"]["sde_sample_freq"] == 0:
+        raise ConfigError("actor.sde_sample_freq", "must be -1 (new exploration weights with each rollout) or >= 1")
+    if not config["actor"]["use_sde"]:
+        for key in schema.SDE_ACTOR_KEYS[1:]:
+            if key in given and given[key] != SECTIONS["actor"][key].default:
+                raise ConfigError(f"actor.{key}", "configures gSDE; it has no effect without actor.use_sde: true")
 
 
 def check_normalization(config):

@@ -223,6 +223,25 @@ def test_remote_collectors_act_with_the_learners_exploration(ray_for_module, lay
         learner.stop()
 
 
+@pytest.mark.parametrize("layout", [p[1] for p in LAYOUTS[:2]], ids=[p[0] for p in LAYOUTS[:2]])
+def test_remote_collectors_explore_with_gsde_and_the_learners_log_std(ray_for_module, layout):
+    """SAC with gSDE: remote collectors are sent the trained log_std with the policy (their
+    exploration weights are their own, drawn at every rollout), and the run trains."""
+    import ray
+    torch.manual_seed(0)
+    scheme = build_scheme("SAC", layout, actor_kw={"use_sde": True, "log_std_init": -2.0}, start_steps=0)
+    learner = Learner(scheme, target_steps=BUDGET["SAC"])
+    try:
+        infos = run(learner)
+        assert infos and all(math.isfinite(i["LossPi"]) for i in infos)
+        for handle in remote_collectors(scheme):
+            weights = ray.get(handle.get_weights.remote())
+            assert ray.get(handle.get_hyperparameters.remote())["version"] >= 1
+            assert not torch.all(weights["sde_head.log_std"] == -2.0)     # trained, then sent
+    finally:
+        learner.stop()
+
+
 # --------------------------------------------------------------- step accounting
 
 

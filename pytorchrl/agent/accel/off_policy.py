@@ -106,6 +106,8 @@ class NumpyOffPolicyActing:
             return None, f"device {actor.device}"
         if actor.is_recurrent:
             return None, "recurrent actor (memory state)"
+        if actor.use_sde:
+            return None, "gSDE exploration (numpy acts with the Gaussian policy of SAC)"
         obs_net, net = ((actor.critic_obs_net, actor.critics) if actor.policy_kind is None
                         else (actor.policy_obs_net, actor.policy_net))
         if obs_net is not None:
@@ -353,6 +355,8 @@ class NumpySACUpdate(_NumpyUpdate):
         actor = algo.actor
         if actor.discrete:
             return None, "Discrete actions (numpy runs SAC on Box actions)"
+        if actor.use_sde:
+            return None, "gSDE policy (numpy runs SAC's Gaussian policy)"
         reason = cls._actor_critic_reason(algo, (actor.critics, actor.policy_net, algo.target.critics))
         if reason is not None:
             return None, reason

@@ -150,6 +150,17 @@ class Actor(nn.Module):
         ended) set back to the initial state. Feed-forward actors return it unchanged."""
         return state
 
+    def reset_noise(self, num_envs=1):
+        """Draw new exploration noise that is held for many steps (gSDE's exploration
+        weights), one per environment. Collectors call it at the start of every rollout;
+        actors without such noise do nothing.
+
+        Parameters
+        ----------
+        num_envs : int
+            Environments the next ``act`` calls act for.
+        """
+
     @property
     def is_recurrent(self):
         """True when the actor has a recurrent memory: its state is re-run over sequences

@@ -9,7 +9,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from pytorchrl.agent.losses import sac
 from pytorchrl.agent.accel.sampling import gaussian_entropy, gaussian_log_density
+from pytorchrl.agent.accel.xp import TORCH
 
 
 class CategoricalHead(nn.Module):
@@ -230,3 +232,96 @@ class BernoulliHead(nn.Module):
         """The policy at ``features`` as ``Independent(Bernoulli, 1)`` (batch shape (B,))."""
         bern = torch.distributions.Bernoulli(logits=self.linear(features), validate_args=False)
         return torch.distributions.Independent(bern, 1, validate_args=False)
+
+
+class StateDependentNoiseHead(nn.Module):
+    """Generalized state-dependent exploration (gSDE; Raffin et al., 2021) of a tanh-squashed
+    Gaussian policy, as Stable-Baselines3's SAC defines it.
+
+    The action before the squash is ``u = mean(latent) + latent @ W``: the exploration
+    weights ``W`` (latent_dim, action_dim) are drawn from N(0, std) and kept for many steps,
+    so the noise is a smooth function of the state instead of independent at every step.
+    Given the latent features, ``u`` is Gaussian with the variance ``(latent^2) @ std^2``
+    (+ ``epsilon``). Gradients flow through the latent features into the network below
+    (SB3's SAC learns them: ``learn_features=True``) and through ``std`` into ``log_std``.
+
+    Parameters
+    ----------
+    latent_dim : int
+        Size of the latent features (the policy network's last hidden layer).
+    action_dim : int
+        Dimension of the action.
+    log_std_init : float
+        Initial value of every entry of ``log_std``.
+    full_std : bool
+        True: one log standard deviation per (latent feature, action dimension) pair;
+        False: one per latent feature, shared by the action dimensions.
+    use_expln : bool
+        Map ``log_std`` to the standard deviation with ``expln`` (``exp`` below 0,
+        ``log1p(x) + 1`` above: it grows slowly) instead of ``exp``.
+    clip_mean : float
+        The mean is clipped to [-clip_mean, clip_mean] (a hard tanh) before the squash;
+        0: not clipped.
+    epsilon : float
+        Added to the variance (and to ``expln``'s argument) for numerical safety.
+    """
+
+    def __init__(self, latent_dim, action_dim, log_std_init=-3.0, full_std=True, use_expln=False, clip_mean=2.0,
+                 epsilon=1e-6):
+        super().__init__()
+        self.latent_dim, self.action_dim = int(latent_dim), int(action_dim)
+        self.full_std, self.use_expln = bool(full_std), bool(use_expln)
+        self.clip_mean, self.epsilon = float(clip_mean), float(epsilon)
+        self.mu = nn.Linear(self.latent_dim, self.action_dim)
+        columns = self.action_dim if self.full_std else 1
+        self.log_std = nn.Parameter(torch.full((self.latent_dim, columns), float(log_std_init)))
+
+    def std(self):
+        """Standard deviations (latent_dim, action_dim) of the exploration weights."""
+        log_std = self.log_std
+        if self.use_expln:
+            # torch.where evaluates both branches: each reads a clamped input so that
+            # neither produces an infinite value (or gradient) on the side it does not serve.
+            below = torch.exp(log_std.clamp(max=0.0))
+            above = torch.log1p(log_std.clamp(min=0.0) + self.epsilon) + 1.0
+            std = torch.where(log_std <= 0, below, above)
+        else:
+            std = torch.exp(log_std)
+        return std if self.full_std else std.expand(self.latent_dim, self.action_dim)
+
+    def mean(self, latent):
+        """Mean (B, action_dim) of the Gaussian before the squash."""
+        m = self.mu(latent)
+        return F.hardtanh(m, -self.clip_mean, self.clip_mean) if self.clip_mean > 0 else m
+
+    def sample(self, latent, eps):
+        """A squashed sample and its log-probability.
+
+        Parameters
+        ----------
+        latent : torch.Tensor
+            Latent features (B, latent_dim).
+        eps : torch.Tensor
+            Standard normal draws of the exploration weights: (latent_dim, action_dim),
+            one matrix for every row, or (B, latent_dim, action_dim), one per row (an
+            environment each). The weights are ``eps * std()``: gradients reach
+            ``log_std`` through them (reparametrization).
+
+        Returns
+        -------
+        (torch.Tensor, torch.Tensor)
+            The action ``tanh(u)`` (B, action_dim) in [-1, 1] and its log-probability
+            (B, 1) with the tanh correction.
+        """
+        std = self.std()
+        mean = self.mean(latent)
+        weights = eps * std
+        noise = latent @ weights if weights.dim() == 2 else torch.bmm(latent.unsqueeze(1), weights).squeeze(1)
+        u = mean + noise
+        return torch.tanh(u), self.log_prob_unsquashed(latent, mean, std, u) - sac.tanh_log_det(TORCH, u)
+
+    def log_prob_unsquashed(self, latent, mean, std, u):
+        """Log-density (B, 1) of pre-squash actions ``u`` (B, action_dim) under the Gaussian
+        of mean ``mean`` and variance ``(latent^2) @ std^2 + epsilon``."""
+        log_sigma = 0.5 * torch.log((latent * latent) @ (std * std) + self.epsilon)
+        return gaussian_log_density((u - mean) * torch.exp(-log_sigma), log_sigma)

@@ -8,7 +8,10 @@ The networks an algorithm needs are built for it:
   the action bounds, explored with Gaussian or Ornstein-Uhlenbeck noise, and critics
   Q(s, a).
 - ``SAC`` (``num_critics``): a stochastic policy (tanh-squashed Gaussian for Box actions,
-  categorical for Discrete ones) and critics Q(s, a) (Q(s) per action when discrete).
+  categorical for Discrete ones) and critics Q(s, a) (Q(s) per action when discrete). With
+  ``use_sde`` the Box policy explores with generalized state-dependent exploration (gSDE,
+  Raffin et al., 2021; ``StateDependentNoiseHead``): exploration weights drawn per
+  environment and kept for a while (``sde_sample_freq``), not a fresh draw every step.
 - ``MPO``: SAC's policy (its mean and log standard deviation per state are the M-step's
   decoupled Gaussian) and one critic.
 
@@ -38,6 +41,7 @@ from pytorchrl.agent.losses import q_learning, sac
 from pytorchrl.agent.accel.off_policy import NumpyOffPolicyActing
 from pytorchrl.agent.accel.xp import TORCH
 from pytorchrl.agent.actors.base import Actor
+from pytorchrl.agent.actors.distributions import StateDependentNoiseHead
 from pytorchrl.agent.actors.feature_extractors.ensemble import EnsembleMLP
 from pytorchrl.agent.actors.feature_extractors.mlp import MLP
 from pytorchrl.agent.actors.feature_extractors.precision import check_precision
@@ -100,6 +104,32 @@ def _memory_class(algorithm_name, recurrent_net, recurrent_nets=False, sequence_
         raise ValueError(f"recurrent_net is supported for DDQN only (recurrent DQN, R2D2-style); "
                          f"{algorithm_name} actors are feed-forward")
     return get_memory_network(recurrent_net)
+
+
+#: gSDE's settings with their defaults (Stable-Baselines3's for SAC), other than ``use_sde``.
+SDE_DEFAULTS = {"log_std_init": -3.0, "sde_sample_freq": -1, "full_std": True, "use_expln": False}
+
+
+def _check_sde(algorithm_name, action_space, use_sde, common_feature_extractor, common_feature_extractor_kwargs,
+               **settings):
+    """Refuse gSDE where it is not served (another algorithm than SAC, Discrete actions, a
+    network without hidden layer) and its settings given without it (they would have no
+    effect); ``settings`` are those of ``SDE_DEFAULTS``."""
+    if not use_sde:
+        changed = sorted(k for k, v in settings.items() if v != SDE_DEFAULTS[k])
+        if changed:
+            raise ValueError(f"{', '.join(changed)} configure gSDE and have no effect without use_sde=True")
+        return
+    if algorithm_name != "SAC":
+        raise ValueError(f"use_sde (gSDE) is served for SAC's Gaussian policy, not for {algorithm_name}")
+    if not isinstance(action_space, gym.spaces.Box):
+        raise ValueError(f"use_sde (gSDE) needs a Box action space, got {type(action_space).__name__}")
+    if common_feature_extractor is MLP and not (common_feature_extractor_kwargs or {}).get("hidden_sizes", [256]):
+        raise ValueError("use_sde (gSDE) needs a policy network with a hidden layer: its noise is a function of "
+                         "the last hidden layer")
+    if int(settings["sde_sample_freq"]) == 0 or int(settings["sde_sample_freq"]) < -1:
+        raise ValueError(f"sde_sample_freq must be -1 (a new noise at the start of each rollout) or >= 1, "
+                         f"got {settings['sde_sample_freq']!r}")
 
 
 class _Scaled(nn.Module):
@@ -187,6 +217,25 @@ class OffPolicyActor(Actor):
     normalize_observations, observation_clip
         Observation normalisation, as in ``Actor`` (running statistics held by the actor,
         updated by the learner and sent with the acting weights).
+    use_sde : bool
+        SAC with Box actions: explore with gSDE (``StateDependentNoiseHead``, with a mean
+        clipped to [-2, 2] as Stable-Baselines3's SAC does): the policy network gives
+        latent features (its last hidden layer), from which the head computes the mean,
+        and the noise ``latent @ W`` with exploration weights ``W`` drawn per environment
+        (``reset_noise``). Its ``log_std`` is a weight, trained and sent to collectors; the
+        drawn weights are each actor's own. Training draws one matrix per mini-batch
+        (``sample_sde_eps``). Refused for other algorithms.
+    log_std_init : float
+        gSDE: initial log standard deviation of the exploration weights (SB3's -3).
+    sde_sample_freq : int
+        gSDE: new exploration weights every ``sde_sample_freq`` acting steps; -1: only at
+        the start of each rollout (``reset_noise``, called by the collectors), as in SB3.
+    full_std : bool
+        gSDE: one standard deviation per (latent feature, action dimension) (True) or per
+        latent feature.
+    use_expln : bool
+        gSDE: standard deviation ``expln(log_std)`` (slower growth above 0) instead of
+        ``exp(log_std)``.
     """
 
     def __init__(self, device, input_space, action_space, algorithm_name="DDQN", noise=None, restart_model=None,
@@ -194,7 +243,8 @@ class OffPolicyActor(Actor):
                  obs_feature_extractor_kwargs=None, act_feature_extractor=None, act_feature_extractor_kwargs=None,
                  common_feature_extractor=MLP, common_feature_extractor_kwargs=None, num_critics=2,
                  noise_kwargs=None, dueling=False, recurrent_nets=False, precision="fp32", normalize_observations=False,
-                 observation_clip=DEFAULT_CLIP):
+                 observation_clip=DEFAULT_CLIP, use_sde=False, log_std_init=-3.0, sde_sample_freq=-1, full_std=True,
+                 use_expln=False):
         if algorithm_name not in ALGORITHM_NETWORKS:
             raise ValueError(f"OffPolicyActor serves {sorted(ALGORITHM_NETWORKS)}, not {algorithm_name!r}")
         memory_cls = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
@@ -204,6 +254,9 @@ class OffPolicyActor(Actor):
         if noise not in NOISES:
             raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
         precision = _check_mlp_precision(precision, common_feature_extractor)
+        _check_sde(algorithm_name, action_space, use_sde, common_feature_extractor, common_feature_extractor_kwargs,
+                   log_std_init=log_std_init, sde_sample_freq=sde_sample_freq, full_std=full_std,
+                   use_expln=use_expln)
         super().__init__(device, input_space, action_space, algorithm_name, normalize_observations, observation_clip)
         self.precision = precision
         critic_kind, policy_kind = ALGORITHM_NETWORKS[algorithm_name]
@@ -249,13 +302,22 @@ class OffPolicyActor(Actor):
 
         # Policy: [obs features] -> common network -> action head.
         self.policy_kind = policy_kind
-        self.policy_obs_net = self.policy_net = None
+        self.policy_obs_net = self.policy_net = self.sde_head = None
+        self.use_sde = bool(use_sde)
+        self.sde_sample_freq = int(sde_sample_freq)
+        self._sde_eps = None       # this actor's exploration draws (n_envs, latent, act_dim): not a weight
+        self._sde_steps = 0        # acting steps since they were drawn
         if policy_kind is not None:
             self.policy_obs_net = self._obs_net(obs_feature_extractor, obs_feature_extractor_kwargs)
             p_in = self._size_of(self.policy_obs_net, input_space)
-            p_out = self.num_actions if self.discrete else (2 * self.act_dim if policy_kind == "stochastic"
-                                                           else self.act_dim)
-            self.policy_net = self._common_net(common_feature_extractor, common_kwargs, p_in, p_out, 1)
+            if self.use_sde:
+                self.policy_net = _LatentNet(self._common_net, common_feature_extractor, common_kwargs, p_in)
+                self.sde_head = StateDependentNoiseHead(self.policy_net.num_outputs, self.act_dim, log_std_init,
+                                                        full_std, use_expln)
+            else:
+                p_out = self.num_actions if self.discrete else (2 * self.act_dim if policy_kind == "stochastic"
+                                                               else self.act_dim)
+                self.policy_net = self._common_net(common_feature_extractor, common_kwargs, p_in, p_out, 1)
         self.scaler = None if self.discrete else _Scaled(action_space)
 
         # Exploration state travels with the acting weights: collectors act as the learner says.
@@ -272,7 +334,8 @@ class OffPolicyActor(Actor):
                        act_feature_extractor_kwargs=None, common_feature_extractor=MLP,
                        common_feature_extractor_kwargs=None, num_critics=2, noise_kwargs=None, dueling=False,
                        recurrent_nets=False, precision="fp32", normalize_observations=False,
-                       observation_clip=DEFAULT_CLIP):
+                       observation_clip=DEFAULT_CLIP, use_sde=False, log_std_init=-3.0, sde_sample_freq=-1,
+                       full_std=True, use_expln=False):
         """Return a picklable ``factory(device)`` building an OffPolicyActor (parameters as in the class)."""
         # A wrong name, algorithm or precision fails here, not in a worker.
         recurrent_net = _memory_class(algorithm_name, recurrent_net, recurrent_nets, sequence_overlap,
@@ -280,6 +343,9 @@ class OffPolicyActor(Actor):
         _check_mlp_precision(precision, common_feature_extractor)
         if algorithm_name in ALGORITHM_NETWORKS:
             check_off_policy_spaces(input_space, action_space, algorithm_name)
+        _check_sde(algorithm_name, action_space, use_sde, common_feature_extractor, common_feature_extractor_kwargs,
+                   log_std_init=log_std_init, sde_sample_freq=sde_sample_freq, full_std=full_std,
+                   use_expln=use_expln)
         check_normalization(input_space, normalize_observations, observation_clip)
         return ComponentFactory(
             cls, input_space=input_space, action_space=action_space, algorithm_name=algorithm_name, noise=noise,
@@ -291,7 +357,8 @@ class OffPolicyActor(Actor):
             common_feature_extractor=common_feature_extractor,
             common_feature_extractor_kwargs=dict(common_feature_extractor_kwargs or {}), num_critics=num_critics,
             noise_kwargs=dict(noise_kwargs or {}), dueling=dueling, precision=precision,
-            normalize_observations=normalize_observations, observation_clip=observation_clip)
+            normalize_observations=normalize_observations, observation_clip=observation_clip, use_sde=use_sde,
+            log_std_init=log_std_init, sde_sample_freq=sde_sample_freq, full_std=full_std, use_expln=use_expln)
 
     # ----------------------------------------------------------------- building
     def _obs_net(self, cls, kwargs):
@@ -384,18 +451,31 @@ class OffPolicyActor(Actor):
         return self.memory.sequence(x.reshape(T, B, -1), state, done[burn_in:], return_states=True)
 
     def policy_output(self, obs):
-        """Raw output (B, k) of the policy network."""
+        """Raw output (B, k) of the policy network (with gSDE: its latent features)."""
         return self.policy_net(self._obs_features(self.policy_obs_net, obs))[0]
 
-    def sample_policy(self, obs, deterministic=False):
+    def sample_policy(self, obs, deterministic=False, sde_eps=None):
         """SAC's policy: ``(action, log-probability (B, 1), probabilities or None)``.
 
         Box actions: a tanh-squashed Gaussian sample in [-1, 1] units (reparametrized, so
         gradients flow) with the log-probability of the squashed sample. Discrete: a
         sample of the categorical distribution (B, 1), with ``log_probs`` and ``probs``
         (B, num_actions) returned as ``(action, log_probs, probs)``.
+
+        With gSDE, ``sde_eps`` holds the standard normal draws of the exploration weights
+        (``StateDependentNoiseHead.sample``): one matrix (``sample_sde_eps``) in training;
+        None: this actor's acting draws, one per row (``reset_noise``).
         """
         out = self.policy_output(obs)
+        if self.use_sde:
+            if deterministic:
+                return torch.tanh(self.sde_head.mean(out)), None, None
+            if sde_eps is None:
+                sde_eps = self._acting_eps(out.shape[0])
+            a, logp = self.sde_head.sample(out, sde_eps)
+            return a, logp, None
+        if sde_eps is not None:
+            raise ValueError("sde_eps are gSDE's draws; this actor has no gSDE (use_sde=False)")
         if self.discrete:
             log_probs = F.log_softmax(out, dim=-1)
             probs = log_probs.exp()
@@ -461,6 +541,38 @@ class OffPolicyActor(Actor):
             action = (action + torch.from_numpy(noise).to(action.device)).clamp(-1.0, 1.0)
         return self.scaler.to_env(action), {}, state
 
+    # --------------------------------------------------------------------- gSDE
+    def reset_noise(self, num_envs=1):
+        """Draw new gSDE exploration weights, one matrix per environment (no effect without
+        gSDE). Collectors call it at the start of every rollout; with ``sde_sample_freq`` >
+        0 acting also calls it every ``sde_sample_freq`` steps. The draws are this actor's
+        own: weight updates (``load_state_dict``) leave them, and the current ``log_std``
+        scales them at every step.
+
+        Parameters
+        ----------
+        num_envs : int
+            Environments acted for (rows of the observations ``act`` will get).
+        """
+        if not self.use_sde:
+            return
+        shape = (int(num_envs), self.sde_head.latent_dim, self.act_dim)
+        self._sde_eps = torch.from_numpy(self.np_rng.standard_normal(shape, dtype=np.float32)).to(self.device)
+        self._sde_steps = 0
+
+    def sample_sde_eps(self):
+        """Standard normal draws (latent_dim, act_dim) of one gSDE exploration matrix, for a
+        training mini-batch (SB3 draws one per gradient step); torch's generator, so a
+        captured update draws anew at every replay."""
+        return torch.randn((self.sde_head.latent_dim, self.act_dim), device=self.device)
+
+    def _acting_eps(self, n):
+        if self._sde_eps is None or self._sde_eps.shape[0] != n or \
+                (self.sde_sample_freq > 0 and self._sde_steps >= self.sde_sample_freq):
+            self.reset_noise(n)
+        self._sde_steps += 1
+        return self._sde_eps
+
     def _random_actions(self, n):
         if self.discrete:
             return torch.from_numpy(self.np_rng.integers(0, self.num_actions, (n, 1)))
@@ -484,12 +596,46 @@ class OffPolicyActor(Actor):
         ``obs_norm``, which ``acting_state_dict`` sends too)."""
         if self.policy_kind is None:
             return ("critic_obs_net", "memory", "critics")
-        return ("policy_obs_net", "policy_net")
+        return ("policy_obs_net", "policy_net", "sde_head")
 
     def acting_state_dict(self):
         prefixes = tuple(f"{m}." for m in self.acting_modules() + ("obs_norm",))
         return {k: v for k, v in self.state_dict().items()
                 if k.startswith(prefixes) or k in ("epsilon", "warmup")}
+
+
+class _LatentNet(nn.Module):
+    """The policy network of gSDE: the common network up to its last hidden layer, whose
+    activations (B, num_outputs) are the latent features.
+
+    Parameters
+    ----------
+    build : callable
+        ``OffPolicyActor._common_net``.
+    cls, kwargs
+        The common network's class and keyword arguments (MLP: ``hidden_sizes``,
+        ``activation``).
+    in_size : int
+        Input size.
+    """
+
+    def __init__(self, build, cls, kwargs, in_size):
+        super().__init__()
+        if cls is MLP:
+            # An ensemble of one whose output layer is the last hidden layer, activated here.
+            sizes = list(kwargs.get("hidden_sizes", [256, 256]))
+            self.body = build(cls, {**kwargs, "hidden_sizes": sizes[:-1]}, in_size, sizes[-1], 1)
+            self.act = self.body.act
+            self.num_outputs = int(sizes[-1])
+        else:
+            space = gym.spaces.Box(-np.inf, np.inf, (int(in_size),), dtype=np.float32)
+            self.body = cls(space, **kwargs)
+            self.act = None
+            self.num_outputs = OffPolicyActor._size_of(self.body, space)
+
+    def forward(self, x):
+        """Latent features (1, B, num_outputs), stacked as the ensembles' outputs."""
+        return self.act(self.body(x)) if self.act is not None else self.body(x)[None]
 
 
 class _GenericHeads(nn.Module):

@@ -92,6 +92,8 @@ class SAC(OffPolicyAlgorithm):
             critics += list(a.critic_act_net.parameters())
         policy = list(a.policy_obs_net.parameters()) if a.policy_obs_net is not None else []
         policy += list(a.policy_net.parameters())
+        if a.sde_head is not None:
+            policy += list(a.sde_head.parameters())
         return {"q": critics, "pi": policy, "alpha": [self.alpha_module.log_alpha]}
 
     def target_pairs(self):
@@ -128,11 +130,14 @@ class SAC(OffPolicyAlgorithm):
                 TORCH, q_all, logp, p, log_alpha, alpha, self.target_entropy)
         else:
             a = actor.scaler.from_env(act)
+            # gSDE: one exploration matrix for the whole update, as Stable-Baselines3 draws
+            # one per gradient step (the actor's acting draws are left to its collectors).
+            noise = {"sde_eps": actor.sample_sde_eps()} if actor.use_sde else {}
             with torch.no_grad():
-                a2, logp2, _ = actor.sample_policy(obs2)
+                a2, logp2, _ = actor.sample_policy(obs2, **noise)
                 y = sac.soft_target(rew, discount, target.q_values(obs2, a2).min(0).values, logp2, alpha)
             q = actor.q_values(obs, a)
-            a_pi, logp_pi, _ = actor.sample_policy(obs)
+            a_pi, logp_pi, _ = actor.sample_policy(obs, **noise)
             pi_loss, alpha_loss, entropy, _ = sac.policy_and_alpha_losses(
                 TORCH, actor.q_values(obs, a_pi), logp_pi, log_alpha, alpha, self.target_entropy, grad=False)
         q_loss, td, _ = q_learning.critic_loss(TORCH, q, y, weights, scale=0.5, grad=False)

@@ -46,8 +46,15 @@ def squashed_gaussian(xp, out, noise):
     u = mean + std * noise
     a = xp.tanh(u)
     z = (u - mean) / std
-    logp = gaussian_log_density(z, log_std) - (2.0 * (_LOG2 - u - xp.softplus(-2.0 * u))).sum(axis=1, keepdims=True)
+    logp = gaussian_log_density(z, log_std) - tanh_log_det(xp, u)
     return a, logp, (raw, std, noise, a)
+
+
+def tanh_log_det(xp, u):
+    """``sum_d log(1 - tanh(u)^2)`` (N, 1) of pre-squash actions ``u`` (N, D), written
+    stably as ``2 (log 2 - u - softplus(-2 u))``: what squashing a Gaussian sample with
+    tanh subtracts from its log-density."""
+    return (2.0 * (_LOG2 - u - xp.softplus(-2.0 * u))).sum(axis=1, keepdims=True)
 
 
 def squashed_gaussian_grad(xp, cache, g_action, g_logp):
@@ -154,5 +161,5 @@ def discrete_policy_and_alpha_losses(xp, q_all, log_probs, probs, log_alpha, alp
     return pi_loss, alpha_loss, entropy
 
 
-__all__ = ["LOG_STD_MIN", "LOG_STD_MAX", "squashed_gaussian", "squashed_gaussian_grad", "soft_target",
-           "policy_and_alpha_losses", "discrete_policy_and_alpha_losses"]
+__all__ = ["LOG_STD_MIN", "LOG_STD_MAX", "squashed_gaussian", "squashed_gaussian_grad", "tanh_log_det",
+           "soft_target", "policy_and_alpha_losses", "discrete_policy_and_alpha_losses"]

@@ -479,6 +479,8 @@ class CWorker(WorkerEnvironments, WorkerControlEntries, Worker):
             if self._server_acting is not None:
                 self._server_acting.start_rollout()
             storage.start(self.obs, state)
+            # Exploration held for many steps (gSDE) is drawn anew with every rollout.
+            actor.reset_noise(envs.num_envs)
             num_steps = min(num_steps, self.update_every)
             steps, cut, ended, stepping, spent = 0, False, 0, True, 0.0
         else:

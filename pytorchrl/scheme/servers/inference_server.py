@@ -78,7 +78,8 @@ def check_server_agent(actor: ActorProtocol, algo: AlgorithmProtocol):
     ------
     ValueError
         The actor keeps a per-environment state (a recurrent memory, Ornstein-Uhlenbeck
-        noise), which the collectors would have to send and receive at every step; or the
+        noise), which the collectors would have to send and receive at every step, or
+        explores with gSDE (per-environment weights held across steps); or the
         algorithm computes training data on the collectors with weights they do not hold
         (``collector_modules``) and cannot have the server compute it (no
         ``server_calls``: DDQN with ``targets_on_collector``).
@@ -87,6 +88,11 @@ def check_server_agent(actor: ActorProtocol, algo: AlgorithmProtocol):
         kind = "a recurrent memory" if actor.is_recurrent else "a per-environment state (e.g. OU noise)"
         raise ValueError(f"an inference server cannot act for {type(actor).__name__} with {kind}: it acts on "
                          f"observations only; use a feed-forward actor without state, or col_policy='learned'")
+    if getattr(actor, "use_sde", False):
+        raise ValueError(f"an inference server cannot act for {type(actor).__name__} with gSDE (use_sde): its "
+                         f"exploration weights are drawn per environment and held across steps, which a server "
+                         f"acting for batches of any collectors' observations cannot keep; use "
+                         f"col_policy='learned'")
     if algo.collector_modules and not algo.server_calls:
         raise ValueError(f"an inference server cannot serve {algo.name} with collector-side pre-processing "
                          f"(collector_modules {list(algo.collector_modules)}: e.g. targets_on_collector): the "
