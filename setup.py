@@ -30,24 +30,23 @@ setup(
     extras_require={
         # The test suite draws plots, writes videos and checks that no worker process outlives a
         # run (psutil), and steps real Atari games, MuJoCo tasks and MiniGrid gridworlds (the
-        # "atari", "mujoco" and "minigrid" extras), and writes offline Weights & Biases runs (the
-        # "wandb" extra); pytest-xdist runs the suite on two workers. pygame-ce, not pygame:
+        # "atari", "mujoco", "robotics" and "minigrid" extras), and writes offline Weights & Biases
+        # runs (the "wandb" extra); pytest-xdist runs the suite on two workers. pygame-ce, not pygame:
         # minigrid needs pygame-ce, which installs into the same "pygame" package, and
         # gymnasium's classic-control rendering runs on either.
         # Ray Tune (the "tune" extra) runs tests/distributed/test_tune.py.
         "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "psutil>=5", "matplotlib>=3.6",
                  "pillow>=9", "imageio>=2.9", "imageio-ffmpeg>=0.4", "pygame-ce>=2.4",
-                 "ale-py>=0.9", "mujoco>=3", "wandb>=0.20", "minigrid>=2.3", "ray[tune]>=2.9"],
+                 "ale-py>=0.9", "mujoco>=3,<3.12", "gymnasium-robotics>=1.4.2", "wandb>=0.20", "minigrid>=2.3",
+                 "ray[tune]>=2.9"],
         # pytorchrl.envs.atari: the Arcade Learning Environment; ale-py ships the game ROMs.
         "atari": ["ale-py>=0.9"],
         # pytorchrl.envs.mujoco: gymnasium's MuJoCo v5 tasks (HalfCheetah-v5, ...).
         "mujoco": ["mujoco>=3"],
         # pytorchrl.envs.robotics: gymnasium-robotics' goal tasks (FetchReach-v4, ...). Its 1.4
         # releases build the Fetch models only with MuJoCo before 3.12 (a joint-type comparison
-        # that newer MuJoCo bindings refuse), hence the pin; not in "test", whose MuJoCo is 4:
-        # pip installs it beside the test extra without a change (gymnasium-robotics 1.4.2 and
-        # pettingzoo 1.27.0 added; gymnasium 1.4.0, mujoco 4.0.0 kept), but FetchReach-v4 then
-        # fails to build, and tests/unit/test_robotics_env.py skips instead of running.
+        # that newer MuJoCo bindings refuse), hence the pin, which the test extra shares: with
+        # MuJoCo 3.11 both FetchReach-v4 and gymnasium's MuJoCo v5 tasks build.
         "robotics": ["gymnasium-robotics>=1.4.2", "mujoco>=3,<3.12"],
         # pytorchrl.envs.minigrid: the MiniGrid gridworlds (MiniGrid-Empty-5x5-v0, ...).
         "minigrid": ["minigrid>=2.3"],
