@@ -223,13 +223,14 @@ LAYOUT_RULES = (
     LayoutRule(
         "replay_server_needs_async", "data_path",
         lambda s: s["data_path"] == "replay_server" and s["remote_col_workers"] > 0 and not _async(s),
-        "{data_path} with remote collection workers needs {col_workers_communication=async} (a synchronous "
-        "round would wait for inserts that only the waiting learner's samples admit)"),
+        "{data_path} with remote collection workers needs asynchronous collection "
+        "({col_workers_communication=async}): a synchronous round would wait for inserts that only the waiting "
+        "learner's samples admit"),
     LayoutRule(
         "queues_need_async", "data_path",
         lambda s: s["data_path"] == "queues" and s["remote_col_workers"] > 0 and not _async(s),
-        "{data_path} needs {col_workers_communication=async} (a synchronous round would wait for puts that only "
-        "the waiting learner's pops admit)"),
+        "{data_path} needs asynchronous collection ({col_workers_communication=async}): a synchronous round "
+        "would wait for puts that only the waiting learner's pops admit"),
     LayoutRule(
         "pull_with_inference_server", "col_weights",
         lambda s: s["col_weights"] == "pull" and s["col_policy"] == "server",

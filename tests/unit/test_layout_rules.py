@@ -182,8 +182,9 @@ def test_the_configuration_the_scheme_and_the_worker_set_refuse_by_the_same_rule
 
 def test_messages_spell_options_as_their_readers_write_them():
     error = config_error({"num_col_workers": 2, "data_path": "queues"})
-    assert str(error) == ("config error: scheme.data_path: queues needs scheme.col_workers_communication: async (a "
-                          "synchronous round would wait for puts that only the waiting learner's pops admit)")
+    assert str(error) == ("config error: scheme.data_path: queues needs asynchronous collection "
+                          "(scheme.col_workers_communication: async): a synchronous round would wait for puts that "
+                          "only the waiting learner's pops admit")
     assert str(worker_set_error(dict(num_workers=2, weights="pull"))) == (
         "weights='pull': pulled weights need asynchronous collection (communication=prl.ASYNC): a synchronous "
         "round collects every rollout with the same weights")
