@@ -4,8 +4,7 @@ import logging
 
 import pytorchrl as prl
 from pytorchrl.agent.protocols import ActorFactory, AlgorithmFactory, StorageFactory
-from pytorchrl.scheme.base.checks import (check_communication, check_fraction, check_int,
-                                          ineffective_options)
+from pytorchrl.scheme.base.checks import check_communication, check_fraction, check_int, ineffective_options
 from pytorchrl.scheme.base.faults import FaultPolicy
 from pytorchrl.scheme.base.servers import (SERVER_TITLES, ServerClient, ServerLost, ServerSupervisor, close_server,
                                           stop_server)
@@ -13,13 +12,13 @@ from pytorchrl.scheme.base.worker import default_remote_config
 from pytorchrl.scheme.collection.c_worker import episodes_per_rollout, no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
+from pytorchrl.scheme.layout_rules import broken_rules, layout_settings
 from pytorchrl.scheme.updates.u_worker import UWorker
 from pytorchrl.scheme.servers import inference_server as inference
 from pytorchrl.scheme.servers.queues import QueueLink, check_queue_path, make_queue_server
 from pytorchrl.scheme.servers.replay_server import check_data_path, make_server
 from pytorchrl.scheme.servers.replay_server import start_remote as start_replay_server
 from pytorchrl.scheme.servers.weight_board import PullRefused, check_weight_mode
-from pytorchrl.scheme.layout_rules import broken_rules, layout_settings
 
 DEFAULT_COL_RESOURCES = default_remote_config(num_cpus=1)
 DEFAULT_GRAD_RESOURCES = default_remote_config(num_cpus=1)

@@ -35,6 +35,7 @@ sends it to the server itself.
 
 import threading
 
+
 class WorkerProxy:
     """The proxy of one node (a threaded Ray actor pinned to it by ``start_proxy``).
 
