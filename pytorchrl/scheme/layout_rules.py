@@ -47,6 +47,8 @@ LAYOUT_DEFAULTS = {
     "episode_block": None,
     "batch_episode_frequency": None,
     "num_grad_workers": 1,
+    "grad_workers_communication": "sync",
+    "decentralized_update_execution": False,
 }
 
 
@@ -57,9 +59,9 @@ def layout_settings(**options):
     Parameters
     ----------
     **options
-        Keys of ``LAYOUT_DEFAULTS``. ``col_workers_communication`` may be ``prl.SYNC``,
-        ``prl.ASYNC`` or any word of ``COMMUNICATION_WORDS`` (it is stored as the
-        configuration's "sync" or "async").
+        Keys of ``LAYOUT_DEFAULTS``. ``col_workers_communication`` and
+        ``grad_workers_communication`` may be ``prl.SYNC``, ``prl.ASYNC`` or any word of
+        ``COMMUNICATION_WORDS`` (they are stored as the configuration's "sync" or "async").
 
     Raises
     ------
@@ -70,9 +72,9 @@ def layout_settings(**options):
     if unknown:
         raise KeyError(f"unknown layout settings {sorted(unknown)}; valid: {', '.join(LAYOUT_DEFAULTS)}")
     settings = {**LAYOUT_DEFAULTS, **options}
-    mode = settings["col_workers_communication"]
-    if mode in COMMUNICATION_WORDS:
-        settings["col_workers_communication"] = "async" if COMMUNICATION_WORDS[mode] == prl.ASYNC else "sync"
+    for key in ("col_workers_communication", "grad_workers_communication"):
+        if settings[key] in COMMUNICATION_WORDS:
+            settings[key] = "async" if COMMUNICATION_WORDS[settings[key]] == prl.ASYNC else "sync"
     return settings
 
 
@@ -160,6 +162,12 @@ def _proxy_passes_rollouts_only(s):
 
 #: Every rule, in the order they are checked (the first broken one is reported).
 LAYOUT_RULES = (
+    LayoutRule(
+        "decentralized_updates_need_sync_gradients", "decentralized_update_execution",
+        lambda s: s["decentralized_update_execution"] and s["grad_workers_communication"] != "sync",
+        "{decentralized_update_execution} needs {grad_workers_communication=sync}: every gradient worker applies "
+        "the gradients all-reduced in each step",
+        worker_set=False),
     LayoutRule(
         "requests_in_flight_need_async", "col_requests_in_flight",
         lambda s: s["col_requests_in_flight"] > 1 and not _async(s),

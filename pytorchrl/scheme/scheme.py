@@ -231,8 +231,6 @@ class Scheme:
         requested_grad_workers, num_grad_workers = num_grad_workers, max(1, num_grad_workers)
         col_workers_communication = check_communication("col_workers_communication", col_workers_communication)
         grad_workers_communication = check_communication("grad_workers_communication", grad_workers_communication)
-        if decentralized_update_execution and grad_workers_communication != prl.SYNC:
-            raise ValueError("decentralized_update_execution needs grad_workers_communication=prl.SYNC")
         for name, mode in (("col_compress_data", col_compress_data), ("grad_compress_data", grad_compress_data)):
             if mode not in (True, False, "auto"):
                 raise ValueError(f"{name} must be True, False or 'auto', got {mode!r}")
@@ -249,7 +247,8 @@ class Scheme:
             col_workers_communication=col_workers_communication, col_requests_in_flight=col_requests_in_flight,
             col_weights=col_weights, col_policy=col_policy, data_path=data_path, col_worker_proxy=col_worker_proxy,
             episode_block=episode_block, batch_episode_frequency=batch_episode_frequency,
-            num_grad_workers=requested_grad_workers, **thresholds))
+            num_grad_workers=requested_grad_workers, grad_workers_communication=grad_workers_communication,
+            decentralized_update_execution=bool(decentralized_update_execution), **thresholds))
         for item in ineffective_options(num_col_workers, col_workers_communication == prl.ASYNC, num_grad_workers,
                                         grad_workers_communication == prl.ASYNC, thresholds["fraction_samples"],
                                         thresholds["fraction_workers"], max_policy_lag, max_grad_lag,
@@ -606,7 +605,7 @@ def refuse_broken_layout(settings):
 def _spell_setting(option, value):
     """How a Scheme caller writes the layout setting ``option`` set to ``value`` (a
     configuration word; no remote collection worker is ``num_col_workers=1``)."""
-    if option == "col_workers_communication":
+    if option in ("col_workers_communication", "grad_workers_communication"):
         return f"{option}={_python_value(value)}"
     return f"{_python_name(option)}={(value or 1) if option == 'remote_col_workers' else value!r}"
 

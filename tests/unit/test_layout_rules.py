@@ -30,6 +30,11 @@ PY_ASYNC = {"col_workers_communication": prl.ASYNC}
 #: scheme section, CWorkerSet's keyword arguments (None: a rule the set is not given the
 #: settings of) and Scheme's keyword arguments of the refused layout).
 CASES = {
+    "decentralized_updates_need_sync_gradients": (
+        dict(decentralized_update_execution=True, grad_workers_communication="async"),
+        dict(decentralized_update_execution=True),
+        {"decentralized_update_execution": True, "grad_workers_communication": "async"}, None,
+        dict(decentralized_update_execution=True, grad_workers_communication=prl.ASYNC)),
     "requests_in_flight_need_async": (
         dict(col_requests_in_flight=2), dict(col_requests_in_flight=2, **ASYNC),
         {"col_requests_in_flight": 2}, dict(num_workers=2, requests_in_flight=2),
@@ -219,7 +224,8 @@ def test_a_misspelt_setting_or_a_message_blaming_another_option_is_refused():
 #: them writes a rule's condition again.
 RULE_WORDS = ("asynchronous collection", "needs remote collectors", "nothing to share", "both set the episodes",
               "does not cut stragglers", "load no weights", "needs one gradient worker",
-              "needs col_workers_communication", "needs scheme.col_workers_communication", "is not supported: use")
+              "needs col_workers_communication", "needs scheme.col_workers_communication", "is not supported: use",
+              "needs grad_workers_communication", "needs scheme.grad_workers_communication")
 
 
 def test_no_other_module_writes_a_rule():
