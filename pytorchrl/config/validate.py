@@ -162,9 +162,6 @@ def _check_device(device, path):
 
 def _check_consistency(config):
     scheme_cfg = config["scheme"]
-    if scheme_cfg["decentralized_update_execution"] and scheme_cfg["grad_workers_communication"] != "sync":
-        raise ConfigError("scheme.decentralized_update_execution",
-                          "true needs scheme.grad_workers_communication: sync, got 'async'")
     refuse_broken_layout(scheme_cfg)
     check_ineffective(scheme_cfg)
     check_normalization(config)

@@ -12,13 +12,12 @@ from pytorchrl.config import schema
 from pytorchrl.config.errors import ConfigError
 from pytorchrl.config.schema import SECTIONS
 from pytorchrl.config.values import check_mapping, check_value
-from pytorchrl.scheme.base.checks import batching_refused, ineffective_options
+from pytorchrl.scheme.base.checks import ineffective_options
 from pytorchrl.scheme.collection.c_worker import episodes_per_rollout
 from pytorchrl.scheme.layout_rules import broken_rules, settings_of_scheme_section
 from pytorchrl.scheme.presets import resolve_scheme_section
 from pytorchrl.scheme.servers.queues import pool_class, steal_refused
 from pytorchrl.scheme.servers.weight_board import PullRefused, check_weight_mode
-from pytorchrl.scheme.servers.worker_proxy import proxy_refused
 
 
 def expand_preset(data):
@@ -45,9 +44,19 @@ def layout_error(rule, settings):
     every option written as in a configuration file (``scheme.col_workers_communication:
     async``)."""
     path = f"scheme.{rule.blames}"
-    text = rule.explain(settings, lambda option, value: f"scheme.{option}: {yaml_word(value)}",
-                        lambda option: f"scheme.{option}")
+    text = rule.explain(settings, lambda option, value: f"{_key(option)}: {yaml_word(_value(option, value))}", _key)
     return ConfigError(path, text[len(path) + len(": "):])
+
+
+def _key(option):
+    """The configuration key of the layout setting ``option``."""
+    return "scheme.num_col_workers" if option == "remote_col_workers" else f"scheme.{option}"
+
+
+def _value(option, value):
+    """The configuration value of the layout setting ``option`` set to ``value`` (no remote
+    collection worker: one collector, in the gradient worker's process)."""
+    return value or 1 if option == "remote_col_workers" else value
 
 
 def check_ineffective(scheme_cfg):
@@ -75,21 +84,11 @@ def yaml_word(value):
 
 
 def check_batching(config):
-    """Refuse EXARL's batching options where they cannot run (``batching_refused``), a
-    ``batch_step_frequency`` longer than the storage's rollout (which its buffers hold),
-    and the worker proxy where it cannot run (``proxy_refused``)."""
+    """Refuse a ``batch_step_frequency`` longer than the storage's rollout (which its
+    buffers hold); the layouts EXARL's batching and the worker proxy cannot run in are
+    rules of ``pytorchrl.scheme.layout_rules`` (``refuse_broken_layout``)."""
     from pytorchrl.agent.algorithms import ALGORITHMS
     s = config["scheme"]
-    refused = batching_refused(s["batch_episode_frequency"], s["episode_block"],
-                               s["col_workers_communication"] == "async", s["col_requests_in_flight"])
-    if refused is not None:
-        raise ConfigError(f"scheme.{refused[0]}", f"{s['episode_block']} {refused[1]}")
-    if s["col_worker_proxy"]:
-        refused = proxy_refused(s["num_col_workers"], s["col_workers_communication"] == "async",
-                                min(s["fraction_samples"], s["fraction_workers"]) < 1.0, s["data_path"],
-                                s["col_policy"], s["col_weights"])
-        if refused is not None:
-            raise ConfigError("scheme.col_worker_proxy", f"true {refused[1]} (see scheme.{refused[0]})")
     steps = s["batch_step_frequency"]
     if steps is None:
         return
@@ -105,16 +104,15 @@ def check_batching(config):
 
 
 def check_weight_options(config):
-    """Refuse pulled weights where they cannot work (synchronous collection, an on-policy
-    algorithm) and the weight options the layout never uses (the rules of
-    ``check_weight_mode``, which the Scheme applies with warnings)."""
+    """Refuse pulled weights for an on-policy algorithm and the weight options the layout
+    never uses (the rules of ``check_weight_mode``, which the Scheme applies with
+    warnings)."""
     from pytorchrl.agent.algorithms import ALGORITHMS
     s = config["scheme"]
     algo = config["algorithm"]["name"]
     episodes = episodes_per_rollout(s["col_rollout_unit"], s["episode_block"] or s["batch_episode_frequency"])
     try:
         ineffective = check_weight_mode(s["col_weights"], s["col_weight_pull_every"], s["num_col_workers"],
-                                        s["col_workers_communication"] == "async",
                                         ComponentFactory(ALGORITHMS[algo]), episodes)
     except PullRefused as exc:
         raise ConfigError("scheme.col_weights", f"pull: pulled weights {exc}") from None
@@ -177,13 +175,11 @@ def check_inference_server_options(config):
     if config["algorithm"].get("targets_on_collector"):
         raise ConfigError("algorithm.targets_on_collector", "needs the target network on the collectors, which "
                                                             "hold no weights with scheme.col_policy: server")
-    if s["data_path"] == "queues":
-        raise ConfigError("scheme.col_policy", "server with scheme.data_path: queues is not supported; use "
-                                               "scheme.data_path: direct with the inference server (preset exarl-seed)")
 
 
 def _check_queue_path(config):
-    """Resolve ``scheme.queues`` and refuse layouts the queue data path cannot run."""
+    """Resolve ``scheme.queues`` and refuse what its options cannot do (the layouts the
+    queue data path cannot run are rules of ``pytorchrl.scheme.layout_rules``)."""
     s = config["scheme"]
     if s["replay_server"] is not None:
         raise ConfigError("scheme.replay_server", "has no effect with scheme.data_path: queues; remove it, or set "
@@ -193,12 +189,6 @@ def _check_queue_path(config):
         pool_class(s["queues"]["kind"])
     except ValueError as exc:
         raise ConfigError("scheme.queues.kind", str(exc).replace("queues kind must be", "must be")) from None
-    if s["num_grad_workers"] == 0:
-        raise ConfigError("scheme.data_path", "queues with scheme.num_grad_workers: 0 (collection only): nothing "
-                                              "pops the queues; use scheme.data_path: direct")
-    if s["num_col_workers"] < 2:
-        raise ConfigError("scheme.data_path", "queues needs remote collectors (scheme.num_col_workers >= 2): one "
-                                              "collector runs in its gradient worker's process")
     if s["queues"]["route"] == "learner" and s["queues"]["selection"] != "binned":
         raise ConfigError("scheme.queues.selection", "random reads collectors' queues; with route: learner each "
                                                      "gradient worker reads its own queue (set selection: binned, "

@@ -4,8 +4,7 @@ import logging
 
 import pytorchrl as prl
 from pytorchrl.agent.protocols import ActorFactory, AlgorithmFactory, StorageFactory
-from pytorchrl.scheme.base.checks import (batching_refused, check_communication, check_fraction, check_int,
-                                          ineffective_options)
+from pytorchrl.scheme.base.checks import check_communication, check_fraction, check_int, ineffective_options
 from pytorchrl.scheme.base.faults import FaultPolicy
 from pytorchrl.scheme.base.servers import (SERVER_TITLES, ServerClient, ServerLost, ServerSupervisor, close_server,
                                           stop_server)
@@ -13,13 +12,13 @@ from pytorchrl.scheme.base.worker import default_remote_config
 from pytorchrl.scheme.collection.c_worker import episodes_per_rollout, no_envs
 from pytorchrl.scheme.collection.c_worker_set import CWorkerSet
 from pytorchrl.scheme.gradients.g_worker_set import GWorkerSet
+from pytorchrl.scheme.layout_rules import broken_rules, layout_settings
 from pytorchrl.scheme.updates.u_worker import UWorker
 from pytorchrl.scheme.servers import inference_server as inference
 from pytorchrl.scheme.servers.queues import QueueLink, check_queue_path, make_queue_server
 from pytorchrl.scheme.servers.replay_server import check_data_path, make_server
 from pytorchrl.scheme.servers.replay_server import start_remote as start_replay_server
 from pytorchrl.scheme.servers.weight_board import PullRefused, check_weight_mode
-from pytorchrl.scheme.servers.worker_proxy import proxy_refused
 
 DEFAULT_COL_RESOURCES = default_remote_config(num_cpus=1)
 DEFAULT_GRAD_RESOURCES = default_remote_config(num_cpus=1)
@@ -232,30 +231,24 @@ class Scheme:
         requested_grad_workers, num_grad_workers = num_grad_workers, max(1, num_grad_workers)
         col_workers_communication = check_communication("col_workers_communication", col_workers_communication)
         grad_workers_communication = check_communication("grad_workers_communication", grad_workers_communication)
-        if decentralized_update_execution and grad_workers_communication != prl.SYNC:
-            raise ValueError("decentralized_update_execution needs grad_workers_communication=prl.SYNC")
         for name, mode in (("col_compress_data", col_compress_data), ("grad_compress_data", grad_compress_data)):
             if mode not in (True, False, "auto"):
                 raise ValueError(f"{name} must be True, False or 'auto', got {mode!r}")
         for name, lag in (("max_policy_lag", max_policy_lag), ("max_grad_lag", max_grad_lag)):
             check_int(name, lag, 0, optional=True)
         check_int("col_requests_in_flight", col_requests_in_flight, 1)
-        if col_requests_in_flight > 1 and col_workers_communication != prl.ASYNC:
-            raise ValueError("col_requests_in_flight > 1 needs col_workers_communication=prl.ASYNC")
         for name, value in (("batch_step_frequency", batch_step_frequency),
                             ("batch_episode_frequency", batch_episode_frequency), ("episode_block", episode_block)):
             check_int(name, value, 1, optional=True)
-        refused = batching_refused(batch_episode_frequency, episode_block, col_workers_communication == prl.ASYNC,
-                                   col_requests_in_flight)
-        if refused is not None:
-            raise ValueError(f"{refused[0]}={episode_block!r} {refused[1]}")
         if not isinstance(col_worker_proxy, bool):
             raise ValueError(f"col_worker_proxy must be True or False, got {col_worker_proxy!r}")
-        refused = col_worker_proxy and proxy_refused(
-            num_col_workers, col_workers_communication == prl.ASYNC,
-            min(thresholds.values()) < 1.0, data_path, col_policy, col_weights)
-        if refused:
-            raise ValueError(f"col_worker_proxy {refused[1]} (see {refused[0]})")
+        refuse_broken_layout(layout_settings(
+            remote_col_workers=0 if num_col_workers == 1 else num_col_workers,
+            col_workers_communication=col_workers_communication, col_requests_in_flight=col_requests_in_flight,
+            col_weights=col_weights, col_policy=col_policy, data_path=data_path, col_worker_proxy=col_worker_proxy,
+            episode_block=episode_block, batch_episode_frequency=batch_episode_frequency,
+            num_grad_workers=requested_grad_workers, grad_workers_communication=grad_workers_communication,
+            decentralized_update_execution=bool(decentralized_update_execution), **thresholds))
         for item in ineffective_options(num_col_workers, col_workers_communication == prl.ASYNC, num_grad_workers,
                                         grad_workers_communication == prl.ASYNC, thresholds["fraction_samples"],
                                         thresholds["fraction_workers"], max_policy_lag, max_grad_lag,
@@ -267,8 +260,7 @@ class Scheme:
             if item.option == "decentralized_update_execution":
                 decentralized_update_execution = False   # (what the warning says: one worker updates itself)
         try:
-            ineffective = check_weight_mode(col_weights, col_weight_pull_every, num_col_workers,
-                                            col_workers_communication == prl.ASYNC, algo_factory,
+            ineffective = check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, algo_factory,
                                             episodes_per_rollout(col_rollout_unit,
                                                                  episode_block or batch_episode_frequency))
         except PullRefused as exc:
@@ -277,8 +269,7 @@ class Scheme:
             logger.warning(f"Scheme: {option}={value!r} has no effect with {reason}; it is ignored")
             if option == "col_weights":
                 col_weights = "push"
-        replay_options = check_data_path(data_path, replay_server, storage_factory, num_col_workers,
-                                         col_workers_communication == prl.ASYNC)
+        replay_options = check_data_path(data_path, replay_server, storage_factory)
         if replay_options is not None and max_policy_lag is not None:
             logger.warning(f"Scheme: max_policy_lag={max_policy_lag!r} has no effect with "
                            f"data_path='replay_server' (rollouts are in the server before their lag is known); "
@@ -286,26 +277,11 @@ class Scheme:
             max_policy_lag = None
         queue_options = None
         if data_path == "queues":
-            queue_options = check_queue_path(queues, num_col_workers, col_workers_communication == prl.ASYNC,
-                                             collect_only, requested_grad_workers,
-                                             grad_workers_communication == prl.ASYNC)
+            queue_options = check_queue_path(queues, requested_grad_workers, grad_workers_communication == prl.ASYNC)
         elif queues:
             raise ValueError(f"queues options act with data_path='queues' only, got data_path={data_path!r}; "
                              f"remove them, or set data_path='queues'")
-        if replay_options is not None and collect_only:
-            raise ValueError("a collection-only scheme (num_grad_workers=0) trains nothing: it needs "
-                             "data_path='direct', not a replay server")
-        server_options = self._check_inference_server(col_policy, inference_server, algo_factory, actor_factory,
-                                                      requested_grad_workers)
-        if server_options is not None and queue_options is not None:
-            # Not built for each other: a run with both stopped moving (collectors waiting in
-            # the queue server, the inference server waiting for their requests).
-            raise ValueError("col_policy='server' with data_path='queues' is not supported: use the direct data "
-                             "path with the inference server (preset exarl-seed), or collectors that act "
-                             "themselves on the queue path")
-        if server_options is not None and col_weights == "pull":
-            raise ValueError("col_weights='pull' with col_policy='server': the collectors act through the "
-                             "inference server and load no weights")
+        server_options = self._check_inference_server(col_policy, inference_server, algo_factory, actor_factory)
         self.fault_policy = FaultPolicy(max_worker_restarts=max_worker_restarts,
                                         worker_restart_delay_s=worker_restart_delay_s, on_env_error=on_env_error)
         from pytorchrl.scheme.base.ray_runtime import validate_resources
@@ -510,7 +486,7 @@ class Scheme:
             return None
 
     @staticmethod
-    def _check_inference_server(col_policy, options, algo_factory, actor_factory, num_grad_workers):
+    def _check_inference_server(col_policy, options, algo_factory, actor_factory):
         """Check ``col_policy``/``inference_server``; returns the server's options
         (``inference_server_options``), or None without a server."""
         from pytorchrl.scheme.collection.c_worker import POLICIES
@@ -522,9 +498,6 @@ class Scheme:
                                f"they are ignored (they act with col_policy='server')")
             return None
         out = inference.inference_server_options(options)
-        if num_grad_workers > 1:
-            raise ValueError(f"col_policy='server' needs one gradient worker (the server acts with one learner's "
-                             f"weights), got num_grad_workers={num_grad_workers}")
         # Built once here so that an agent the server cannot act for is refused before
         # anything starts.
         actor = actor_factory("cpu")
@@ -621,11 +594,28 @@ class Scheme:
 _SERVER_ATTRIBUTES = {"replay": "replay_server", "inference": "inference_server", "queue": "queue_server"}
 
 
+def refuse_broken_layout(settings):
+    """Raise ValueError with the message of the first rule of
+    ``pytorchrl.scheme.layout_rules.LAYOUT_RULES`` that the layout ``settings`` (see
+    ``layout_settings``) breaks, written with ``Scheme``'s parameter names."""
+    for rule in broken_rules(settings):
+        raise ValueError(rule.explain(settings, _spell_setting, _python_name))
+
+
+def _spell_setting(option, value):
+    """How a Scheme caller writes the layout setting ``option`` set to ``value`` (a
+    configuration word; no remote collection worker is ``num_col_workers=1``)."""
+    if option in ("col_workers_communication", "grad_workers_communication"):
+        return f"{option}={_python_value(value)}"
+    return f"{_python_name(option)}={(value or 1) if option == 'remote_col_workers' else value!r}"
+
+
 def _python_name(option):
-    """How a Scheme caller writes ``option`` (the preemption thresholds are keys of a dict)."""
+    """How a Scheme caller writes ``option`` (the preemption thresholds are keys of a dict;
+    the remote collection workers are counted by ``num_col_workers``)."""
     if option.startswith("fraction_"):
         return f"col_preemption_thresholds[{option!r}]"
-    return option
+    return "num_col_workers" if option == "remote_col_workers" else option
 
 
 def _python_value(value):

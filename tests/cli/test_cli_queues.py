@@ -13,12 +13,12 @@ from queues_helpers import queue_config
 
 @pytest.mark.parametrize("kwargs,words", [
     ({"queues": {"size": 2}}, "queues options act with data_path='queues' only"),
-    ({"data_path": "queues", "num_col_workers": 1}, "needs remote collectors (num_col_workers >= 2)"),
+    ({"data_path": "queues", "num_col_workers": 1}, "needs remote collectors: with num_col_workers=1"),
     ({"data_path": "queues", "num_col_workers": 2}, "needs asynchronous collection"),
     ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async",
       "replay_server": {"num_cpus": 0}}, "replay_server options have no effect with data_path='queues'"),
     ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async", "num_grad_workers": 0},
-     "a collection-only scheme"),
+     "data_path='queues' with num_grad_workers=0 (collection only)"),
     ({"data_path": "queues", "num_col_workers": 2, "col_workers_communication": "async", "col_policy": "server"},
      "col_policy='server' with data_path='queues' is not supported"),
 ])

@@ -44,7 +44,7 @@ def test_a_batch_goes_every_n_steps_or_at_the_kth_episode_end():
 @pytest.mark.parametrize("scheme,key,words", [
     ({"episode_block": 2}, "scheme.episode_block", "2 needs asynchronous collection"),
     ({"preset": "exarl-a2c-async", "episode_block": 2, "batch_episode_frequency": 3}, "scheme.episode_block",
-     "and batch_episode_frequency both set the episodes of a rollout"),
+     "2 and scheme.batch_episode_frequency both set the episodes of a rollout"),
     ({"preset": "exarl-nonblocking-async", "episode_block": 2}, "scheme.episode_block",
      "needs scheme.col_requests_in_flight: 1"),
     ({"batch_step_frequency": 17}, "scheme.batch_step_frequency",

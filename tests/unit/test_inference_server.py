@@ -270,7 +270,8 @@ def test_configuration_refusals():
         validate_config(tiny(scheme={"inference_server": {"max_batch": 8}}))
     with pytest.raises(ConfigError, match="scheme.inference_server.max_batch"):
         validate_config(tiny(scheme={"col_policy": "server", "inference_server": {"max_batch": 0}}))
-    with pytest.raises(ConfigError, match="scheme.col_policy: server needs scheme.num_grad_workers: 1"):
+    with pytest.raises(ConfigError,
+                       match=r"scheme.col_policy: server needs one gradient worker \(scheme.num_grad_workers: 1\)"):
         validate_config(tiny(scheme={"col_policy": "server", "num_grad_workers": 2}))
     with pytest.raises(ConfigError, match="a recurrent actor"):
         validate_config(tiny(scheme={"col_policy": "server"}, actor={"recurrent_net": "GRU"}))

@@ -374,7 +374,7 @@ def test_refusals_name_the_cause():
         DDQN("cpu", recurrent, targets_on_collector=True)
     from pytorchrl.scheme.servers.replay_server import check_data_path
     with pytest.raises(ValueError, match="^data_path='replay_server' holds single transitions; RecurrentReplayBuffer"):
-        check_data_path("replay_server", None, RecurrentReplayBuffer.create_factory(size=10), 2, True)
+        check_data_path("replay_server", None, RecurrentReplayBuffer.create_factory(size=10))
 
 
 def test_memory_settings_without_a_memory_are_said_to_have_no_effect(caplog):

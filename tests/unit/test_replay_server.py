@@ -129,7 +129,7 @@ def dqn_config(scheme, **algorithm):
     (dqn_config({"data_path": "replay_server", "replay_server": {"error_buffer": -1}}),
      "scheme.replay_server.error_buffer", "must be >= 0"),
     (dqn_config({"data_path": "replay_server", "num_col_workers": 2}), "scheme.data_path",
-     "needs scheme.col_workers_communication: async"),
+     "needs asynchronous collection (scheme.col_workers_communication: async)"),
     (dqn_config({"preset": "drl-actor-model", "max_policy_lag": 3}), "scheme.max_policy_lag", "no effect"),
     (dqn_config({"preset": "drl-actor-model"}, num_updates=10), "algorithm.num_updates", "no effect"),
     (dqn_config({"data_path": "replay_server"}), "scheme.replay_server.min_size_to_sample",

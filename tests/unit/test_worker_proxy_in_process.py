@@ -13,16 +13,16 @@ from distributed_fixtures import factories
 
 
 @pytest.mark.parametrize("scheme,words", [
-    ({"col_worker_proxy": True}, "needs remote collectors (num_col_workers >= 2)"),
+    ({"col_worker_proxy": True}, "needs remote collectors: with scheme.num_col_workers: 1 the one collector runs"),
     ({"preset": "async-collectors", "col_weights": "pull", "col_worker_proxy": True},
-     "has nothing to share: the collectors pull their weights from the weight board"),
+     "has nothing to share: with scheme.col_weights: pull the collectors pull their weights from the weight board"),
     ({"preset": "sync-collectors-preemptive", "col_worker_proxy": True}, "does not cut stragglers"),
 ])
 def test_layouts_the_proxy_cannot_serve_are_refused(scheme, words):
     with pytest.raises(ConfigError) as info:
         validate_config(tiny(scheme=scheme))
     assert str(info.value).startswith("config error: scheme.col_worker_proxy: true ") and words in str(info.value)
-    with pytest.raises(ValueError, match="col_worker_proxy has nothing to share"):
+    with pytest.raises(ValueError, match="col_worker_proxy=True has nothing to share"):
         Scheme(**factories(vec_env_size=2, rollout_size=8), num_col_workers=2, col_workers_communication=prl.ASYNC,
                col_weights="pull", col_worker_proxy=True)
 

@@ -221,32 +221,3 @@ def ineffective_options(num_col_workers, col_async, num_grad_workers, grad_async
             out.append(Ineffective("grad_compress_data", grad_compress, "decentralized_update_execution", True,
                                    False, "DD-PPO's gradients are all-reduced by torch.distributed, never packed"))
     return out
-
-
-def batching_refused(batch_episode_frequency, episode_block, async_collection, requests_in_flight):
-    """Why EXARL's batching options cannot run in this layout, as ``(option, words)`` (the
-    words follow the option's name and value), or None.
-
-    Parameters
-    ----------
-    batch_episode_frequency : int or None
-        Episodes per rollout (EXARL's SYNC).
-    episode_block : int or None
-        Episodes per request, one weight broadcast per block round (EXARL's ASYNC).
-    async_collection : bool
-        Asynchronous collection.
-    requests_in_flight : int
-        Rollout requests queued at each collector.
-    """
-    if episode_block is None:
-        return None
-    if batch_episode_frequency is not None:
-        return ("episode_block", "and batch_episode_frequency both set the episodes of a rollout: give one (episode_"
-                                 "block for asynchronous collection, batch_episode_frequency otherwise)")
-    if not async_collection:
-        return ("episode_block", "needs asynchronous collection: a synchronous round already waits for every "
-                                 "collector (use batch_episode_frequency for the episodes of its rollouts)")
-    if requests_in_flight != 1:
-        return ("episode_block", "needs col_requests_in_flight 1: a block round sends every collector one request "
-                                 "with the same weights")
-    return None

@@ -56,8 +56,9 @@ def _spell(option, value):
 def refuse_broken_layout(settings):
     """Raise ValueError with the message of the first rule of
     ``pytorchrl.scheme.layout_rules.LAYOUT_RULES`` that the layout ``settings`` (see
-    ``layout_settings``) breaks, written with ``CWorkerSet``'s parameter names."""
-    for rule in broken_rules(settings):
+    ``layout_settings``) breaks, of those a worker set checks, written with ``CWorkerSet``'s
+    parameter names."""
+    for rule in broken_rules(settings, worker_set=True):
         raise ValueError(rule.explain(settings, _spell, lambda option: _PARAMETERS.get(option, option)))
 
 

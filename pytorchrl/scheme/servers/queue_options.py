@@ -98,20 +98,14 @@ def steal_refused(options, num_grad_workers, async_gradients=False):
     return None
 
 
-def check_queue_path(options, num_col_workers, async_collection, collect_only, num_grad_workers=1,
-                     async_gradients=False):
-    """Check the queue data path's layout; returns ``queue_options(options)``.
+def check_queue_path(options, num_grad_workers=1, async_gradients=False):
+    """Check the queue data path's options; returns ``queue_options(options)``. (The
+    layouts the queue path cannot run are rules of ``pytorchrl.scheme.layout_rules``.)
 
     Parameters
     ----------
     options : dict or None
         ``Scheme(queues=...)``.
-    num_col_workers : int
-        Collection workers per gradient worker (they must be remote: at least 2).
-    async_collection : bool
-        Whether collection is asynchronous (required).
-    collect_only : bool
-        A collection-only scheme (refused: nothing pops).
     num_grad_workers : int
         Gradient workers (``steal`` needs several).
     async_gradients : bool
@@ -123,15 +117,6 @@ def check_queue_path(options, num_col_workers, async_collection, collect_only, n
         Naming the cause.
     """
     out = queue_options(options)
-    if collect_only:
-        raise ValueError("a collection-only scheme (num_grad_workers=0) trains nothing: it needs "
-                         "data_path='direct', not queues")
-    if num_col_workers < 2:
-        raise ValueError("data_path='queues' needs remote collectors (num_col_workers >= 2): one collector runs "
-                         "in its gradient worker's process and hands its rollouts over directly")
-    if not async_collection:
-        raise ValueError("data_path='queues' needs asynchronous collection (col_workers_communication=prl.ASYNC): "
-                         "a synchronous round would wait for puts that only the waiting learner's pops admit")
     refused = steal_refused(out, num_grad_workers, async_gradients)
     if refused is not None:
         raise ValueError(f"queues steal=True has no effect: {refused}; remove it")

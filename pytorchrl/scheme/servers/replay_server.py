@@ -63,7 +63,7 @@ def replay_server_options(options):
     return out
 
 
-def check_data_path(data_path, options, storage_factory, num_col_workers, async_collection):
+def check_data_path(data_path, options, storage_factory):
     """Check the scheme's data-path options; returns the replay server's options
     (``replay_server_options``) or None on the direct path.
 
@@ -76,10 +76,8 @@ def check_data_path(data_path, options, storage_factory, num_col_workers, async_
         warning on the "pytorchrl" logger, with the queue path it is refused.
     storage_factory : callable
         The scheme's storage factory: a replay storage's is required by a replay server.
-    num_col_workers : int
-        Collection workers per gradient worker.
-    async_collection : bool
-        Whether collection is asynchronous (required with remote collectors).
+        (The layouts a replay server cannot serve are rules of
+        ``pytorchrl.scheme.layout_rules``.)
 
     Raises
     ------
@@ -106,10 +104,6 @@ def check_data_path(data_path, options, storage_factory, num_col_workers, async_
     if isinstance(cls, type) and getattr(cls, "sequences", False):
         raise ValueError(f"data_path='replay_server' holds single transitions; {cls.__name__} (sequences of a "
                          f"recurrent actor) uses data_path 'direct' or 'queues'")
-    if num_col_workers > 1 and not async_collection:
-        raise ValueError("data_path='replay_server' with several collection workers needs asynchronous "
-                         "collection (col_workers_communication=prl.ASYNC): a synchronous round would wait for "
-                         "inserts that only the waiting learner's samples admit")
     return out
 
 

@@ -53,7 +53,7 @@ def check_pull_every(value):
 MAX_CONCURRENCY = 8
 
 
-def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async_collection, algo_factory=None,
+def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, algo_factory=None,
                       episodes_per_rollout=None):
     """Check the weight-distribution options of a scheme; returns the options that have
     no effect in this layout as ``(option, value, reason)`` triples, the reason in words
@@ -68,8 +68,6 @@ def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async
         ``"episode"``: a read at the start of every episode.
     num_col_workers : int
         Collection workers per gradient worker.
-    async_collection : bool
-        Whether collection is asynchronous.
     algo_factory : callable or None
         The scheme's algorithm factory; pulling is refused for an on-policy algorithm
         (read from the factory's class when it has one), unless the weights change only
@@ -82,8 +80,9 @@ def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async
     Raises
     ------
     PullRefused
-        Pulled weights in a layout or for an algorithm they cannot serve; the message
-        follows "pulled weights" (``"need asynchronous collection ..."``).
+        Pulled weights for an algorithm they cannot serve; the message follows "pulled
+        weights". (The layouts they cannot serve are rules of
+        ``pytorchrl.scheme.layout_rules``.)
     ValueError
         An unknown mode or a bad step count.
     """
@@ -98,9 +97,6 @@ def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async
     if num_col_workers < 2:
         return [("col_weights", col_weights,
                  "one collection worker (it is the learner's own actor, in its process: always current)")]
-    if not async_collection:
-        raise PullRefused("need asynchronous collection: a synchronous round collects every rollout with the "
-                          "same weights")
     cls = getattr(algo_factory, "cls", None)
     between_rollouts = col_weight_pull_every == PULL_EACH_EPISODE and episodes_per_rollout == 1
     if isinstance(cls, type) and getattr(cls, "on_policy", False) and not between_rollouts:
@@ -112,8 +108,8 @@ def check_weight_mode(col_weights, col_weight_pull_every, num_col_workers, async
 
 
 class PullRefused(ValueError):
-    """Pulled weights cannot serve this layout or algorithm; the message says why, in words
-    that follow "pulled weights"."""
+    """Pulled weights cannot serve this algorithm; the message says why, in words that
+    follow "pulled weights"."""
 
 
 class WeightBoard(ServerProcess):

@@ -35,46 +35,6 @@ sends it to the server itself.
 
 import threading
 
-def proxy_refused(num_col_workers, async_collection, preempting, data_path, col_policy, col_weights):
-    """Why ``col_worker_proxy`` cannot serve this layout, as ``(option, words)`` (the words
-    follow "col_worker_proxy "), or None.
-
-    Parameters
-    ----------
-    num_col_workers : int
-        Collection workers per gradient worker (remote ones from 2).
-    async_collection : bool
-        Asynchronous collection.
-    preempting : bool
-        Preemption thresholds below 1 (stragglers cut in synchronous rounds).
-    data_path : str
-        ``direct``, ``replay_server`` or ``queues``.
-    col_policy : str
-        ``learned``, ``random`` or ``server``.
-    col_weights : str
-        ``push`` or ``pull``.
-    """
-    if num_col_workers < 2:
-        return "num_col_workers", "needs remote collectors (num_col_workers >= 2): one runs in its learner's process"
-    if async_collection:
-        if data_path != "direct" or (col_policy != "server" and col_weights != "pull"):
-            return None
-        words = ("act through an inference server" if col_policy == "server"
-                 else "pull their weights from the weight board, which Ray already fetches once per node")
-        return (f"col_{'policy' if col_policy == 'server' else 'weights'}",
-                f"has nothing to share: the collectors {words} and, on the direct data path, hand their rollouts to "
-                f"the learner one at a time")
-    if preempting:
-        return ("fraction_samples", "does not cut stragglers (the proxy hands a node's rollouts over together): "
-                                    "leave fraction_samples and fraction_workers at 1")
-    if data_path != "direct":
-        return "data_path", f"gathers rollouts for the learner's storage; data_path {data_path!r} sends them elsewhere"
-    if col_policy == "server":
-        return "col_policy", "shares weights that collectors acting through an inference server do not load"
-    if col_weights == "pull":
-        return "col_weights", "shares the weights sent with the requests; pulled weights come from the weight board"
-    return None
-
 
 class WorkerProxy:
     """The proxy of one node (a threaded Ray actor pinned to it by ``start_proxy``).
@@ -347,4 +307,4 @@ class NodeProxies:
             pass
 
 
-__all__ = ["WorkerProxy", "NodeProxies", "proxy_refused", "start_proxy"]
+__all__ = ["WorkerProxy", "NodeProxies", "start_proxy"]
