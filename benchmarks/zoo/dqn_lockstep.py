@@ -195,7 +195,8 @@ def update_check(steps, seed, peers_python):
                 for ref in refs.values():
                     ref.copy_target()
         with torch.no_grad():
-            qs = [a.actor.q_values(probe)[0].numpy() for a in ours.values()] + [r.q(probe).numpy() for r in refs.values()]
+            qs = ([a.actor.q_values(probe)[0].numpy() for a in ours.values()]
+                  + [r.q(probe).numpy() for r in refs.values()])
         scale = max(1e-6, float(np.abs(q_sb3).max()))
         rel = [float(np.abs(q - q_sb3).max()) / scale for q in qs]
         if hi <= first_copy:
