@@ -30,7 +30,10 @@ def _read_csv(path):
         return [], []
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        return list(reader.fieldnames or []), list(reader)
+        # A row longer than the header (a file another writer appended to with more columns)
+        # puts its extra values under the key None, which no writer accepts: they are dropped.
+        rows = [{k: v for k, v in row.items() if k is not None} for row in reader]
+        return list(reader.fieldnames or []), rows
 
 
 def _write_csv(path, columns, rows):
