@@ -123,7 +123,7 @@ ROWS = [
         note="100k of the zoo's 1M steps; at 100k the reference is SB3 side by side"),
     Row("sac_her_fetch_reach", Published(-1.659, 0.873, 20_000, note="TQC, FetchReach-v1"), minutes=3.0, seeds=3,
         episodes=20, needs=("gymnasium_robotics",), rlzoo=False,
-        note="the robotics extra (MuJoCo < 3.12) in a venv of its own; the zoo publishes TQC, not SAC, here"),
+        note="gymnasium-robotics (in the test extra, with MuJoCo < 3.12); the zoo publishes TQC, not SAC, here"),
     Row("ppo_breakout", Published(6.6, 2.6, 250_000, source="SB3 side by side, atari_ppo/run.py",
                                   note="median of 4 seeds; zoo: 398 +- 33 at 10M"),
         minutes=25.0, seeds=3, needs=("ale_py",), score="games", rlzoo=False,
