@@ -194,6 +194,27 @@ def evaluate_until(learner, goal, budget, every, episodes):
     return best, storage.num_inserted, history
 
 
+def assert_greedy_reaches(learner, goal, budget, what, every=1000, episodes=5):
+    """Train ``learner`` with ``evaluate_until`` and fail unless its greedy return reaches
+    ``goal`` within ``budget`` transitions; the learner is stopped either way.
+
+    Parameters
+    ----------
+    learner : Learner
+        What trains (an off-policy learner: its storage counts the transitions).
+    goal, budget, every, episodes
+        As in ``evaluate_until``.
+    what : str
+        The agent's name in the failure message and the printed result.
+    """
+    try:
+        best, steps, history = evaluate_until(learner, goal, budget, every=every, episodes=episodes)
+        assert best >= goal, f"{what} greedy return {best:.1f} < {goal} after {steps} steps: {history[-5:]}"
+        print(f"{what}: greedy return {best:.1f} after {steps} steps")
+    finally:
+        learner.stop()
+
+
 def best_return(learner, stop_above=float("inf"), on_infos=lambda infos: None):
     """Best mean training return seen before the budget ran out (or it passed ``stop_above``);
     ``on_infos`` sees the infos of every step. Stops the learner."""

@@ -14,7 +14,7 @@ import torch
 from pytorchrl.agent.algorithms import DDQN, SAC
 
 from _util import needs_bf16
-from learning_helpers import evaluate_until, offpolicy_learner
+from learning_helpers import assert_greedy_reaches, evaluate_until, offpolicy_learner
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.usefixtures("no_ray_import")]
 
@@ -30,12 +30,7 @@ def test_ddqn_solves_cartpole():
                                              initial_epsilon=1.0, epsilon_decay=0.99908, min_epsilon=0.04,
                                              loss="huber")
     learner = offpolicy_learner("CartPole-v1", algo_factory, name, budget)
-    try:
-        best, steps, history = evaluate_until(learner, 195.0, budget, every=1024, episodes=5)
-        assert best >= 195.0, f"DDQN greedy return {best:.1f} < 195 after {steps} steps: {history[-5:]}"
-        print(f"DDQN: greedy return {best:.1f} after {steps} steps")
-    finally:
-        learner.stop()
+    assert_greedy_reaches(learner, 195.0, budget, "DDQN", every=1024)
 
 
 def test_sac_solves_pendulum():
@@ -44,12 +39,7 @@ def test_sac_solves_pendulum():
                                             num_updates=1, update_every=1, start_steps=100, mini_batch_size=256,
                                             max_grad_norm=None, test_every=10 ** 9, num_test_episodes=5)
     learner = offpolicy_learner("Pendulum-v1", algo_factory, name, budget)
-    try:
-        best, steps, history = evaluate_until(learner, -250.0, budget, every=1000, episodes=5)
-        assert best >= -250.0, f"SAC greedy return {best:.1f} < -250 after {steps} steps: {history[-5:]}"
-        print(f"SAC: greedy return {best:.1f} after {steps} steps")
-    finally:
-        learner.stop()
+    assert_greedy_reaches(learner, -250.0, budget, "SAC")
 
 
 def test_discrete_sac_solves_cartpole():
@@ -65,12 +55,7 @@ def test_discrete_sac_solves_cartpole():
                                             num_updates=1, update_every=1, start_steps=1000, mini_batch_size=64,
                                             max_grad_norm=None, test_every=10 ** 9, num_test_episodes=5)
     learner = offpolicy_learner("CartPole-v1", algo_factory, name, budget)
-    try:
-        best, steps, history = evaluate_until(learner, 195.0, budget, every=1000, episodes=5)
-        assert best >= 195.0, f"discrete SAC greedy return {best:.1f} < 195 after {steps} steps: {history[-5:]}"
-        print(f"discrete SAC: greedy return {best:.1f} after {steps} steps")
-    finally:
-        learner.stop()
+    assert_greedy_reaches(learner, 195.0, budget, "discrete SAC")
 
 
 @needs_bf16

@@ -10,7 +10,7 @@ import pytest
 
 from pytorchrl.agent.algorithms import DDPG, TD3
 
-from learning_helpers import evaluate_until, offpolicy_learner
+from learning_helpers import assert_greedy_reaches, offpolicy_learner
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.usefixtures("no_ray_import")]
 
@@ -25,9 +25,4 @@ SETTINGS = dict(lr_q=1e-3, lr_pi=1e-3, gamma=0.98, polyak=0.995, num_updates=1, 
 def test_solves_pendulum(cls, extra):
     algo_factory, name = cls.create_factory(**SETTINGS, **extra)
     learner = offpolicy_learner("Pendulum-v1", algo_factory, name, BUDGET)
-    try:
-        best, steps, history = evaluate_until(learner, GOAL, BUDGET, every=1000, episodes=5)
-        assert best >= GOAL, f"{name} greedy return {best:.1f} < {GOAL} after {steps} steps: {history[-5:]}"
-        print(f"{name}: greedy return {best:.1f} after {steps} steps")
-    finally:
-        learner.stop()
+    assert_greedy_reaches(learner, GOAL, BUDGET, name)
